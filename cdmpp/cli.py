@@ -1,0 +1,216 @@
+"""The ``cdmpp`` command line: one subcommand per pipeline step.
+
+    cdmpp networks                      list the network zoo
+    cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU (resumable)
+    cdmpp validate DIR                  check a dataset's files, report bad lines
+    cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
+    cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
+    cdmpp serve                         HTTP prediction service
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _cmd_networks(args) -> int:
+    from . import networks  # pylint: disable=import-outside-toplevel
+
+    names = networks.network_names()
+    if not args.count_tasks:
+        for n in names:
+            spec = networks.get_network(n)
+            print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}")
+        return 0
+    from .collect import extract_network_tasks  # pylint: disable=import-outside-toplevel
+    from .device import local_cpu  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import Target  # pylint: disable=import-outside-toplevel
+
+    target = Target(local_cpu().target)
+    print(f"{'network':<26}{'family':<14}{'input':<20}{'tasks':>6}{'weight':>8}")
+    for n in names:
+        spec = networks.get_network(n)
+        tasks = extract_network_tasks(n, target)
+        print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}{len(tasks):>6}{sum(t.weight for t in tasks):>8}")
+    return 0
+
+
+def _cmd_collect(args) -> int:
+    from .collect import CollectConfig, MeasureConfig, collect  # pylint: disable=import-outside-toplevel
+
+    cfg = CollectConfig(
+        networks=args.networks,
+        out_dir=Path(args.out),
+        programs_per_task=args.programs_per_task,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        disable_avx512=args.disable_avx512,
+        max_tasks_per_network=args.max_tasks,
+        measure=MeasureConfig(repeat=args.repeat),
+    )
+    try:
+        s = collect(cfg)
+    except KeyboardInterrupt:
+        print("\ninterrupted: every finished record is on disk; run the same command to continue", file=sys.stderr)
+        return 130
+    print(
+        f"{s.device_id}: {s.measured} measured, {s.failed} failed, {s.skipped_duplicates} duplicates skipped "
+        f"in {s.seconds:.0f} s -> {s.device_dir}"
+    )
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+
+    bad_total = 0
+    for d in ds.device_dirs(Path(args.dataset)):
+        try:
+            db = ds.load_device_dir(d)
+        except ds.DatasetError as err:
+            print(f"{d}: ERROR {err}")
+            bad_total += 1
+            continue
+        print(f"{d}: {len(db.workloads)} workloads, {len(db.programs)} measured programs, {len(db.bad_lines)} bad lines")
+        for b in db.bad_lines:
+            print(f"  {b.path}:{b.lineno}: {b.error}")
+        bad_total += len(db.bad_lines)
+    return 1 if bad_total else 0
+
+
+def _model_configs(args):
+    from .train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
+    from .train.model import ModelConfig  # pylint: disable=import-outside-toplevel
+
+    return (
+        ModelConfig(d_model=args.d_model, n_layers=args.layers, pooling=args.pooling, positional_encoding=not args.no_pe),
+        TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed),
+    )
+
+
+def _cmd_train(args) -> int:
+    from .train.evaluate import format_table, train_and_compare  # pylint: disable=import-outside-toplevel
+
+    holdout = None if args.holdout in (None, "none") else args.holdout
+    mcfg, tcfg = _model_configs(args)
+    rows = train_and_compare(
+        Path(args.dataset), holdout, Path(args.out), mcfg, tcfg, Path(args.cache), use_wandb=not args.no_wandb
+    )
+    print(f"checkpoint written to {args.out}")
+    if rows:
+        print(format_table(rows, f"held-out network {holdout} ({args.dataset})"))
+    return 0
+
+
+def _cmd_evaluate(args) -> int:
+    from .predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
+    from .train.evaluate import evaluate_checkpoint, format_table, write_rows  # pylint: disable=import-outside-toplevel
+
+    if args.work_dir:
+        args.workload_db = str(Path(args.work_dir) / "database_workload.json")
+        args.record_db = str(Path(args.work_dir) / "database_tuning_record.json")
+    if not args.dataset and not args.record_db:
+        print("error: give --dataset DIR, --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
+        return 2
+    rows, title = evaluate_checkpoint(
+        Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
+        dataset=Path(args.dataset) if args.dataset else None,
+        workload_db=Path(args.workload_db) if args.workload_db else None,
+        record_db=Path(args.record_db) if args.record_db else None,
+        holdout=args.holdout,
+        cache_dir=Path(args.cache),
+    )
+    print(format_table(rows, title))
+    if args.output:
+        write_rows(rows, Path(args.output))
+    return 0
+
+
+def _cmd_serve(args) -> int:
+    import uvicorn  # pylint: disable=import-outside-toplevel
+
+    from .serve.app import create_app  # pylint: disable=import-outside-toplevel
+
+    uvicorn.run(create_app(args.checkpoint), host=args.host, port=args.port)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``cdmpp``."""
+    p = argparse.ArgumentParser(prog="cdmpp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("networks", help="list the network zoo")
+    s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
+    s.set_defaults(func=_cmd_networks)
+
+    s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")
+    s.add_argument("-n", "--networks", nargs="+", required=True, help="zoo names (see `cdmpp networks`)")
+    s.add_argument("-o", "--out", required=True, help="dataset folder")
+    s.add_argument("--programs-per-task", type=int, default=64)
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--repeat", type=int, default=10)
+    s.add_argument("--max-tasks", type=int, default=None, help="cap tasks per network")
+    s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
+    s.set_defaults(func=_cmd_collect)
+
+    s = sub.add_parser("validate", help="check a dataset's files and report corrupt lines")
+    s.add_argument("dataset")
+    s.set_defaults(func=_cmd_validate)
+
+    def model_args(s):
+        s.add_argument("--epochs", type=int, default=40)
+        s.add_argument("--batch-size", type=int, default=128)
+        s.add_argument("--lr", type=float, default=1e-3)
+        s.add_argument("--d-model", type=int, default=128)
+        s.add_argument("--layers", type=int, default=2)
+        s.add_argument("--pooling", choices=["sum", "mean", "max"], default="sum")
+        s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
+        s.add_argument("--seed", type=int, default=0)
+
+    s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
+    s.add_argument("-d", "--dataset", required=True)
+    s.add_argument("--holdout", default=None, help="network to hold out for testing ('none': train on all)")
+    s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--no-wandb", action="store_true", help="do not log to wandb (offline by default)")
+    model_args(s)
+    s.set_defaults(func=_cmd_train)
+
+    s = sub.add_parser("evaluate", help="score a checkpoint on a held-out network or any JSONDatabase")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
+    s.add_argument("-d", "--dataset", default=None, help="cdmpp dataset folder")
+    s.add_argument("--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one)")
+    s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
+    s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")
+    s.add_argument("--record-db", default=None, help="a MetaSchedule database_tuning_record.json")
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--output", default=None, help="also write the rows as JSON here")
+    s.set_defaults(func=_cmd_evaluate)
+
+    s = sub.add_parser("serve", help="HTTP prediction service")
+    s.add_argument("-c", "--checkpoint", default=None)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.set_defaults(func=_cmd_serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``cdmpp`` console script; returns the exit status."""
+    from .dataset import DatasetError  # pylint: disable=import-outside-toplevel
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (DatasetError, KeyError, ValueError, FileNotFoundError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"cdmpp {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

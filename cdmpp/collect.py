@@ -1,0 +1,382 @@
+"""``cdmpp collect``: sample schedules of real networks' tasks and measure them.
+
+Pipeline per network (TenSet, NeurIPS 2021, section 3, on MetaSchedule instead of
+Ansor): the network, defined in code, is lowered through Relax and its MetaSchedule
+tuning tasks are extracted with their task weights.  For each task, schedules are
+sampled from its design space (``ReplayTrace``: random decisions over the
+post-order-apply design space), built on all cores, then timed one at a time on the
+local CPU.  Every success is committed at once to the device's JSONDatabase; every
+failed build or run goes to ``failures.jsonl`` with its error.
+
+Resuming: the database files are append-only and a program's structural hash is its
+identity, so a restarted collection skips the programs already measured (or failed)
+and continues until each task has ``programs_per_task`` measurements.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import dataset as ds
+from .device import DeviceDescriptor, local_cpu
+
+SAMPLING_POLICY = (
+    "replay-trace: uniform random decisions over MetaSchedule's post-order-apply design space "
+    "(default schedule rules for the target); duplicates by structural hash are skipped"
+)
+
+
+@dataclass
+class MeasureConfig:
+    """Timing protocol (the steadiest found on the 2-core VM, ``shared/notes/tvm-0.27.md``).
+
+    Attributes:
+        number: runs averaged into one repeat.
+        repeat: repeats kept per program (all are stored in ``run_secs``).
+        min_repeat_ms: minimum duration of one repeat in ms (0: no inflation).
+        enable_cpu_cache_flush: flush the CPU caches before each repeat.
+        build_timeout_s: per-program build timeout in seconds.
+        run_timeout_s: per-program run timeout in seconds.
+        build_workers: parallel build processes (``None``: all cores).
+    """
+
+    number: int = 1
+    repeat: int = 10
+    min_repeat_ms: int = 0
+    enable_cpu_cache_flush: bool = True
+    build_timeout_s: float = 60.0
+    run_timeout_s: float = 30.0
+    build_workers: int | None = None
+
+
+@dataclass
+class CollectConfig:
+    """What to collect.
+
+    Attributes:
+        networks: zoo names (see ``cdmpp networks``).
+        out_dir: dataset folder; records go to ``out_dir/<device_id>/``.
+        programs_per_task: measured programs wanted per distinct workload.
+        batch_size: candidates sampled, built and timed per round.
+        seed: base random seed (each task's seed is derived from it and its workload key).
+        disable_avx512: measure as the AVX-512-off device of this CPU.
+        num_cores: cores for generated code (``None``: all).
+        max_tasks_per_network: cap on tasks per network (``None``: all), for tests.
+        measure: the timing protocol.
+    """
+
+    networks: list[str]
+    out_dir: Path
+    programs_per_task: int = 64
+    batch_size: int = 32
+    seed: int = 0
+    disable_avx512: bool = False
+    num_cores: int | None = None
+    max_tasks_per_network: int | None = None
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+
+
+@dataclass
+class CollectSummary:
+    """What a ``collect`` call did: counts of new successes and failures, and the device."""
+
+    device_id: str
+    device_dir: Path
+    measured: int
+    failed: int
+    skipped_duplicates: int
+    seconds: float
+
+
+@dataclass
+class _Task:
+    network: str
+    task_name: str
+    weight: int
+    flops: float
+    mod: object
+    workload_key: str = ""
+
+
+def extract_network_tasks(network: str, target) -> list[_Task]:
+    """The MetaSchedule tuning tasks of a zoo network, with weights and FLOPs."""
+    from . import networks as zoo  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch
+
+    spec = zoo.get_network(network)
+    mod = relax_module_from_torch(spec.build(), spec.example_inputs(), target)
+    tasks = []
+    for t in extract_tasks(mod, target):
+        sub = t.dispatched[0]
+        try:
+            flops = float(estimate_tir_flops(sub))
+        except Exception:  # noqa: BLE001  estimate fails on some opaque blocks
+            flops = 0.0
+        tasks.append(_Task(network, str(t.task_name), int(t.weight), flops, sub))
+    return tasks
+
+
+def _program_key(mod) -> str:
+    from .tvm_compat import structural_hash  # pylint: disable=import-outside-toplevel
+
+    return str(structural_hash(mod))
+
+
+def _task_seed(seed: int, workload_key: str) -> int:
+    return (seed * 1_000_003 + int(workload_key) % 2_147_483_629) % 2_147_483_647
+
+
+class _Store:
+    """Append-only files of one device folder, and what they already hold."""
+
+    def __init__(self, device_dir: Path):
+        from .tvm_compat import JSONDatabase  # pylint: disable=import-outside-toplevel
+
+        self.dir = device_dir
+        device_dir.mkdir(parents=True, exist_ok=True)
+        for name in (ds.WORKLOAD_FILE, ds.RECORD_FILE, ds.FAILURE_FILE):
+            gz = device_dir / (name + ".gz")
+            if gz.exists() and not (device_dir / name).exists():  # continue a shipped dataset
+                import gzip  # pylint: disable=import-outside-toplevel
+
+                with gzip.open(gz, "rb") as src, open(device_dir / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            ds.repair_jsonl(device_dir / name)
+        self.db = JSONDatabase(
+            str(device_dir / ds.WORKLOAD_FILE), str(device_dir / ds.RECORD_FILE), allow_missing=True
+        )
+        keys = [str(obj[0]) for _, obj in ds.iter_json_lines(device_dir / ds.WORKLOAD_FILE)]
+        self.done: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        for _, obj in ds.iter_json_lines(device_dir / ds.RECORD_FILE):
+            k = keys[int(obj[0])]
+            self.done[k] = self.done.get(k, 0) + 1
+        self.failed_keys: dict[str, set[str]] = {}
+        if (device_dir / ds.FAILURE_FILE).exists():
+            for _, obj in ds.iter_json_lines(device_dir / ds.FAILURE_FILE):
+                self.failed[obj["workload_key"]] = self.failed.get(obj["workload_key"], 0) + 1
+                self.failed_keys.setdefault(obj["workload_key"], set()).add(obj["program_key"])
+
+    def workload(self, mod):
+        wl = self.db.commit_workload(mod)
+        return wl, str(wl.as_json()[0])
+
+    def measured_program_keys(self, workload) -> set[str]:
+        """Structural hashes of this workload's measured programs (rebuilt from their traces)."""
+        from .tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
+
+        keys = set()
+        for rec in self.db.get_top_k(workload, 1 << 30):
+            sch = Schedule(workload.mod)
+            rec.trace.apply_to_schedule(sch, remove_postproc=False)
+            keys.add(_program_key(sch.mod))
+        return keys
+
+    def add_failure(self, task: _Task, program_key: str, stage: str, error: str, trace) -> None:
+        line = {
+            "workload_key": task.workload_key,
+            "network": task.network,
+            "task_name": task.task_name,
+            "program_key": program_key,
+            "stage": stage,
+            "error": error,
+            "trace": trace.as_json(),
+            "time": time.time(),
+        }
+        with open(self.dir / ds.FAILURE_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.failed[task.workload_key] = self.failed.get(task.workload_key, 0) + 1
+        self.failed_keys.setdefault(task.workload_key, set()).add(program_key)
+
+
+def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[_Task]) -> dict:
+    from .tvm_compat import tvm_version  # pylint: disable=import-outside-toplevel
+
+    entries = {(t["network"], t["task_name"]): t for t in old.get("tasks", [])}
+    for t in tasks:
+        entries[(t.network, t.task_name)] = {
+            "network": t.network,
+            "task_name": t.task_name,
+            "weight": t.weight,
+            "flops": t.flops,
+            "workload_key": t.workload_key,
+        }
+    runs = old.get("collections", [])
+    return {
+        "format": "cdmpp-dataset/1",
+        "device": device.to_json(),
+        "tvm_version": tvm_version(),
+        "measurement": asdict(cfg.measure),
+        "label": "median of run_secs (seconds); every repeat is kept in run_secs",
+        "sampling": {"policy": SAMPLING_POLICY, "seed": cfg.seed, "programs_per_task": cfg.programs_per_task},
+        "collections": runs,
+        "tasks": list(entries.values()),
+    }
+
+
+def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
+    """Measure programs of the given networks' tasks on the local CPU; resumable.
+
+    Returns:
+        Counts of what this call added.
+
+    Raises:
+        KeyError: an unknown network name.
+    """
+    # pylint: disable=import-outside-toplevel
+    from tqdm import tqdm
+
+    from . import networks as zoo
+    from .tvm_compat import (
+        BuilderInput,
+        EvaluatorConfig,
+        LocalBuilder,
+        LocalRunner,
+        RunnerInput,
+        Target,
+        TuningRecord,
+        load_tensor_intrinsics,
+        ms,
+        build_for_measurement,
+    )
+    from .tvm_compat import tvm as _tvm
+
+    for n in cfg.networks:
+        zoo.get_network(n)  # fail early on a bad name
+    start = time.time()
+    device = local_cpu(cfg.num_cores, cfg.disable_avx512)
+    target = Target(device.target)
+    device_dir = Path(cfg.out_dir) / device.device_id
+    store = _Store(device_dir)
+    manifest = ds.read_manifest(device_dir)
+
+    per_network = []
+    for n in cfg.networks:
+        net_tasks = extract_network_tasks(n, target)
+        if cfg.max_tasks_per_network is not None:
+            net_tasks = net_tasks[: cfg.max_tasks_per_network]
+        per_network.append(net_tasks)
+    # round-robin over networks, so that a collection stopped early covers every network
+    tasks = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
+    workloads = {}
+    for t in tasks:
+        wl, t.workload_key = store.workload(t.mod)
+        workloads[t.workload_key] = wl
+    manifest = _manifest(device, cfg, manifest, tasks)
+    manifest["collections"].append({"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "networks": cfg.networks})
+    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+
+    todo = {}
+    for t in tasks:
+        todo.setdefault(t.workload_key, t)
+    total = len(todo) * cfg.programs_per_task
+    already = sum(min(store.done.get(k, 0), cfg.programs_per_task) for k in todo)
+
+    tmp = device_dir / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(tmp)  # build artifacts of the worker processes
+    load_tensor_intrinsics()
+    m = cfg.measure
+    builder = LocalBuilder(
+        max_workers=m.build_workers or os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement
+    )
+    runner = LocalRunner(
+        timeout_sec=m.run_timeout_s,
+        evaluator_config=EvaluatorConfig(
+            number=m.number,
+            repeat=m.repeat,
+            min_repeat_ms=m.min_repeat_ms,
+            enable_cpu_cache_flush=m.enable_cpu_cache_flush,
+        ),
+    )
+    measured = failed = dups = 0
+    bar = tqdm(total=total, initial=already, disable=not progress, unit="prog", desc=device.device_id, smoothing=0.05)
+    try:
+        for key, task in todo.items():
+            need = cfg.programs_per_task - store.done.get(key, 0)
+            if need <= 0:
+                continue
+            bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
+            wl = workloads[key]
+            seen = store.failed_keys.get(key, set()) | (
+                store.measured_program_keys(wl) if store.done.get(key) else set()
+            )
+            ctx = ms.TuneContext(
+                task.mod,
+                target=target,
+                space_generator="post-order-apply",
+                search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=64),
+                task_name=task.task_name,
+                rand_state=_task_seed(cfg.seed, key),
+                num_threads=device.cores,
+            )
+            ctx.pre_tuning(max_trials=cfg.programs_per_task * 4, num_trials_per_iter=cfg.batch_size)
+            attempts = 0
+            while need > 0 and attempts < cfg.programs_per_task * 4:
+                cands = ctx.generate_measure_candidates()
+                if not cands:
+                    break
+                attempts += len(cands)
+                fresh = []
+                for c in cands:
+                    pk = _program_key(c.sch.mod)
+                    if pk in seen:
+                        dups += 1
+                        continue
+                    seen.add(pk)
+                    fresh.append((c, pk))
+                fresh = fresh[:need]
+                results = {}
+                if fresh:
+                    built = builder.build([BuilderInput(c.sch.mod, target) for c, _ in fresh])
+                    to_run = []
+                    for (c, pk), b in zip(fresh, built):
+                        if b.error_msg:
+                            store.add_failure(task, pk, "build", str(b.error_msg), c.sch.trace)
+                            failed += 1
+                        else:
+                            to_run.append((c, pk, b))
+                    futures = runner.run(
+                        [RunnerInput(b.artifact_path, "cpu", c.args_info) for c, _, b in to_run]
+                    )
+                    for (c, pk, b), fut in zip(to_run, futures):
+                        res = fut.result()
+                        shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
+                        if res.error_msg or res.run_secs is None:
+                            store.add_failure(task, pk, "run", str(res.error_msg), c.sch.trace)
+                            failed += 1
+                            continue
+                        secs = [float(s) for s in res.run_secs]
+                        store.db.commit_tuning_record(
+                            TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
+                        )
+                        store.done[key] = store.done.get(key, 0) + 1
+                        measured += 1
+                        need -= 1
+                        bar.update(1)
+                        results[id(c)] = res
+                ctx.notify_runner_results(
+                    cands,
+                    [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands],
+                )
+            ctx.post_tuning()
+            if need > 0:  # the design space ran out of distinct programs
+                bar.total -= need
+                bar.refresh()
+    finally:
+        bar.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        manifest["collections"][-1].update(
+            {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "measured": measured, "failed": failed}
+        )
+        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+        del _tvm
+    return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start)

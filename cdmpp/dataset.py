@@ -1,0 +1,251 @@
+"""Reading, validating and describing cdmpp datasets.
+
+A dataset is a folder with one sub-folder per device id.  Each device folder holds
+TVM MetaSchedule's standard JSONDatabase files plus two cdmpp files::
+
+    <dataset>/<device_id>/database_workload.json[.gz]       # MetaSchedule workloads
+    <dataset>/<device_id>/database_tuning_record.json[.gz]  # MetaSchedule tuning records
+    <dataset>/<device_id>/failures.jsonl[.gz]               # failed builds/runs, with errors
+    <dataset>/<device_id>/manifest.json                     # device, settings, tasks
+
+A tuning record's ``run_secs`` holds every timing repeat (seconds); the label is
+their median.  Plain files are what ``cdmpp collect`` appends to; ``.gz`` files are
+the compressed form shipped in ``datasets/``.  Readers take either.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+FAILURE_FILE = "failures.jsonl"
+MANIFEST_FILE = "manifest.json"
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing, empty or malformed."""
+
+
+def resolve(path: Path) -> Path | None:
+    """``path`` if it exists, else ``path.gz`` if that exists, else ``None``."""
+    path = Path(path)
+    if path.exists():
+        return path
+    gz = path.with_name(path.name + ".gz")
+    return gz if gz.exists() else None
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """Open a plain or gzip text file for reading (by the ``.gz`` suffix)."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+@dataclass
+class BadLine:
+    """A line of a dataset file that could not be parsed."""
+
+    path: str
+    lineno: int
+    error: str
+    text: str
+
+
+def iter_json_lines(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple[int, object]]:
+    """Yield ``(lineno, parsed)`` for every JSON line of a file (1-based line numbers).
+
+    Corrupt or truncated lines are skipped and, when ``bad`` is given, appended to it;
+    the lines after them are still read.
+    """
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as err:
+                if bad is not None:
+                    bad.append(BadLine(str(path), lineno, f"invalid JSON: {err.msg}", line[:200]))
+
+
+@dataclass
+class MeasuredProgram:
+    """One tuning record with its label.
+
+    Attributes:
+        workload_index: row of the workload in the database's workload file.
+        record: the MetaSchedule ``TuningRecord`` (trace, workload, run_secs, target).
+        run_secs: float64 array, shape ``(repeat,)``: every timing repeat in seconds.
+    """
+
+    workload_index: int
+    record: object
+    run_secs: np.ndarray
+
+    @property
+    def latency(self) -> float:
+        """The label: median of the repeats, in seconds."""
+        return float(np.median(self.run_secs))
+
+
+@dataclass
+class DeviceDatabase:
+    """A device's measured programs, as read from a MetaSchedule JSONDatabase.
+
+    Attributes:
+        device_id: the device id (folder name, or ``"unknown"`` for a bare database).
+        workloads: MetaSchedule ``Workload`` objects, in file order.
+        workload_keys: their structural-hash strings (the first JSON field of a line).
+        programs: every tuning record with a successful measurement.
+        manifest: the parsed ``manifest.json``, or ``{}`` for a bare database.
+        bad_lines: lines that could not be parsed (skipped, reported by ``validate``).
+    """
+
+    device_id: str
+    workloads: list
+    workload_keys: list[str]
+    programs: list[MeasuredProgram]
+    manifest: dict = field(default_factory=dict)
+    bad_lines: list[BadLine] = field(default_factory=list)
+
+    def tasks_by_workload(self) -> dict[str, list[dict]]:
+        """Manifest task entries grouped by workload key (a workload may occur in several networks)."""
+        out: dict[str, list[dict]] = {}
+        for task in self.manifest.get("tasks", []):
+            out.setdefault(task["workload_key"], []).append(task)
+        return out
+
+
+def load_database(
+    workload_path: Path, record_path: Path, device_id: str = "unknown", manifest: dict | None = None
+) -> DeviceDatabase:
+    """Read a MetaSchedule JSONDatabase (plain or gzip files).
+
+    Records without ``run_secs``, or with a non-positive or non-finite repeat, or whose
+    workload index is out of range, are skipped and listed in ``bad_lines``.
+
+    Raises:
+        DatasetError: a file is missing, or the database holds no measured record.
+    """
+    from .tvm_compat import TuningRecord, Workload  # pylint: disable=import-outside-toplevel
+
+    for p in (workload_path, record_path):
+        if not Path(p).exists():
+            raise DatasetError(f"database file not found: {p}")
+    bad: list[BadLine] = []
+    workloads, keys = [], []
+    index_of_line: dict[int, int] = {}
+    for lineno, obj in iter_json_lines(workload_path, bad):
+        try:
+            workloads.append(Workload.from_json(obj))
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            bad.append(BadLine(str(workload_path), lineno, f"bad workload: {err}"[:300], str(obj)[:200]))
+            continue
+        index_of_line[len(index_of_line)] = len(workloads) - 1
+        keys.append(str(obj[0]))
+    programs = []
+    for lineno, obj in iter_json_lines(record_path, bad):
+        try:
+            widx = int(obj[0])
+            if widx not in index_of_line:
+                raise DatasetError(f"workload index {widx} out of range")
+            rec = TuningRecord.from_json(obj[1], workloads[index_of_line[widx]])
+        except Exception as err:  # noqa: BLE001
+            bad.append(BadLine(str(record_path), lineno, f"bad tuning record: {err}"[:300], str(obj)[:200]))
+            continue
+        if rec.run_secs is None:
+            continue
+        secs = np.array([float(s) for s in rec.run_secs], dtype=np.float64)
+        if secs.size == 0 or not np.all(np.isfinite(secs)) or np.any(secs <= 0) or np.any(secs >= 1e9):
+            continue  # MetaSchedule writes 1e10 for failed runs
+        programs.append(MeasuredProgram(index_of_line[widx], rec, secs))
+    if not programs:
+        raise DatasetError(f"no measured tuning record in {record_path}")
+    return DeviceDatabase(device_id, workloads, keys, programs, manifest or {}, bad)
+
+
+def device_dirs(dataset: Path) -> list[Path]:
+    """Device folders of a dataset (those holding a tuning-record file), sorted."""
+    dataset = Path(dataset)
+    if resolve(dataset / RECORD_FILE):
+        return [dataset]
+    if not dataset.is_dir():
+        raise DatasetError(f"dataset folder not found: {dataset}")
+    dirs = sorted(p for p in dataset.iterdir() if p.is_dir() and resolve(p / RECORD_FILE))
+    if not dirs:
+        raise DatasetError(f"no device folder with {RECORD_FILE} under {dataset}")
+    return dirs
+
+
+def load_device_dir(path: Path) -> DeviceDatabase:
+    """Read one device folder of a dataset (see the module docstring)."""
+    path = Path(path)
+    wl, rec = resolve(path / WORKLOAD_FILE), resolve(path / RECORD_FILE)
+    if wl is None or rec is None:
+        raise DatasetError(f"{path} lacks {WORKLOAD_FILE} or {RECORD_FILE}")
+    manifest = read_manifest(path)
+    return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest)
+
+
+def read_manifest(path: Path) -> dict:
+    """The device folder's manifest, or ``{}`` when it has none."""
+    m = Path(path) / MANIFEST_FILE
+    if not m.exists():
+        return {}
+    try:
+        return json.loads(m.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DatasetError(f"corrupt manifest {m}: {err}") from err
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename, so a crash leaves the old file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def repair_jsonl(path: Path) -> list[BadLine]:
+    """Move unparseable lines of an append-only JSON-lines file aside.
+
+    A collection killed mid-write can leave a truncated last line, which would stop
+    TVM's ``JSONDatabase`` from loading.  Bad lines are appended to ``<path>.corrupt``
+    (nothing is deleted) and the file is rewritten without them.
+
+    Returns:
+        The lines moved aside (empty when the file was clean or missing).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    bad: list[BadLine] = []
+    good = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+                good.append(line if line.endswith("\n") else line + "\n")
+            except json.JSONDecodeError as err:
+                bad.append(BadLine(str(path), lineno, f"invalid JSON: {err.msg}", line.rstrip("\n")))
+    if bad:
+        with open(path.with_name(path.name + ".corrupt"), "a", encoding="utf-8") as f:
+            for b in bad:
+                f.write(b.text + "\n")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(good), encoding="utf-8")
+        os.replace(tmp, path)
+    return bad

@@ -1,0 +1,142 @@
+"""The one adapter module for TVM imports whose paths move between TVM versions.
+
+Every other module of cdmpp imports TVM's MetaSchedule, TensorIR and target APIs
+from here, so a TVM upgrade touches one file.  Written against
+``apache-tvm==0.27.0.post1`` (MetaSchedule at ``tvm.s_tir.meta_schedule``, TIR at
+``tvm.tirx``).
+
+Importing this module imports TVM (about 1-2 s) but not
+``tvm.s_tir.tensor_intrin`` (35-45 s), which :func:`load_tensor_intrinsics`
+imports on demand.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import IRModule
+from tvm import tirx
+from tvm.ir import load_json, save_json
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
+from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RunnerInput
+from tvm.s_tir.stmt import SBlock, SBlockRealize
+from tvm.target import Target
+from tvm.tirx import PrimFunc
+from tvm_ffi import structural_equal, structural_hash
+
+__all__ = [
+    "tvm",
+    "tirx",
+    "ms",
+    "IRModule",
+    "PrimFunc",
+    "Schedule",
+    "Target",
+    "SBlock",
+    "SBlockRealize",
+    "ArgInfo",
+    "BuilderInput",
+    "LocalBuilder",
+    "RunnerInput",
+    "LocalRunner",
+    "EvaluatorConfig",
+    "JSONDatabase",
+    "TuningRecord",
+    "Workload",
+    "derived_object",
+    "estimate_tir_flops",
+    "structural_equal",
+    "structural_hash",
+    "load_json",
+    "save_json",
+    "load_tensor_intrinsics",
+    "tvm_version",
+    "build_for_measurement",
+]
+
+
+def tvm_version() -> str:
+    """The installed TVM version string, e.g. ``"0.27.0.post1"``."""
+    return str(tvm.__version__)
+
+
+def load_tensor_intrinsics() -> None:
+    """Register TVM's tensor intrinsics (needed by design-space generation; slow, 35-45 s once)."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
+
+
+def build_for_measurement(mod: IRModule, target: Target, _params=None):
+    """Build function for :class:`LocalBuilder` workers.
+
+    TVM's default build imports ``tvm.s_tir.tensor_intrin`` in every fresh worker,
+    which takes longer than the builder timeout on a 2-core machine; this one does not
+    (see ``shared/notes/tvm-0.27.md``).  Returns the runtime module of
+    ``tvm.driver.build`` (``tvm.compile``'s Executable breaks ``export_library``).
+    """
+    from tvm.driver import build as tvm_build  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # pylint: disable=import-outside-toplevel
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def extract_tasks(mod: IRModule, target: Target):
+    """MetaSchedule tuning tasks of a Relax IRModule (``ms.relax_integration.extract_tasks``)."""
+    return ms.relax_integration.extract_tasks(mod, target)
+
+
+def relax_module_from_torch(model, example_inputs: tuple, target: Target) -> IRModule:
+    """Lower a ``torch.nn.Module`` to a Relax IRModule ready for task extraction.
+
+    ``torch.export`` -> Relax frontend -> params detached -> inference decomposition
+    and the ``zero`` pipeline (which fuses operators into PrimFuncs).
+    """
+    import torch  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+
+    with torch.no_grad():
+        exported = torch.export.export(model.eval(), example_inputs)
+    mod = from_exported_program(exported, keep_params_as_input=True)
+    mod, _params = relax.frontend.detach_params(mod)
+    with target:
+        mod = tvm.ir.transform.Sequential(
+            [
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                relax.get_pipeline("zero"),
+            ]
+        )(mod)
+    return mod
+
+
+def feature_context(target: Target):
+    """A bare TuneContext for feature extraction.
+
+    ``ms.TuneContext(...)`` imports ``tvm.s_tir.tensor_intrin`` (35-45 s on 2 cores);
+    ``PerStoreFeature`` needs only the target, so this calls the FFI constructor directly.
+    """
+    from tvm.s_tir.meta_schedule import _ffi_api  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func  # pylint: disable=import-outside-toplevel
+
+    return _ffi_api.TuneContext(None, target, None, None, "main", 1, -1, get_logging_func(get_logger(__name__)))
+
+
+def per_store_features(target: Target, mods: list) -> list:
+    """TVM's ``PerStoreFeature`` rows (float32 ``(R_i, 164)`` each) of scheduled IRModules."""
+    ctx = feature_context(target)
+    cands = [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in mods]
+    out = ms.feature_extractor.PerStoreFeature().extract_from(ctx, cands)
+    return [o.numpy().astype("float32") for o in out]
+
+
+def program_from_record(record) -> IRModule:
+    """Rebuild a tuning record's scheduled program: its workload with its trace replayed."""
+    sch = Schedule(record.workload.mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod

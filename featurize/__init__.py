@@ -1,0 +1,120 @@
+"""Featurizer: scheduled TensorIR programs -> compact ASTs with leaf feature vectors.
+
+Public entry points:
+
+* :func:`featurize` -- one program (PrimFunc, IRModule, Schedule or TuningRecord).
+* :func:`featurize_many` -- many programs, with ``PerStoreFeature`` extracted in batches.
+* :class:`ProgramAST` -- the result; :mod:`cdmpp.featurize.batch` collates them.
+"""
+
+from __future__ import annotations
+
+from .ast import (
+    FEATURE_DIM,
+    FEATURE_NAMES,
+    LEAF,
+    LOOP_KIND_NAMES,
+    OWN_FEATURES,
+    PSF_DIM,
+    ROOT,
+    ProgramAST,
+    UnsupportedProgramError,
+    build_tree,
+)
+
+__all__ = [
+    "FEATURE_DIM",
+    "FEATURE_NAMES",
+    "LEAF",
+    "LOOP_KIND_NAMES",
+    "OWN_FEATURES",
+    "PSF_DIM",
+    "ROOT",
+    "ProgramAST",
+    "UnsupportedProgramError",
+    "build_tree",
+    "featurize",
+    "featurize_many",
+    "as_module",
+]
+
+
+def as_module(program):
+    """The scheduled IRModule of a PrimFunc, IRModule, Schedule or TuningRecord.
+
+    A TuningRecord is rebuilt from its workload by replaying its schedule trace.
+
+    Raises:
+        UnsupportedProgramError: any other input type, or a trace that does not replay.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule, TuningRecord, program_from_record
+
+    if isinstance(program, TuningRecord):
+        try:
+            return program_from_record(program)
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            raise UnsupportedProgramError(f"the tuning record's trace does not replay: {err}") from err
+    if isinstance(program, Schedule):
+        return program.mod
+    if isinstance(program, PrimFunc):
+        return IRModule({"main": program.with_attr("global_symbol", "main")})
+    if isinstance(program, IRModule):
+        return program
+    raise UnsupportedProgramError(
+        f"expected a scheduled PrimFunc, IRModule, Schedule or TuningRecord, got {type(program).__name__}"
+    )
+
+
+def _default_target(target):
+    from cdmpp.tvm_compat import Target  # pylint: disable=import-outside-toplevel
+
+    if target is None:
+        return Target({"kind": "llvm", "num-cores": 1})
+    return target if isinstance(target, Target) else Target(target)
+
+
+def featurize(program, target=None) -> ProgramAST:
+    """Featurize one scheduled program.
+
+    Args:
+        program: a scheduled PrimFunc, a one-PrimFunc IRModule, a Schedule, or a
+            MetaSchedule TuningRecord (its trace is replayed on its workload).
+        target: TVM target (``Target``, dict or tag) used by ``PerStoreFeature``;
+            defaults to a generic LLVM CPU target.
+
+    Returns:
+        The compact AST with ``leaf_features`` float32 ``(L, FEATURE_DIM)``.
+
+    Raises:
+        UnsupportedProgramError: the input or one of its constructs is not supported.
+    """
+    return featurize_many([program], target)[0]
+
+
+def featurize_many(programs, target=None) -> list[ProgramAST]:
+    """Featurize many programs (see :func:`featurize`); ``PerStoreFeature`` runs once for all.
+
+    Raises:
+        UnsupportedProgramError: naming the index of the first program that failed.
+    """
+    from cdmpp.tvm_compat import per_store_features  # pylint: disable=import-outside-toplevel
+
+    target = _default_target(target)
+    mods = []
+    for i, p in enumerate(programs):
+        try:
+            mods.append(as_module(p))
+        except UnsupportedProgramError as err:
+            raise UnsupportedProgramError(f"program {i}: {err}") from err
+    try:
+        rows = per_store_features(target, mods) if mods else []
+    except Exception as err:  # noqa: BLE001
+        raise UnsupportedProgramError(f"PerStoreFeature extraction failed: {err}") from err
+    out = []
+    for i, (m, r) in enumerate(zip(mods, rows)):
+        try:
+            out.append(build_tree(m, r))
+        except UnsupportedProgramError as err:
+            raise UnsupportedProgramError(f"program {i}: {err}") from err
+    return out

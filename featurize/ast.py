@@ -1,0 +1,342 @@
+"""Compact AST of a scheduled TensorIR PrimFunc (CDMPP, EuroSys 2024, section 4.1).
+
+Inner nodes are the loop nest (loops of extent 1 are dropped, as TVM's
+``PerStoreFeature`` drops them); leaves are the ``BufferStore`` statements.  Blocks,
+``SeqStmt``, ``IfThenElse``, ``AttrStmt`` and buffer declarations are transparent:
+their children hang from the nearest enclosing loop.  Nodes are numbered in
+pre-order with node 0 the PrimFunc root; a leaf's pre-order number is its position
+for the positional encoding (section 4.2).
+
+Each leaf's feature vector is ``OWN_FEATURES`` (computed here from the tree and the
+store expression) followed by TVM's 164 ``PerStoreFeature`` columns of the leaf's
+buffer (rows are per written buffer in first-store order; they are matched to leaves
+by buffer name) and a flag telling whether such a row was found.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+ROOT, SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING, LEAF = -1, 0, 1, 2, 3, 4, 5
+LOOP_KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+
+OWN_FEATURES = (
+    "depth",
+    "extent_serial",
+    "extent_parallel",
+    "extent_vectorized",
+    "extent_unrolled",
+    "extent_thread_binding",
+    "iterations",
+    "inner_extent",
+    "inner_serial",
+    "inner_parallel",
+    "inner_vectorized",
+    "inner_unrolled",
+    "inner_thread_binding",
+    "loads",
+    "add_sub",
+    "mul",
+    "div_mod",
+    "max_min",
+    "calls",
+    "select_cmp",
+    "casts",
+    "is_init",
+    "dtype_bits",
+    "lanes",
+    "buffer_elems",
+    "is_reduction",
+    "auto_unroll_max_step",
+    "program_leaves",
+    "program_loops",
+)
+PSF_DIM = 164
+FEATURE_DIM = len(OWN_FEATURES) + PSF_DIM + 1
+FEATURE_NAMES = OWN_FEATURES + tuple(f"psf_{i}" for i in range(PSF_DIM)) + ("psf_present",)
+
+
+class UnsupportedProgramError(ValueError):
+    """The program holds a construct the featurizer cannot represent (named in the message)."""
+
+
+@dataclass
+class ProgramAST:
+    """The compact AST of one scheduled PrimFunc.
+
+    ``N`` is the node count (root + loops + leaves), ``L`` the leaf count, ``F`` is
+    :data:`FEATURE_DIM` (= 194).
+
+    Attributes:
+        node_parent: int32 ``(N,)``: pre-order index of each node's parent; -1 for the root.
+        node_kind: int8 ``(N,)``: ``ROOT`` (-1), a loop kind ``SERIAL`` (0) ... ``THREAD_BINDING``
+            (4), or ``LEAF`` (5).
+        node_extent: int64 ``(N,)``: loop extent; -1 when symbolic; 0 for the root and leaves.
+        node_name: loop variable name, buffer name of a leaf, or the function name for the root.
+        node_annotations: per node, the loop's annotations (and thread tag) as strings.
+        leaf_position: int32 ``(L,)``: each leaf's pre-order index, i.e. its node index.
+        leaf_features: float32 ``(L, F)``: the leaf feature vectors (see module docstring).
+        leaf_buffer: the buffer each leaf stores to.
+    """
+
+    node_parent: np.ndarray
+    node_kind: np.ndarray
+    node_extent: np.ndarray
+    node_name: tuple[str, ...]
+    node_annotations: tuple[dict, ...]
+    leaf_position: np.ndarray
+    leaf_features: np.ndarray
+    leaf_buffer: tuple[str, ...]
+
+    @property
+    def num_leaves(self) -> int:
+        """``L``."""
+        return int(self.leaf_position.shape[0])
+
+    def to_data(self, **extra):
+        """This tree as a PyTorch Geometric ``Data``.
+
+        Fields: ``x`` float32 ``(L, F)`` leaf features; ``pos`` int64 ``(L,)`` pre-order
+        positions; plus the keyword arguments given (e.g. ``y``).
+        """
+        import torch  # pylint: disable=import-outside-toplevel
+        from torch_geometric.data import Data  # pylint: disable=import-outside-toplevel
+
+        return Data(
+            x=torch.from_numpy(self.leaf_features),
+            pos=torch.from_numpy(self.leaf_position.astype(np.int64)),
+            num_nodes=self.num_leaves,
+            **extra,
+        )
+
+
+def _log(x: float) -> float:
+    return math.copysign(math.log2(1.0 + abs(x)), x)
+
+
+class _ExprStats:
+    __slots__ = ("loads", "add_sub", "mul", "div_mod", "max_min", "calls", "select_cmp", "casts", "buffers_read")
+
+    def __init__(self):
+        self.loads = self.add_sub = self.mul = self.div_mod = self.max_min = 0
+        self.calls = self.select_cmp = self.casts = 0
+        self.buffers_read: set[str] = set()
+
+
+_ADD = {"Add", "Sub"}
+_MUL = {"Mul"}
+_DIV = {"Div", "FloorDiv", "FloorMod", "Mod"}
+_MAXMIN = {"Max", "Min"}
+_CMP = {"Select", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
+_LEAF_EXPR = {"IntImm", "FloatImm", "StringImm", "Var", "SizeVar"}
+
+
+def _walk_expr(e, st: _ExprStats) -> None:
+    stack = [e]
+    while stack:
+        e = stack.pop()
+        name = type(e).__name__
+        if name in _LEAF_EXPR:
+            continue
+        if name == "BufferLoad":
+            st.loads += 1
+            st.buffers_read.add(str(e.buffer.name))
+            stack.extend(e.indices)
+            continue
+        if name in _ADD:
+            st.add_sub += 1
+        elif name in _MUL:
+            st.mul += 1
+        elif name in _DIV:
+            st.div_mod += 1
+        elif name in _MAXMIN:
+            st.max_min += 1
+        elif name in _CMP:
+            st.select_cmp += 1
+        elif name == "Cast":
+            st.casts += 1
+            stack.append(e.value)
+            continue
+        elif name == "Call":
+            op = str(getattr(e.op, "name", e.op))
+            if op.endswith("if_then_else"):
+                st.select_cmp += 1
+            else:
+                st.calls += 1
+            stack.extend(e.args)
+            continue
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride"):
+            sub = getattr(e, attr, None)
+            if sub is not None and not isinstance(sub, (int, float, str)):
+                stack.append(sub)
+
+
+class _Builder:
+    def __init__(self):
+        self.parent: list[int] = []
+        self.kind: list[int] = []
+        self.extent: list[int] = []
+        self.name: list[str] = []
+        self.ann: list[dict] = []
+        self.leaves: list[tuple[int, object, list[int], bool]] = []  # node, store, loop path, is_init
+
+    def add(self, parent: int, kind: int, extent: int, name: str, ann: dict) -> int:
+        self.parent.append(parent)
+        self.kind.append(kind)
+        self.extent.append(extent)
+        self.name.append(name)
+        self.ann.append(ann)
+        return len(self.parent) - 1
+
+    def visit(self, s, parent: int, path: list[int], in_init: bool) -> None:
+        # pylint: disable=too-many-branches
+        name = type(s).__name__
+        if name == "For":
+            ext = s.extent
+            extent = int(ext.value) if type(ext).__name__ == "IntImm" else -1
+            if extent == 1:
+                self.visit(s.body, parent, path, in_init)
+                return
+            kind = int(s.kind)
+            ann = {str(k): str(v) for k, v in s.annotations.items()}
+            if s.thread_binding is not None:
+                ann["thread_tag"] = str(s.thread_binding.thread_tag)
+            node = self.add(parent, kind, extent, str(s.loop_var.name), ann)
+            self.visit(s.body, node, path + [node], in_init)
+        elif name == "SeqStmt":
+            for sub in s.seq:
+                self.visit(sub, parent, path, in_init)
+        elif name == "BufferStore":
+            node = self.add(parent, LEAF, 0, str(s.buffer.name), {})
+            self.leaves.append((node, s, path, in_init))
+        elif name == "SBlockRealize":
+            self.visit(s.block, parent, path, in_init)
+        elif name == "SBlock":
+            if s.init is not None:
+                self.visit(s.init, parent, path, True)
+            self.visit(s.body, parent, path, in_init)
+        elif name == "IfThenElse":
+            self.visit(s.then_case, parent, path, in_init)
+            if s.else_case is not None:
+                self.visit(s.else_case, parent, path, in_init)
+        elif name in ("AttrStmt", "LetStmt", "Bind", "AllocBuffer", "DeclBuffer", "AssertStmt", "Allocate"):
+            body = getattr(s, "body", None)
+            if body is not None:
+                self.visit(body, parent, path, in_init)
+        elif name in ("Evaluate",):
+            return
+        else:
+            raise UnsupportedProgramError(f"unsupported TensorIR construct {name!r} in the program body")
+
+
+def _single_func(program):
+    """The PrimFunc of a PrimFunc, a Schedule or a one-function IRModule."""
+    from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule  # pylint: disable=import-outside-toplevel
+
+    if isinstance(program, Schedule):
+        program = program.mod
+    if isinstance(program, PrimFunc):
+        return program
+    if isinstance(program, IRModule):
+        funcs = [f for _, f in program.functions.items() if isinstance(f, PrimFunc)]
+        if len(funcs) != 1:
+            raise UnsupportedProgramError(
+                f"expected an IRModule with exactly one PrimFunc, got {len(funcs)} PrimFuncs"
+            )
+        return funcs[0]
+    raise UnsupportedProgramError(
+        f"expected a scheduled PrimFunc, IRModule, Schedule or TuningRecord, got {type(program).__name__}"
+    )
+
+
+def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
+    """The compact AST of a scheduled PrimFunc (or one-PrimFunc IRModule / Schedule).
+
+    Args:
+        program: the scheduled program.
+        psf_rows: float32 ``(R, 164)`` ``PerStoreFeature`` rows of the same program, or
+            ``None`` to leave those columns zero.
+
+    Raises:
+        UnsupportedProgramError: not a PrimFunc, an IRModule with other than one
+            PrimFunc, a construct such as ``While``, or no ``BufferStore`` at all.
+    """
+    # pylint: disable=too-many-locals
+    func = _single_func(program)
+    b = _Builder()
+    b.add(-1, ROOT, 0, str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main", {})
+    b.visit(func.body, 0, [], False)
+    if not b.leaves:
+        raise UnsupportedProgramError("the program has no BufferStore statement (nothing to featurize)")
+
+    extents = np.asarray(b.extent, dtype=np.int64)
+    kinds = np.asarray(b.kind, dtype=np.int8)
+    n_loops = int(np.sum((kinds >= 0) & (kinds != LEAF)))
+    own = np.zeros((len(b.leaves), len(OWN_FEATURES)), dtype=np.float64)
+    psf_order: list[str] = []
+    for i, (node, store, path, in_init) in enumerate(b.leaves):
+        st = _ExprStats()
+        _walk_expr(store.value, st)
+        per_kind = [1.0] * 5
+        unroll = 0
+        for p in path:
+            e = max(int(b.extent[p]), 1)
+            per_kind[b.kind[p]] *= e
+            unroll = max(unroll, int(b.ann[p].get("pragma_auto_unroll_max_step", 0) or 0))
+        iters = math.prod(per_kind)
+        inner = path[-1] if path else -1
+        dtype = store.buffer.dtype
+        shape_elems = 1
+        for d in store.buffer.shape:
+            shape_elems *= int(d.value) if type(d).__name__ == "IntImm" else 1
+        buf = str(store.buffer.name)
+        row = [
+            len(path),
+            *(_log(k) for k in per_kind),
+            _log(iters),
+            _log(max(int(b.extent[inner]), 0)) if inner >= 0 else 0.0,
+            *((1.0 if inner >= 0 and b.kind[inner] == k else 0.0) for k in range(5)),
+            _log(st.loads),
+            _log(st.add_sub),
+            _log(st.mul),
+            _log(st.div_mod),
+            _log(st.max_min),
+            _log(st.calls),
+            _log(st.select_cmp),
+            _log(st.casts),
+            1.0 if in_init else 0.0,
+            float(dtype.bits),
+            float(getattr(dtype, "lanes", 1)),
+            _log(shape_elems),
+            1.0 if buf in st.buffers_read else 0.0,
+            _log(unroll),
+            _log(len(b.leaves)),
+            _log(n_loops),
+        ]
+        own[i] = row
+        const_value = type(store.value).__name__ in ("IntImm", "FloatImm")
+        if not in_init and not const_value and buf not in psf_order:
+            psf_order.append(buf)
+
+    psf = np.zeros((len(b.leaves), PSF_DIM + 1), dtype=np.float64)
+    if psf_rows is not None and len(psf_rows):
+        row_of = {name: j for j, name in enumerate(psf_order) if j < len(psf_rows)}
+        for i, (_, store, _, in_init) in enumerate(b.leaves):
+            j = row_of.get(str(store.buffer.name))
+            if j is not None and not in_init:
+                psf[i, :PSF_DIM] = psf_rows[j]
+                psf[i, PSF_DIM] = 1.0
+    leaves = np.asarray([node for node, _, _, _ in b.leaves], dtype=np.int32)
+    return ProgramAST(
+        node_parent=np.asarray(b.parent, dtype=np.int32),
+        node_kind=kinds,
+        node_extent=extents,
+        node_name=tuple(b.name),
+        node_annotations=tuple(b.ann),
+        leaf_position=leaves,
+        leaf_features=np.concatenate([own, psf], axis=1).astype(np.float32),
+        leaf_buffer=tuple(str(s.buffer.name) for _, s, _, _ in b.leaves),
+    )

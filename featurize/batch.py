@@ -1,0 +1,215 @@
+"""Featurized datasets: ragged leaf sequences flattened into one array plus pointers.
+
+Like PyTorch Geometric's ``Batch``, the leaves of ``P`` programs are stacked into one
+``(sum L_i, F)`` array, and ``ptr`` (``(P + 1,)``) marks where each program starts.
+:func:`collate` turns a list of programs into PyG ``Batch`` form and
+:func:`dense` into padded ``(B, L_max, F)`` tensors with a mask (``to_dense_batch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .ast import FEATURE_DIM, PSF_DIM, OWN_FEATURES, ProgramAST
+
+
+@dataclass
+class FeaturizedPrograms:
+    """Featurized programs of one device database, with labels and grouping.
+
+    ``P`` programs with ``L_i`` leaves each; ``F = FEATURE_DIM``.
+
+    Attributes:
+        x: float32 ``(sum L_i, F)``: leaf features of all programs, program after program.
+        pos: int32 ``(sum L_i,)``: each leaf's pre-order position in its tree.
+        ptr: int64 ``(P + 1,)``: program ``i`` owns rows ``ptr[i]:ptr[i+1]``.
+        latency: float64 ``(P,)``: measured latency (median of repeats) in seconds.
+        workload: int64 ``(P,)``: index into ``workload_keys``.
+        workload_keys: the workloads' structural-hash strings.
+        flops: float64 ``(P,)``: FLOPs of the program's workload (0 when unknown).
+        psf_sum: float32 ``(P, 164)``: ``PerStoreFeature`` rows summed per program
+            (the input of the gradient-boosted-tree baseline).
+    """
+
+    x: np.ndarray
+    pos: np.ndarray
+    ptr: np.ndarray
+    latency: np.ndarray
+    workload: np.ndarray
+    workload_keys: list[str]
+    flops: np.ndarray
+    psf_sum: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.ptr.shape[0] - 1)
+
+    def leaves(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(x_i, pos_i)`` of program ``i``: ``(L_i, F)`` float32 and ``(L_i,)`` int32."""
+        a, b = int(self.ptr[i]), int(self.ptr[i + 1])
+        return self.x[a:b], self.pos[a:b]
+
+    def subset(self, index: np.ndarray) -> "FeaturizedPrograms":
+        """The programs at ``index`` (int array), in that order."""
+        index = np.asarray(index, dtype=np.int64)
+        lens = self.ptr[index + 1] - self.ptr[index]
+        rows = np.concatenate([np.arange(self.ptr[i], self.ptr[i + 1]) for i in index]) if len(index) else []
+        rows = np.asarray(rows, dtype=np.int64)
+        return FeaturizedPrograms(
+            x=self.x[rows],
+            pos=self.pos[rows],
+            ptr=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+            latency=self.latency[index],
+            workload=self.workload[index],
+            workload_keys=self.workload_keys,
+            flops=self.flops[index],
+            psf_sum=self.psf_sum[index],
+        )
+
+    def save(self, path: Path) -> None:
+        """Write to an ``.npz`` file (no pickle)."""
+        np.savez_compressed(
+            path,
+            x=self.x,
+            pos=self.pos,
+            ptr=self.ptr,
+            latency=self.latency,
+            workload=self.workload,
+            workload_keys=np.asarray(self.workload_keys, dtype=np.str_),
+            flops=self.flops,
+            psf_sum=self.psf_sum,
+            feature_dim=np.asarray(FEATURE_DIM),
+        )
+
+    @staticmethod
+    def load(path: Path) -> "FeaturizedPrograms":
+        """Read what :meth:`save` wrote.
+
+        Raises:
+            ValueError: the file is not a featurized-programs file of this feature layout.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if int(z["feature_dim"]) != FEATURE_DIM:
+                    raise ValueError(f"{path}: feature layout {int(z['feature_dim'])} != {FEATURE_DIM}")
+                return FeaturizedPrograms(
+                    x=z["x"],
+                    pos=z["pos"],
+                    ptr=z["ptr"],
+                    latency=z["latency"],
+                    workload=z["workload"],
+                    workload_keys=[str(k) for k in z["workload_keys"]],
+                    flops=z["flops"],
+                    psf_sum=z["psf_sum"],
+                )
+        except (OSError, KeyError, EOFError) as err:
+            raise ValueError(f"corrupt featurized-programs file {path}: {err}") from err
+
+
+def from_trees(
+    trees: list[ProgramAST], latency, workload, workload_keys: list[str], flops
+) -> FeaturizedPrograms:
+    """Stack trees (and their labels) into a :class:`FeaturizedPrograms`."""
+    lens = [t.num_leaves for t in trees]
+    x = np.concatenate([t.leaf_features for t in trees]) if trees else np.zeros((0, FEATURE_DIM), np.float32)
+    psf = slice(len(OWN_FEATURES), len(OWN_FEATURES) + PSF_DIM)
+    return FeaturizedPrograms(
+        x=x.astype(np.float32),
+        pos=np.concatenate([t.leaf_position for t in trees]).astype(np.int32) if trees else np.zeros(0, np.int32),
+        ptr=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+        latency=np.asarray(latency, dtype=np.float64),
+        workload=np.asarray(workload, dtype=np.int64),
+        workload_keys=list(workload_keys),
+        flops=np.asarray(flops, dtype=np.float64),
+        psf_sum=np.stack([_unique_rows_sum(t, psf) for t in trees]).astype(np.float32)
+        if trees
+        else np.zeros((0, PSF_DIM), np.float32),
+    )
+
+
+def _unique_rows_sum(tree: ProgramAST, cols: slice) -> np.ndarray:
+    """Sum of the program's ``PerStoreFeature`` rows (each buffer's row counted once)."""
+    seen, total = set(), np.zeros(PSF_DIM, dtype=np.float64)
+    for buf, row in zip(tree.leaf_buffer, tree.leaf_features):
+        if row[-1] > 0 and buf not in seen:
+            seen.add(buf)
+            total += row[cols]
+    return total
+
+
+def featurize_database(db, cache_dir: Path | None = None, progress: bool = False) -> FeaturizedPrograms:
+    """Featurize every measured program of a :class:`cdmpp.dataset.DeviceDatabase`.
+
+    With ``cache_dir``, the result is cached under a key of the database's content.
+
+    Raises:
+        UnsupportedProgramError: a program that cannot be featurized.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import Target
+
+    from . import featurize_many
+
+    key = None
+    if cache_dir is not None:
+        h = hashlib.sha256(json.dumps([FEATURE_DIM, db.workload_keys]).encode())
+        for p in db.programs:
+            h.update(str(p.workload_index).encode())
+            h.update(p.run_secs.tobytes())
+        key = Path(cache_dir) / f"featurized-{db.device_id}-{h.hexdigest()[:16]}.npz"
+        if key.exists():
+            try:
+                return FeaturizedPrograms.load(key)
+            except ValueError:
+                pass  # recompute a corrupt cache entry
+    if db.manifest.get("device"):
+        target = Target(db.manifest["device"]["target"])
+    else:  # a bare JSONDatabase: the target its records were measured for
+        target = db.programs[0].record.target if db.programs else None
+    flops_of = {}
+    for t in db.manifest.get("tasks", []):
+        flops_of[t["workload_key"]] = float(t.get("flops", 0.0))
+    trees = []
+    chunk = 256
+    rng = range(0, len(db.programs), chunk)
+    if progress:
+        from tqdm import tqdm
+
+        rng = tqdm(rng, desc="featurize", unit="chunk")
+    for s in rng:
+        trees += featurize_many([p.record for p in db.programs[s : s + chunk]], target)
+    workload = [p.workload_index for p in db.programs]
+    flops = [flops_of.get(db.workload_keys[w], 0.0) for w in workload]
+    out = from_trees(trees, [p.latency for p in db.programs], workload, db.workload_keys, flops)
+    if key is not None:
+        key.parent.mkdir(parents=True, exist_ok=True)
+        out.save(key)
+    return out
+
+
+def dense(x: np.ndarray, pos: np.ndarray, ptr: np.ndarray):
+    """Pad a flat ``(sum L_i, F)`` batch into torch tensors.
+
+    Returns:
+        ``(x, pos, mask)``: float32 ``(B, L_max, F)``, int64 ``(B, L_max)``, bool
+        ``(B, L_max)`` (True on real leaves), via ``torch_geometric.utils.to_dense_batch``.
+    """
+    import torch  # pylint: disable=import-outside-toplevel
+    from torch_geometric.utils import to_dense_batch  # pylint: disable=import-outside-toplevel
+
+    lens = torch.from_numpy(np.diff(ptr))
+    batch = torch.repeat_interleave(torch.arange(len(lens)), lens)
+    xd, mask = to_dense_batch(torch.from_numpy(np.ascontiguousarray(x)), batch, batch_size=len(lens))
+    pd, _ = to_dense_batch(torch.from_numpy(pos.astype(np.int64)), batch, batch_size=len(lens))
+    return xd, pd, mask
+
+
+def collate(trees: list[ProgramAST]):
+    """A PyG ``Batch`` of trees (``x`` ``(sum L_i, F)``, ``pos``, ``batch`` ``(sum L_i,)``)."""
+    from torch_geometric.data import Batch  # pylint: disable=import-outside-toplevel
+
+    return Batch.from_data_list([t.to_data() for t in trees])

@@ -1,0 +1,91 @@
+"""Training and prediction with the transformer (one call each)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cdmpp.featurize.batch import FeaturizedPrograms
+
+from .lightning import LatencyModule, ProgramDataModule, TrainConfig
+from .model import LatencyTransformer, ModelConfig
+from .splits import Split
+
+
+def fit_transformer(
+    data: FeaturizedPrograms,
+    split: Split,
+    model_config: ModelConfig | None = None,
+    train_config: TrainConfig | None = None,
+    log_dir: Path | None = None,
+    use_wandb: bool = True,
+    fast_dev_run: bool = False,
+    progress: bool = True,
+) -> LatencyTransformer:
+    """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
+
+    Logs to wandb in offline mode (``WANDB_MODE`` may override) under ``log_dir``.
+
+    Returns:
+        The trained model, in eval mode.
+
+    Raises:
+        ValueError: an empty training split.
+    """
+    # pylint: disable=import-outside-toplevel
+    import lightning as L
+
+    model_config = model_config or ModelConfig()
+    train_config = train_config or TrainConfig()
+    if len(split.train) == 0:
+        raise ValueError("the training split is empty")
+    L.seed_everything(train_config.seed, workers=True, verbose=False)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    module = LatencyModule(model_config, train_config)
+    rows = np.concatenate([np.arange(data.ptr[i], data.ptr[i + 1]) for i in split.train])
+    module.model.set_normalization(
+        torch.from_numpy(data.x[rows]), torch.from_numpy(np.log(data.latency[split.train]))
+    )
+    dm = ProgramDataModule(data, split.train, split.val, split.test, train_config.batch_size, train_config.seed)
+    logger = False
+    if use_wandb and not fast_dev_run:
+        from lightning.pytorch.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        save_dir = Path(log_dir or "runs")
+        save_dir.mkdir(parents=True, exist_ok=True)
+        logger = WandbLogger(project="cdmpp", save_dir=str(save_dir), mode=os.environ["WANDB_MODE"])
+        logger.log_hyperparams({"holdout": split.holdout, **vars(model_config), **vars(train_config)})
+    trainer = L.Trainer(
+        max_epochs=train_config.epochs,
+        accelerator="cpu",
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        fast_dev_run=fast_dev_run,
+        deterministic=True,
+        num_sanity_val_steps=0,
+        limit_val_batches=1.0 if len(split.val) else 0,
+        default_root_dir=str(log_dir) if log_dir else None,
+    )
+    trainer.fit(module, datamodule=dm)
+    if logger:
+        logger.experiment.finish()
+    return module.model.eval()
+
+
+@torch.no_grad()
+def predict_latency_array(model: LatencyTransformer, data: FeaturizedPrograms, index=None, batch_size=512):
+    """Predicted latency in seconds, float64 ``(len(index),)``, of programs ``index`` (default all)."""
+    index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
+    dm = ProgramDataModule(data, [], [], index, batch_size)
+    model.eval()
+    out = [model.predict_log_latency(b["x"], b["pos"], b["mask"]) for b in dm.predict_dataloader()]
+    if not out:
+        return np.zeros(0, dtype=np.float64)
+    return np.exp(torch.cat(out).double().numpy())

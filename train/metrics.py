@@ -1,0 +1,60 @@
+"""Accuracy metrics of latency predictions (all latencies in seconds)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    """Mean absolute percentage error, as a fraction (0.14 = 14%)."""
+    return float(np.mean(np.abs(pred - true) / true))
+
+
+def within(pred: np.ndarray, true: np.ndarray, tol: float) -> float:
+    """Fraction of programs whose relative error is at most ``tol`` (e.g. 0.10)."""
+    return float(np.mean(np.abs(pred - true) / true <= tol))
+
+
+def rmse_log(pred: np.ndarray, true: np.ndarray) -> float:
+    """Root-mean-square error of the natural log of latency."""
+    return float(np.sqrt(np.mean((np.log(pred) - np.log(true)) ** 2)))
+
+
+def mean_kendall_tau(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> float:
+    """Mean Kendall tau between predicted and measured latency within each task.
+
+    Tasks (``groups``) with fewer than 2 programs or constant latencies are skipped;
+    NaN when none is left.
+    """
+    from scipy.stats import kendalltau  # pylint: disable=import-outside-toplevel
+
+    taus = []
+    for g in np.unique(groups):
+        sel = groups == g
+        if sel.sum() < 2:
+            continue
+        tau = kendalltau(pred[sel], true[sel]).statistic
+        if np.isfinite(tau):
+            taus.append(tau)
+    return float(np.mean(taus)) if taus else float("nan")
+
+
+def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    """The evaluation table row: MAPE, within 10%/25%, RMSE of log-latency, mean Kendall tau.
+
+    Raises:
+        ValueError: shapes differ, no program, or a non-positive latency.
+    """
+    pred, true = np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)
+    if pred.shape != true.shape or pred.ndim != 1 or pred.size == 0:
+        raise ValueError(f"need two equal 1-D non-empty arrays, got {pred.shape} and {true.shape}")
+    if np.any(true <= 0) or np.any(pred <= 0):
+        raise ValueError("latencies must be positive")
+    return {
+        "programs": int(true.size),
+        "mape": mape(pred, true),
+        "within_10": within(pred, true, 0.10),
+        "within_25": within(pred, true, 0.25),
+        "rmse_log": rmse_log(pred, true),
+        "kendall_tau": mean_kendall_tau(pred, true, np.asarray(groups)),
+    }

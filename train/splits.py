@@ -1,0 +1,63 @@
+"""Train/validation/test splits that hold out whole networks.
+
+A workload (task) may occur in several networks.  The held-out test set is every
+program of every workload of the held-out network; training uses only workloads
+that do not occur in it, so no task has programs on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Split:
+    """Program indices of each side (int64 arrays) and what was held out."""
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    holdout: str
+
+
+def networks_of(manifest: dict) -> dict[str, set[str]]:
+    """Workload keys of each network in a dataset manifest."""
+    out: dict[str, set[str]] = {}
+    for t in manifest.get("tasks", []):
+        out.setdefault(t["network"], set()).add(t["workload_key"])
+    return out
+
+
+def holdout_network(
+    workload: np.ndarray, workload_keys: list[str], manifest: dict, network: str | None, val_fraction=0.1, seed=0
+) -> Split:
+    """Hold out one network (or none).
+
+    Args:
+        workload: int64 ``(P,)`` workload index of each program.
+        workload_keys: structural-hash key of each workload index.
+        manifest: the dataset manifest (tasks with network and workload key).
+        network: the network to hold out; ``None`` trains on everything (empty test).
+        val_fraction: fraction of the training *workloads* kept for validation.
+        seed: seed of the validation draw.
+
+    Raises:
+        ValueError: the network is not in the manifest, or nothing is left to train on.
+    """
+    nets = networks_of(manifest)
+    if network is not None and network not in nets:
+        raise ValueError(f"network {network!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
+    test_keys = nets.get(network, set()) if network else set()
+    keys = np.asarray(workload_keys)[workload]
+    is_test = np.isin(keys, list(test_keys))
+    train_w = np.unique(workload[~is_test])
+    if train_w.size == 0:
+        raise ValueError(f"holding out {network!r} leaves no training program")
+    rng = np.random.default_rng(seed)
+    n_val = max(1, int(round(val_fraction * train_w.size))) if train_w.size > 1 else 0
+    val_w = rng.choice(train_w, size=n_val, replace=False)
+    is_val = np.isin(workload, val_w) & ~is_test
+    idx = np.arange(workload.size)
+    return Split(idx[~is_test & ~is_val], idx[is_val], idx[is_test], network or "none")
