@@ -21,6 +21,7 @@ from .ast import (
     UnsupportedProgramError,
     build_tree,
 )
+from .ast import _single_func
 
 __all__ = [
     "FEATURE_DIM",
@@ -60,6 +61,7 @@ def as_module(program):
     if isinstance(program, PrimFunc):
         return IRModule({"main": program.with_attr("global_symbol", "main")})
     if isinstance(program, IRModule):
+        _single_func(program)  # raises unless it holds exactly one PrimFunc
         return program
     raise UnsupportedProgramError(
         f"expected a scheduled PrimFunc, IRModule, Schedule or TuningRecord, got {type(program).__name__}"
@@ -110,7 +112,7 @@ def featurize_many(programs, target=None) -> list[ProgramAST]:
     try:
         rows = per_store_features(target, mods) if mods else []
     except Exception as err:  # noqa: BLE001
-        raise UnsupportedProgramError(f"PerStoreFeature extraction failed: {err}") from err
+        raise UnsupportedProgramError(f"PerStoreFeature extraction failed: {str(err)[:300]}") from err
     out = []
     for i, (m, r) in enumerate(zip(mods, rows)):
         try:

@@ -141,9 +141,10 @@ def _walk_expr(e, st: _ExprStats) -> None:
         name = type(e).__name__
         if name in _LEAF_EXPR:
             continue
-        if name == "BufferLoad":
+        if name in ("BufferLoad", "TensorLoad"):
             st.loads += 1
-            st.buffers_read.add(str(e.buffer.name))
+            buf = e.buffer if hasattr(e, "buffer") else e.source  # 0.27 calls it TensorLoad.source
+            st.buffers_read.add(str(getattr(buf, "name", buf)))
             stack.extend(e.indices)
             continue
         if name in _ADD:
@@ -295,7 +296,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         buf = str(store.buffer.name)
         row = [
             len(path),
-            *(_log(k) for k in per_kind),
+            *(math.log2(k) for k in per_kind),  # 0 when no loop of that kind
             _log(iters),
             _log(max(int(b.extent[inner]), 0)) if inner >= 0 else 0.0,
             *((1.0 if inner >= 0 and b.kind[inner] == k else 0.0) for k in range(5)),

@@ -1,0 +1,29 @@
+import gzip
+
+import pytest
+
+from cdmpp import dataset as ds
+
+
+def test_empty_database_is_a_clear_error(tmp_path):
+    (tmp_path / ds.WORKLOAD_FILE).write_text("")
+    (tmp_path / ds.RECORD_FILE).write_text("")
+    with pytest.raises(ds.DatasetError, match="no measured tuning record"):
+        ds.load_database(tmp_path / ds.WORKLOAD_FILE, tmp_path / ds.RECORD_FILE)
+    with pytest.raises(ds.DatasetError, match="not found"):
+        ds.load_database(tmp_path / "nope.json", tmp_path / ds.RECORD_FILE)
+
+
+def test_corrupt_lines_are_reported_and_the_rest_is_read(tiny_collection, tmp_path):
+    _, summary = tiny_collection
+    good = ds.load_device_dir(summary.device_dir)
+    lines = (summary.device_dir / ds.RECORD_FILE).read_text().splitlines()
+    broken = [lines[0][: len(lines[0]) // 2]] + lines[1:] + ['[99, "x"]']
+    with gzip.open(tmp_path / (ds.RECORD_FILE + ".gz"), "wt") as f:  # the shipped, compressed form
+        f.write("\n".join(broken) + "\n")
+    with gzip.open(tmp_path / (ds.WORKLOAD_FILE + ".gz"), "wt") as f:
+        f.write((summary.device_dir / ds.WORKLOAD_FILE).read_text())
+    db = ds.load_device_dir(tmp_path)
+    assert len(db.programs) == len(good.programs) - 1
+    assert [b.lineno for b in db.bad_lines] == [1, len(lines) + 1]
+    assert "invalid JSON" in db.bad_lines[0].error and "out of range" in db.bad_lines[1].error

@@ -1,0 +1,79 @@
+import numpy as np
+import pytest
+
+from cdmpp.featurize import (
+    FEATURE_DIM,
+    LEAF,
+    OWN_FEATURES,
+    PSF_DIM,
+    ROOT,
+    UnsupportedProgramError,
+    featurize,
+    featurize_many,
+)
+from cdmpp.featurize.ast import PARALLEL, SERIAL, UNROLLED, VECTORIZED
+from cdmpp.featurize.batch import collate, dense, from_trees
+
+from programs import matmul_relu, vector_add, with_while
+
+COL = {name: i for i, name in enumerate(OWN_FEATURES)}
+PRESENT = len(OWN_FEATURES) + PSF_DIM
+
+
+def test_vector_add_tree():
+    t = featurize(vector_add)
+    assert t.node_kind.tolist() == [ROOT, PARALLEL, VECTORIZED, LEAF]
+    assert t.node_extent.tolist() == [0, 64, 32, 0]
+    assert t.node_parent.tolist() == [-1, 0, 1, 2]
+    assert t.leaf_position.tolist() == [3]
+    assert t.leaf_buffer == ("C",)
+    assert t.leaf_features.shape == (1, FEATURE_DIM) and t.leaf_features.dtype == np.float32
+    f = t.leaf_features[0]
+    assert f[COL["depth"]] == 2
+    assert f[COL["iterations"]] == pytest.approx(np.log2(1 + 64 * 32))
+    assert f[COL["inner_vectorized"]] == 1 and f[COL["inner_serial"]] == 0
+    assert f[COL["loads"]] == pytest.approx(np.log2(3))  # A and B
+    assert f[COL["add_sub"]] == pytest.approx(np.log2(3))  # two adds
+    assert f[PRESENT] == 1  # aligned with a PerStoreFeature row
+
+
+def test_matmul_tree_with_init_and_two_stages():
+    t = featurize(matmul_relu)
+    assert t.node_kind.tolist() == [ROOT, SERIAL, SERIAL, UNROLLED, LEAF, LEAF, SERIAL, SERIAL, LEAF]
+    assert t.node_parent.tolist() == [-1, 0, 1, 2, 3, 3, 0, 6, 7]
+    assert t.leaf_position.tolist() == [4, 5, 8]
+    assert t.leaf_buffer == ("C", "C", "D")
+    f = t.leaf_features
+    assert f[:, COL["is_init"]].tolist() == [1, 0, 0]
+    assert f[:, COL["is_reduction"]].tolist() == [0, 1, 0]
+    assert f[:, COL["extent_unrolled"]].tolist() == pytest.approx([4.0, 4.0, 0.0])  # log2(16)
+    assert f[:, COL["mul"]].tolist() == pytest.approx([0, 1, 0])
+    assert f[:, COL["max_min"]].tolist() == pytest.approx([0, 0, 1])
+    # PerStoreFeature has one row per written buffer (init skipped): C's row on the update, D's on D
+    assert f[:, PRESENT].tolist() == [0, 1, 1]
+    assert not np.array_equal(f[1, len(OWN_FEATURES) : PRESENT], f[2, len(OWN_FEATURES) : PRESENT])
+
+
+def test_unsupported_constructs_are_named():
+    with pytest.raises(UnsupportedProgramError, match="While"):
+        featurize(with_while)
+    with pytest.raises(UnsupportedProgramError, match="got str"):
+        featurize("not a program")
+    import tvm
+
+    two = tvm.IRModule({"a": vector_add, "b": matmul_relu.with_attr("global_symbol", "b")})
+    with pytest.raises(UnsupportedProgramError, match="exactly one PrimFunc"):
+        featurize(two)
+
+
+def test_batches_of_ragged_trees_collate():
+    trees = featurize_many([vector_add, matmul_relu])
+    b = collate(trees)
+    assert b.x.shape == (4, FEATURE_DIM) and b.batch.tolist() == [0, 1, 1, 1]
+    data = from_trees(trees, [1e-3, 2e-3], [0, 1], ["a", "b"], [0.0, 0.0])
+    x, pos, mask = dense(data.x, data.pos, data.ptr)
+    assert x.shape == (2, 3, FEATURE_DIM)
+    assert mask.tolist() == [[True, False, False], [True, True, True]]
+    assert pos.tolist() == [[3, 0, 0], [4, 5, 8]]
+    sub = data.subset(np.array([1]))
+    assert len(sub) == 1 and sub.x.shape == (3, FEATURE_DIM) and sub.latency.tolist() == [2e-3]
