@@ -3,6 +3,7 @@
     cdmpp networks                      list the network zoo
     cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU (resumable)
     cdmpp validate DIR                  check a dataset's files, report bad lines
+    cdmpp pack     DIR                  gzip a dataset's database files for shipping
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
     cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
     cdmpp serve                         HTTP prediction service
@@ -78,6 +79,15 @@ def _cmd_validate(args) -> int:
             print(f"  {b.path}:{b.lineno}: {b.error}")
         bad_total += len(db.bad_lines)
     return 1 if bad_total else 0
+
+
+def _cmd_pack(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+
+    for d in ds.device_dirs(Path(args.dataset)):
+        for p in ds.pack(d):
+            print(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)")
+    return 0
 
 
 def _model_configs(args):
@@ -160,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="check a dataset's files and report corrupt lines")
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_validate)
+
+    s = sub.add_parser("pack", help="gzip a dataset's database files for shipping")
+    s.add_argument("dataset")
+    s.set_defaults(func=_cmd_pack)
 
     def model_args(s):
         s.add_argument("--epochs", type=int, default=40)

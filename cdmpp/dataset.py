@@ -249,3 +249,23 @@ def repair_jsonl(path: Path) -> list[BadLine]:
         tmp.write_text("".join(good), encoding="utf-8")
         os.replace(tmp, path)
     return bad
+
+
+def pack(device_dir: Path) -> list[Path]:
+    """Gzip a device folder's append-only files for shipping (``<name>.gz`` beside them).
+
+    The plain files stay (a collection keeps appending to them); readers take the
+    plain file when both exist.  Returns the ``.gz`` paths written.
+    """
+    out = []
+    for name in (WORKLOAD_FILE, RECORD_FILE, FAILURE_FILE):
+        src = Path(device_dir) / name
+        if not src.exists():
+            continue
+        dst = src.with_name(name + ".gz")
+        tmp = dst.with_name(dst.name + ".tmp")
+        with open(src, "rb") as f, gzip.GzipFile(tmp, "wb", compresslevel=9, mtime=0) as g:
+            g.write(f.read())
+        os.replace(tmp, dst)
+        out.append(dst)
+    return out

@@ -1,0 +1,79 @@
+import numpy as np
+import pytest
+import torch
+
+from cdmpp.train.fit import fit_transformer, predict_latency_array
+from cdmpp.train.lightning import ProgramDataModule, TrainConfig
+from cdmpp.train.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint, sinusoidal_encoding
+from cdmpp.train.splits import holdout_network
+
+
+def _split(data, manifest_tasks):
+    return holdout_network(data.workload, data.workload_keys, {"tasks": manifest_tasks}, None, val_fraction=0.5)
+
+
+def test_holdout_split_never_shares_a_workload():
+    workload = np.array([0, 0, 1, 1, 2, 2, 3])
+    keys = ["a", "b", "c", "d"]
+    tasks = [
+        {"network": "n1", "workload_key": "a"},
+        {"network": "n1", "workload_key": "b"},
+        {"network": "n2", "workload_key": "b"},  # b occurs in both networks
+        {"network": "n2", "workload_key": "c"},
+        {"network": "n3", "workload_key": "d"},
+    ]
+    s = holdout_network(workload, keys, {"tasks": tasks}, "n2", val_fraction=0.5)
+    assert sorted(s.test.tolist()) == [2, 3, 4, 5]  # b and c are held out, also b's n1 occurrence
+    assert set(workload[np.concatenate([s.train, s.val])]) == {0, 3}
+    with pytest.raises(ValueError, match="not in this dataset"):
+        holdout_network(workload, keys, {"tasks": tasks}, "resnet")
+
+
+def test_sinusoidal_encoding():
+    pe = sinusoidal_encoding(torch.tensor([0, 3]), 8)
+    assert pe.shape == (2, 8)
+    assert pe[0].tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert pe[1, 0].item() == pytest.approx(np.sin(3.0))
+
+
+def test_fast_dev_run_and_checkpoint_round_trip(tiny_featurized, tmp_path):
+    db, data = tiny_featurized
+    split = _split(data, db.manifest["tasks"])
+    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64)
+    model = fit_transformer(data, split, cfg, TrainConfig(batch_size=4), fast_dev_run=True, progress=False)
+    pred = predict_latency_array(model, data)
+    assert pred.dtype == np.float64 and pred.shape == (len(data),) and np.all(pred > 0)
+    # the normalisation was fitted on the training programs' real labels
+    assert model.label_mean.item() == pytest.approx(np.log(data.latency[split.train]).mean(), rel=1e-5)
+    save_checkpoint(model, tmp_path / "ckpt", {"holdout": None})
+    loaded, meta = load_checkpoint(tmp_path / "ckpt")
+    assert meta == {"holdout": None} and loaded.config == cfg
+    np.testing.assert_array_equal(predict_latency_array(loaded, data), pred)
+
+
+def test_data_module_batches(tiny_featurized):
+    _, data = tiny_featurized
+    dm = ProgramDataModule(data, np.arange(len(data)), [], batch_size=3)
+    b = next(iter(dm.train_dataloader()))
+    assert b["x"].shape[0] == 3 and b["x"].shape[2] == data.x.shape[1]
+    assert b["mask"].sum().item() == sum(int(data.ptr[i + 1] - data.ptr[i]) for i in b["index"].tolist())
+    assert torch.allclose(b["y"], torch.from_numpy(np.log(data.latency[b["index"].numpy()])).float())
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tiny_featurized, tmp_path):
+    from cdmpp.train.model import LatencyTransformer
+
+    folder = save_checkpoint(LatencyTransformer(ModelConfig(d_model=32, n_heads=2)), tmp_path / "c")
+    (folder / "model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match="corrupt checkpoint weights"):
+        load_checkpoint(folder)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt checkpoint config"):
+        load_checkpoint(folder)
+    with pytest.raises(CheckpointError, match="has no"):
+        load_checkpoint(tmp_path / "missing")
+    other = save_checkpoint(LatencyTransformer(ModelConfig(d_model=32, n_heads=2)), tmp_path / "d")
+    big = save_checkpoint(LatencyTransformer(ModelConfig(d_model=64, n_heads=2)), tmp_path / "e")
+    (other / "model.safetensors").write_bytes((big / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match="do not fit"):
+        load_checkpoint(other)
