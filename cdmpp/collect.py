@@ -178,15 +178,16 @@ class _Store:
             keys.add(_program_key(sch.mod))
         return keys
 
-    def add_failure(self, task: _Task, program_key: str, stage: str, error: str, trace) -> None:
+    def add_failure(self, task: _Task, program_key: str, stage: str, error: str, record) -> None:
+        """Append a failed build/run: the tuning record (``run_secs`` null) with its error."""
         line = {
             "workload_key": task.workload_key,
             "network": task.network,
             "task_name": task.task_name,
             "program_key": program_key,
             "stage": stage,
-            "error": error,
-            "trace": trace.as_json(),
+            "error": error[:4000],
+            "record": record.as_json(),
             "time": time.time(),
         }
         with open(self.dir / ds.FAILURE_FILE, "a", encoding="utf-8") as f:
@@ -320,7 +321,10 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
             )
             ctx.pre_tuning(max_trials=cfg.programs_per_task * 4, num_trials_per_iter=cfg.batch_size)
             attempts = 0
+            give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
             while need > 0 and attempts < cfg.programs_per_task * 4:
+                if store.failed.get(key, 0) >= give_up and not store.done.get(key):
+                    break
                 cands = ctx.generate_measure_candidates()
                 if not cands:
                     break
@@ -340,7 +344,9 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                     to_run = []
                     for (c, pk), b in zip(fresh, built):
                         if b.error_msg:
-                            store.add_failure(task, pk, "build", str(b.error_msg), c.sch.trace)
+                            store.add_failure(
+                                task, pk, "build", str(b.error_msg), TuningRecord(c.sch.trace, wl, None, target, c.args_info)
+                            )
                             failed += 1
                         else:
                             to_run.append((c, pk, b))
@@ -351,7 +357,9 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                         res = fut.result()
                         shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
                         if res.error_msg or res.run_secs is None:
-                            store.add_failure(task, pk, "run", str(res.error_msg), c.sch.trace)
+                            store.add_failure(
+                                task, pk, "run", str(res.error_msg), TuningRecord(c.sch.trace, wl, None, target, c.args_info)
+                            )
                             failed += 1
                             continue
                         secs = [float(s) for s in res.run_secs]
