@@ -52,3 +52,25 @@ def test_resume_continues_without_duplicates(tiny_collection, tmp_path):
         per_task[k] = per_task.get(k, 0) + 1
     assert max(per_task.values()) <= 4  # programs_per_task is honoured
     assert (dev / (ds.RECORD_FILE + ".corrupt")).read_text().startswith('[0, [[["GetSBlock"')
+
+
+def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
+    import shutil
+
+    from cdmpp.collect import _Store, _Task
+    from cdmpp.tvm_compat import TuningRecord
+
+    cfg, summary = tiny_collection
+    dev = tmp_path / summary.device_id
+    shutil.copytree(summary.device_dir, dev)
+    db = ds.load_device_dir(dev)
+    rec = db.programs[0].record
+    key = db.workload_keys[db.programs[0].workload_index]
+    store = _Store(dev)
+    task = _Task("dcgan-b1", "t", 1, 0.0, None, key)
+    store.add_failure(task, "123", "run", "RuntimeError: boom", TuningRecord(rec.trace, rec.workload, None, rec.target))
+    (line,) = [json.loads(s) for s in (dev / ds.FAILURE_FILE).read_text().splitlines()]
+    assert line["error"] == "RuntimeError: boom" and line["stage"] == "run" and line["record"][1] is None
+    again = _Store(dev)  # a restarted collection knows the failure and will not retry it
+    assert again.failed[key] == 1 and "123" in again.failed_keys[key]
+    assert len(ds.load_device_dir(dev).programs) == len(db.programs)  # failures are not labels

@@ -77,3 +77,21 @@ def test_corrupt_checkpoint_is_a_clear_error(tiny_featurized, tmp_path):
     (other / "model.safetensors").write_bytes((big / "model.safetensors").read_bytes())
     with pytest.raises(CheckpointError, match="do not fit"):
         load_checkpoint(other)
+
+
+def test_top_k_score_and_flops_baseline():
+    from cdmpp.train.baselines import FlopsBaseline, NotFittedError
+    from cdmpp.train.metrics import summary, top_k_score
+
+    true = np.array([1.0, 2.0, 3.0, 10.0, 20.0])
+    groups = np.array([0, 0, 0, 1, 1])
+    pred = np.array([3.0, 2.0, 1.0, 10.0, 20.0])  # task 0 ranked backwards
+    assert top_k_score(pred, true, groups, None, 1) == pytest.approx((1 + 10) / (3 + 10))
+    assert top_k_score(pred, true, groups, {0: 3.0, 1: 1.0}, 1) == pytest.approx((3 + 10) / (9 + 10))
+    assert top_k_score(pred, true, groups, None, 5) == 1.0
+    row = summary(true * 1.05, true, groups)
+    assert row["mape"] == pytest.approx(0.05) and row["within_10"] == 1.0 and row["top1"] == 1.0
+    with pytest.raises(NotFittedError):
+        FlopsBaseline().predict(np.ones(2))
+    b = FlopsBaseline().fit(np.array([100.0, 100.0, 0.0]), np.array([1.0, 2.0, 0.5]))
+    assert b.throughput_ == 100.0 and b.predict(np.array([300.0, 0.0])).tolist() == [3.0, 0.5]

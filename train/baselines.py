@@ -80,3 +80,28 @@ class TreeBaseline:
             raise ValueError(f"corrupt or missing tree-baseline model {path}: {err}") from err
         out.booster_ = booster
         return out
+
+
+@dataclass
+class FlopsBaseline:
+    """No learning: latency = FLOPs / the best throughput observed in training.
+
+    ``fit(flops, latency)`` (both ``(P,)``; programs with 0 FLOPs ignored) sets
+    ``throughput_`` (FLOP/s, the maximum observed); ``predict(flops)`` returns
+    seconds, float64 ``(P,)``, with a floor at the fastest training latency for
+    programs of unknown (0) FLOPs.
+    """
+
+    def fit(self, flops: np.ndarray, latency: np.ndarray) -> "FlopsBaseline":
+        flops, latency = np.asarray(flops, np.float64), np.asarray(latency, np.float64)
+        ok = flops > 0
+        if not ok.any():
+            raise ValueError("no training program with known FLOPs")
+        self.throughput_ = float(np.max(flops[ok] / latency[ok]))
+        self.floor_ = float(np.min(latency))
+        return self
+
+    def predict(self, flops: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "throughput_"):
+            raise NotFittedError("FlopsBaseline is not fitted; call fit() first")
+        return np.maximum(np.asarray(flops, np.float64) / self.throughput_, self.floor_)

@@ -17,7 +17,7 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
-from .baselines import TreeBaseline
+from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
 from .lightning import TrainConfig
 from .metrics import summary
@@ -30,12 +30,16 @@ COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_ta
 
 def format_table(rows: dict[str, dict], title: str) -> str:
     """A fixed-width text table of metric rows (percentages for MAPE and within-x%)."""
-    head = f"{'model':<28}{'programs':>9}{'MAPE':>9}{'<=10%':>8}{'<=25%':>8}{'RMSE(log)':>11}{'tau':>8}"
+    head = (
+        f"{'model':<28}{'programs':>9}{'MAPE':>9}{'<=10%':>8}{'<=25%':>8}{'RMSE(log)':>11}{'tau':>8}"
+        f"{'top-1':>8}{'top-5':>8}"
+    )
     lines = [title, head, "-" * len(head)]
     for name, r in rows.items():
         lines.append(
             f"{name:<28}{r['programs']:>9d}{100 * r['mape']:>8.1f}%{100 * r['within_10']:>7.1f}%"
             f"{100 * r['within_25']:>7.1f}%{r['rmse_log']:>11.3f}{r['kendall_tau']:>8.3f}"
+            f"{r['top1']:>8.3f}{r['top5']:>8.3f}"
         )
     return "\n".join(lines)
 
@@ -79,9 +83,12 @@ def train_and_compare(
         data.psf_sum[np.concatenate([split.train, split.val])], data.latency[np.concatenate([split.train, split.val])]
     )
     t_tree = time.time() - t0
+    fit_index = np.concatenate([split.train, split.val])
+    flops = FlopsBaseline().fit(data.flops[fit_index], data.latency[fit_index])
     rows = {}
     if len(split.test):
-        rows = _score(model, tree, data, split.test)
+        weights = task_weights(db.manifest, data.workload_keys, holdout)
+        rows = _score(model, {"tree": tree, "flops": flops}, data, split.test, weights)
     meta = {
         "dataset": str(dataset),
         "device_id": db.device_id,
@@ -92,6 +99,8 @@ def train_and_compare(
         "test_programs": int(len(split.test)),
         "train_config": asdict(train_config),
         "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
+        "flops_baseline_throughput": flops.throughput_,
+        "flops_baseline_floor": flops.floor_,
         "heldout_metrics": rows,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -100,11 +109,25 @@ def train_and_compare(
     return rows
 
 
-def _score(model, tree: TreeBaseline | None, data: FeaturizedPrograms, index: np.ndarray) -> dict[str, dict]:
+def task_weights(manifest: dict, workload_keys: list[str], network: str | None) -> dict[int, float]:
+    """Task weight of each workload index (in ``network``, or summed over all networks)."""
+    index_of = {k: i for i, k in enumerate(workload_keys)}
+    out: dict[int, float] = {}
+    for t in manifest.get("tasks", []):
+        if (network is None or t["network"] == network) and t["workload_key"] in index_of:
+            i = index_of[t["workload_key"]]
+            out[i] = out.get(i, 0.0) + float(t["weight"])
+    return out
+
+
+def _score(model, extra: dict, data: FeaturizedPrograms, index: np.ndarray, weights=None) -> dict[str, dict]:
+    """Metric rows of the transformer and the baselines in ``extra`` on programs ``index``."""
     true, groups = data.latency[index], data.workload[index]
-    rows = {"cdmpp transformer": summary(predict_latency_array(model, data, index), true, groups)}
-    if tree is not None:
-        rows["xgboost PerStoreFeature"] = summary(tree.predict(data.psf_sum[index]), true, groups)
+    rows = {"cdmpp transformer": summary(predict_latency_array(model, data, index), true, groups, weights)}
+    if extra.get("tree") is not None:
+        rows["xgboost PerStoreFeature"] = summary(extra["tree"].predict(data.psf_sum[index]), true, groups, weights)
+    if extra.get("flops") is not None:
+        rows["FLOPs / best throughput"] = summary(extra["flops"].predict(data.flops[index]), true, groups, weights)
     return rows
 
 
@@ -130,10 +153,18 @@ def evaluate_checkpoint(
         CheckpointError, DatasetError, ValueError: bad checkpoint, bad data or bad split.
     """
     model, meta = load_checkpoint(checkpoint)
-    tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE) if (Path(checkpoint) / BASELINE_FILE).exists() else None
+    extra = {}
+    if (Path(checkpoint) / BASELINE_FILE).exists():
+        extra["tree"] = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
+    if "flops_baseline_throughput" in meta:
+        extra["flops"] = FlopsBaseline()
+        extra["flops"].throughput_ = float(meta["flops_baseline_throughput"])
+        extra["flops"].floor_ = float(meta["flops_baseline_floor"])
+    weights = None
     if dataset is not None:
         db, data = load_featurized(dataset, cache_dir, progress)
         net = meta.get("holdout") if holdout == "auto" else holdout
+        weights = task_weights(db.manifest, data.workload_keys, net)
         if net is None:
             index = np.arange(len(data))
             title = f"all {len(data)} programs of {dataset} (device {db.device_id})"
@@ -146,8 +177,9 @@ def evaluate_checkpoint(
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
         index = np.arange(len(data))
+        extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
-    return _score(model, tree, data, index), title
+    return _score(model, extra, data, index, weights), title
 
 
 def write_rows(rows: dict[str, dict], path: Path) -> None:

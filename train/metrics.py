@@ -39,8 +39,28 @@ def mean_kendall_tau(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> 
     return float(np.mean(taus)) if taus else float("nan")
 
 
-def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str, float]:
-    """The evaluation table row: MAPE, within 10%/25%, RMSE of log-latency, mean Kendall tau.
+def top_k_score(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dict | None, k: int) -> float:
+    """TenSet's top-k score (Zheng et al., NeurIPS 2021, section 5.1).
+
+    Per task, the best measured latency among the ``k`` programs predicted fastest is
+    compared with the best measured latency of all; the score is
+    ``sum_t w_t * best_t / sum_t w_t * best_of_top_k_t`` (1.0 is perfect), with task
+    weights ``weights[group]`` (default 1).
+    """
+    num = den = 0.0
+    for g in np.unique(groups):
+        sel = np.flatnonzero(groups == g)
+        w = float((weights or {}).get(int(g), 1.0))
+        top = sel[np.argsort(pred[sel], kind="stable")[:k]]
+        num += w * true[sel].min()
+        den += w * true[top].min()
+    return float(num / den) if den > 0 else float("nan")
+
+
+def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dict | None = None) -> dict[str, float]:
+    """The evaluation table row: MAPE, within 10%/25%, RMSE of log-latency, mean Kendall
+    tau within tasks, and TenSet's top-1 and top-5 scores weighted by ``weights``
+    (task weight per group id; default 1).
 
     Raises:
         ValueError: shapes differ, no program, or a non-positive latency.
@@ -57,4 +77,6 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str,
         "within_25": within(pred, true, 0.25),
         "rmse_log": rmse_log(pred, true),
         "kendall_tau": mean_kendall_tau(pred, true, np.asarray(groups)),
+        "top1": top_k_score(pred, true, np.asarray(groups), weights, 1),
+        "top5": top_k_score(pred, true, np.asarray(groups), weights, 5),
     }
