@@ -3,7 +3,7 @@
     cdmpp networks                      list the network zoo
     cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU (resumable)
     cdmpp validate DIR                  check a dataset's files, report bad lines
-    cdmpp pack     DIR                  gzip a dataset's database files for shipping
+    cdmpp pack     DIR                  gzip a dataset's database files, write its card
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
     cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
     cdmpp serve                         HTTP prediction service
@@ -87,6 +87,8 @@ def _cmd_pack(args) -> int:
     for d in ds.device_dirs(Path(args.dataset)):
         for p in ds.pack(d):
             print(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)")
+        (d / "README.md").write_text(ds.card(d), encoding="utf-8")
+        print(f"{d / 'README.md'} (dataset card)")
     return 0
 
 
@@ -171,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_validate)
 
-    s = sub.add_parser("pack", help="gzip a dataset's database files for shipping")
+    s = sub.add_parser("pack", help="gzip a dataset's database files for shipping and write its dataset card")
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_pack)
 

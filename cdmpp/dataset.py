@@ -269,3 +269,52 @@ def pack(device_dir: Path) -> list[Path]:
         os.replace(tmp, dst)
         out.append(dst)
     return out
+
+
+def card(device_dir: Path) -> str:
+    """A markdown dataset card of one device folder: counts, latency range and noise.
+
+    Counts are per network (a workload shared by networks counts in each), the noise
+    is the coefficient of variation of each program's repeats (median and p90).
+    """
+    db = load_device_dir(device_dir)
+    m = db.manifest
+    lat = np.array([p.latency for p in db.programs])
+    cv = np.array([np.std(p.run_secs) / np.mean(p.run_secs) for p in db.programs])
+    per_wl = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workloads))
+    failures = 0
+    fpath = resolve(Path(device_dir) / FAILURE_FILE)
+    if fpath is not None:
+        failures = sum(1 for _ in iter_json_lines(fpath))
+    index_of = {k: i for i, k in enumerate(db.workload_keys)}
+    nets: dict[str, list[int]] = {}
+    for t in m.get("tasks", []):
+        nets.setdefault(t["network"], []).append(index_of.get(t["workload_key"], -1))
+    dev = m.get("device", {})
+    lines = [
+        f"# Dataset card: `{db.device_id}`",
+        "",
+        f"- Device: {dev.get('model', '?')}, {dev.get('cores', '?')} cores, ISA {dev.get('isa', '?')}; "
+        f"TVM target `{json.dumps(dev.get('target', {}))}`",
+        f"- TVM {m.get('tvm_version', '?')}; measurement {json.dumps(m.get('measurement', {}))}",
+        f"- Sampling: {m.get('sampling', {}).get('policy', '?')}; seed {m.get('sampling', {}).get('seed', '?')}",
+        f"- Measured programs: {len(db.programs)} over {int((per_wl > 0).sum())} workloads; "
+        f"failed builds/runs kept in `{FAILURE_FILE}`: {failures}",
+        f"- Latency (median of repeats): min {lat.min() * 1e6:.2f} us, median {np.median(lat) * 1e6:.1f} us, "
+        f"max {lat.max() * 1e3:.2f} ms",
+        f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
+        "",
+        "| network | tasks | task weight | programs |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for net, idx in nets.items():
+        weight = sum(int(t["weight"]) for t in m["tasks"] if t["network"] == net)
+        progs = int(sum(per_wl[i] for i in set(idx) if i >= 0))
+        lines.append(f"| {net} | {len(idx)} | {weight} | {progs} |")
+    lines += ["", "| network | task | weight | FLOPs | programs |", "| --- | --- | ---: | ---: | ---: |"]
+    for t in m.get("tasks", []):
+        i = index_of.get(t["workload_key"], -1)
+        lines.append(
+            f"| {t['network']} | {t['task_name']} | {t['weight']} | {t['flops']:.3g} | {per_wl[i] if i >= 0 else 0} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -27,3 +27,18 @@ def test_corrupt_lines_are_reported_and_the_rest_is_read(tiny_collection, tmp_pa
     assert len(db.programs) == len(good.programs) - 1
     assert [b.lineno for b in db.bad_lines] == [1, len(lines) + 1]
     assert "invalid JSON" in db.bad_lines[0].error and "out of range" in db.bad_lines[1].error
+
+
+def test_pack_and_card(tiny_collection, tmp_path):
+    import shutil
+
+    _, summary = tiny_collection
+    dev = tmp_path / "dev"
+    shutil.copytree(summary.device_dir, dev)
+    packed = ds.pack(dev)
+    assert {p.name for p in packed} >= {ds.WORKLOAD_FILE + ".gz", ds.RECORD_FILE + ".gz"}
+    for name in (ds.WORKLOAD_FILE, ds.RECORD_FILE):
+        (dev / name).unlink()  # what a fresh clone has: only the .gz files
+    assert len(ds.load_device_dir(dev).programs) == len(ds.load_device_dir(summary.device_dir).programs)
+    text = ds.card(dev)
+    assert "| dcgan-b1 | 2 |" in text and "Repeat CV" in text
