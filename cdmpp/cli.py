@@ -2,6 +2,7 @@
 
     cdmpp networks                      list the network zoo
     cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU (resumable)
+    cdmpp import   --work-dir W --device ID -o DIR   add a user's JSONDatabase to a dataset
     cdmpp validate DIR                  check a dataset's files, report bad lines
     cdmpp pack     DIR                  gzip a dataset's database files, write its card
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
@@ -79,6 +80,20 @@ def _cmd_validate(args) -> int:
             print(f"  {b.path}:{b.lineno}: {b.error}")
         bad_total += len(db.bad_lines)
     return 1 if bad_total else 0
+
+
+def _cmd_import(args) -> int:
+    from .collect import import_database  # pylint: disable=import-outside-toplevel
+
+    if args.work_dir:
+        args.workload_db = str(Path(args.work_dir) / "database_workload.json")
+        args.record_db = str(Path(args.work_dir) / "database_tuning_record.json")
+    if not args.record_db or not args.workload_db:
+        print("error: give --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
+        return 2
+    n = import_database(Path(args.workload_db), Path(args.record_db), args.device, Path(args.out), args.network)
+    print(f"{n} records added to {Path(args.out) / args.device}")
+    return 0
 
 
 def _cmd_pack(args) -> int:
@@ -172,6 +187,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="check a dataset's files and report corrupt lines")
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_validate)
+
+    s = sub.add_parser("import", help="add any MetaSchedule JSONDatabase to a dataset, tagged with a device")
+    s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
+    s.add_argument("--workload-db", default=None)
+    s.add_argument("--record-db", default=None)
+    s.add_argument("--device", required=True, help="device id, e.g. cpu-amd_epyc_7763-zen3-avx2")
+    s.add_argument("--network", default="imported", help="network name recorded for its tasks")
+    s.add_argument("-o", "--out", required=True, help="dataset folder")
+    s.set_defaults(func=_cmd_import)
 
     s = sub.add_parser("pack", help="gzip a dataset's database files for shipping and write its dataset card")
     s.add_argument("dataset")

@@ -248,7 +248,6 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
         ms,
         build_for_measurement,
     )
-    from .tvm_compat import tvm as _tvm
 
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name
@@ -386,5 +385,66 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
             {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "measured": measured, "failed": failed}
         )
         ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-        del _tvm
     return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start)
+
+
+def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir: Path, network: str = "imported") -> int:
+    """Add the measured records of any MetaSchedule JSONDatabase to a dataset.
+
+    Records go to ``out_dir/<device_id>/``; programs already there (same structural
+    hash) are skipped, so importing twice adds nothing.  Each workload becomes a task
+    of ``network`` with weight 1 in the manifest.
+
+    Returns:
+        The number of records added.
+
+    Raises:
+        DatasetError: missing files or no measured record.
+        ValueError: a device id that is not a plain folder name.
+    """
+    from .tvm_compat import TuningRecord, estimate_tir_flops, tvm_version  # pylint: disable=import-outside-toplevel
+
+    if not device_id or "/" in device_id or device_id.startswith("."):
+        raise ValueError(f"device id {device_id!r} must be a plain folder name")
+    src = ds.load_database(Path(workload_db), Path(record_db), device_id)
+    device_dir = Path(out_dir) / device_id
+    store = _Store(device_dir)
+    manifest = ds.read_manifest(device_dir)
+    tasks = {(t["network"], t["task_name"]): t for t in manifest.get("tasks", [])}
+    known: dict[str, set[str]] = {}
+    added = 0
+    for p in src.programs:
+        wl, key = store.workload(p.record.workload.mod)
+        if key not in known:
+            known[key] = store.measured_program_keys(wl) if store.done.get(key) else set()
+            try:
+                flops = float(estimate_tir_flops(wl.mod))
+            except Exception:  # noqa: BLE001
+                flops = 0.0
+            tasks.setdefault(
+                (network, key), {"network": network, "task_name": key, "weight": 1, "flops": flops, "workload_key": key}
+            )
+        from .featurize import as_module  # pylint: disable=import-outside-toplevel
+
+        pk = _program_key(as_module(p.record))
+        if pk in known[key]:
+            continue
+        known[key].add(pk)
+        r = p.record
+        store.db.commit_tuning_record(TuningRecord(r.trace, wl, [float(s) for s in p.run_secs], r.target, r.args_info))
+        store.done[key] = store.done.get(key, 0) + 1
+        added += 1
+    target = src.programs[0].record.target
+    manifest.setdefault("format", "cdmpp-dataset/1")
+    manifest.setdefault(
+        "device",
+        {"device_id": device_id, "kind": "imported", "model": device_id, "cores": 0, "isa": "",
+         "isa_flags": [], "target": json.loads(str(target)) if target is not None else {}},
+    )
+    manifest.setdefault("tvm_version", tvm_version())
+    manifest.setdefault("imports", []).append(
+        {"workload_db": str(workload_db), "record_db": str(record_db), "added": added, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    )
+    manifest["tasks"] = list(tasks.values())
+    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+    return added

@@ -1,0 +1,23 @@
+import pytest
+
+from cdmpp import networks
+
+
+def test_zoo_names_families_and_reserved():
+    names = networks.network_names()
+    assert {"resnet_50-b1", "mobilenet_v2-b1", "bert_base-b1s128"} <= set(names)
+    assert not any(n.startswith(networks.RESERVED_FAMILIES) for n in names)
+    spec = networks.get_network("bert_tiny-b4s64")
+    assert spec.family == "bert" and spec.example_inputs()[0].shape == (4, 64)
+    with pytest.raises(KeyError, match="reserved"):
+        networks.get_network("convnext_tiny-b1")
+    with pytest.raises(KeyError, match="unknown network"):
+        networks.get_network("alexnet")
+
+
+def test_a_network_lowers_to_tuning_tasks():
+    from cdmpp.collect import extract_network_tasks
+    from cdmpp.tvm_compat import Target
+
+    tasks = extract_network_tasks("dcgan-b1", Target({"kind": "llvm", "num-cores": 1}))
+    assert len(tasks) == 5 and all(t.weight >= 1 and t.flops > 0 for t in tasks)
