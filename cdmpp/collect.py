@@ -282,7 +282,8 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
 
     tmp = device_dir / ".tmp"
     tmp.mkdir(exist_ok=True)
-    os.environ["TMPDIR"] = str(tmp)  # build artifacts of the worker processes
+    old_tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp)  # build artifacts of the worker processes, removed at the end
     load_tensor_intrinsics()
     m = cfg.measure
     builder = LocalBuilder(
@@ -381,6 +382,10 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     finally:
         bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        if old_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_tmpdir
         manifest["collections"][-1].update(
             {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "measured": measured, "failed": failed}
         )
