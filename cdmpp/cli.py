@@ -82,12 +82,19 @@ def _cmd_validate(args) -> int:
     return 1 if bad_total else 0
 
 
+def _database_args(args) -> None:
+    """Expand ``--work-dir`` into the MetaSchedule database file paths it holds."""
+    from .dataset import RECORD_FILE, WORKLOAD_FILE  # pylint: disable=import-outside-toplevel
+
+    if args.work_dir:
+        args.workload_db = str(Path(args.work_dir) / WORKLOAD_FILE)
+        args.record_db = str(Path(args.work_dir) / RECORD_FILE)
+
+
 def _cmd_import(args) -> int:
     from .collect import import_database  # pylint: disable=import-outside-toplevel
 
-    if args.work_dir:
-        args.workload_db = str(Path(args.work_dir) / "database_workload.json")
-        args.record_db = str(Path(args.work_dir) / "database_tuning_record.json")
+    _database_args(args)
     if not args.record_db or not args.workload_db:
         print("error: give --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
         return 2
@@ -135,9 +142,7 @@ def _cmd_evaluate(args) -> int:
     from .predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
     from .train.evaluate import evaluate_checkpoint, format_table, write_rows  # pylint: disable=import-outside-toplevel
 
-    if args.work_dir:
-        args.workload_db = str(Path(args.work_dir) / "database_workload.json")
-        args.record_db = str(Path(args.work_dir) / "database_tuning_record.json")
+    _database_args(args)
     if not args.dataset and not args.record_db:
         print("error: give --dataset DIR, --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
         return 2
