@@ -321,7 +321,14 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
         wl, t.workload_key = store.workload(t.mod)
         workloads[t.workload_key] = wl
     manifest = _manifest(device, cfg, manifest, tasks)
-    manifest["collections"].append({"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "networks": cfg.networks})
+    manifest["collections"].append(
+        {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "networks": cfg.networks,
+            "measurement": asdict(cfg.measure),
+            "seed": cfg.seed,
+        }
+    )
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
     todo = {}
