@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -52,10 +53,33 @@ def _cmd_collect(args) -> int:
         max_tasks_per_network=args.max_tasks,
         measure=MeasureConfig(repeat=args.repeat),
     )
+    requests = []
+
+    def stop(signum, _frame):
+        requests.append(signum)
+        if len(requests) == 1:
+            print("\nstopping after the batch in flight (signal again to stop at once)", file=sys.stderr)
+        else:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    # Ctrl-C and `kill` both stop cleanly, also where a background shell ignores SIGINT
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     try:
-        s = collect(cfg)
-    except KeyboardInterrupt:
-        print("\ninterrupted: every finished record is on disk; run the same command to continue", file=sys.stderr)
+        s = collect(cfg, should_stop=lambda: bool(requests))
+    except (KeyboardInterrupt, RuntimeError) as err:
+        # a signal that lands inside a TVM callback comes back as a RuntimeError
+        if not requests:
+            raise
+        print(f"\ninterrupted ({err}): every finished record is on disk; run the same command to continue",
+              file=sys.stderr)
+        return 130
+    if s.stopped:
+        print(
+            f"{s.device_id}: stopped after {s.measured} measured, {s.failed} failed; "
+            "run the same command to continue",
+            file=sys.stderr,
+        )
         return 130
     print(
         f"{s.device_id}: {s.measured} measured, {s.failed} failed, {s.skipped_duplicates} duplicates skipped "

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -95,6 +96,7 @@ class CollectSummary:
     failed: int
     skipped_duplicates: int
     seconds: float
+    stopped: bool = False
 
 
 @dataclass
@@ -275,11 +277,20 @@ def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: li
     }
 
 
-def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
+def collect(
+    cfg: CollectConfig, progress: bool = True, should_stop: Callable[[], bool] | None = None
+) -> CollectSummary:
     """Measure programs of the given networks' tasks on the local CPU; resumable.
 
+    Args:
+        cfg: what to collect and how to measure it.
+        progress: show a progress bar with an ETA on stderr.
+        should_stop: polled between measurement batches; when it returns True the
+            collection ends after the batch in flight, with every finished record stored
+            (``cdmpp collect`` sets it on the first Ctrl-C).
+
     Returns:
-        Counts of what this call added.
+        Counts of what this call added (``stopped`` tells whether ``should_stop`` ended it).
 
     Raises:
         KeyError: an unknown network name.
@@ -356,12 +367,16 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
         ),
     )
     measured = failed = dups = 0
+    stopped = False
     bar = tqdm(total=total, initial=already, disable=not progress, unit="prog", desc=device.device_id, smoothing=0.05)
     try:
         for key, task in todo.items():
             need = cfg.programs_per_task - store.done.get(key, 0)
             if need <= 0:
                 continue
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
             bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
             wl = workloads[key]
             seen = store.failed_keys.get(key, set()) | (
@@ -380,6 +395,8 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
             attempts = 0
             give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
             while need > 0 and attempts < cfg.programs_per_task * 4:
+                if should_stop is not None and should_stop():
+                    break
                 if store.failed.get(key, 0) >= give_up and not store.done.get(key):
                     break
                 cands = ctx.generate_measure_candidates()
@@ -396,8 +413,12 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                     fresh.append((c, pk))
                 fresh = fresh[:need]
                 results = {}
-                for c, pk, secs, stage, error in _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv):
+                batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv)
+                interrupted = should_stop is not None and should_stop()
+                for c, pk, secs, stage, error in batch:
                     record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
+                    if secs is None and interrupted:
+                        continue  # the stop signal may have killed its worker: measure it again next time
                     if secs is None:
                         store.add_failure(task, pk, stage, error, record)
                         failed += 1
@@ -413,6 +434,9 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                     [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands],
                 )
             ctx.post_tuning()
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
             if need > 0:  # the design space ran out of distinct programs
                 bar.total -= need
                 bar.refresh()
@@ -424,10 +448,15 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
         else:
             os.environ["TMPDIR"] = old_tmpdir
         manifest["collections"][-1].update(
-            {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "measured": measured, "failed": failed}
+            {
+                "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "measured": measured,
+                "failed": failed,
+                "stopped_early": stopped,
+            }
         )
         ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-    return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start)
+    return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start, stopped)
 
 
 def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir: Path, network: str = "imported") -> int:

@@ -41,7 +41,17 @@ def test_resume_continues_without_duplicates(tiny_collection, tmp_path):
     with open(dev / ds.RECORD_FILE, "a", encoding="utf-8") as f:
         f.write('[0, [[["GetSBlock"')
     before, _ = _program_keys(dev)
+    polls = []  # a Ctrl-C during the first batch: that batch is stored, then the collection ends
+    stopped = collect(
+        dataclasses.replace(cfg, out_dir=out, programs_per_task=4),
+        progress=False,
+        should_stop=lambda: polls.append(1) or len(polls) > 2,
+    )
+    assert stopped.stopped and stopped.measured <= cfg.batch_size
+    m = json.loads((dev / ds.MANIFEST_FILE).read_text())
+    assert m["collections"][-1]["stopped_early"] is True
     more = collect(dataclasses.replace(cfg, out_dir=out, programs_per_task=4), progress=False)
+    more.measured += stopped.measured
     after, db = _program_keys(dev)
     assert after[: len(before)] == before  # nothing finished is lost
     assert len(after) == len(before) + more.measured
