@@ -49,7 +49,7 @@ class ModelConfig:
     n_layers: int = 2
     ff_dim: int = 256
     dropout: float = 0.1
-    pooling: str = "sum"
+    pooling: str = "mean"
     positional_encoding: bool = True
 
     def __post_init__(self):
