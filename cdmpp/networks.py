@@ -127,6 +127,188 @@ class MobileNetV2(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
+def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: type | None = nn.ReLU) -> nn.Sequential:
+    layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, act()) if act is not None else nn.Sequential(*layers)
+
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, chans: int, squeeze: int, gate: type = nn.Sigmoid, act: type = nn.ReLU):
+        super().__init__()
+        self.fc1 = nn.Conv2d(chans, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, chans, 1)
+        self.act, self.gate = act(), gate()
+
+    def forward(self, x):
+        s = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * self.gate(self.fc2(self.act(self.fc1(s))))
+
+
+class _MBConv(nn.Module):
+    """Inverted residual with optional squeeze-excitation (MobileNetV3, EfficientNet)."""
+
+    def __init__(self, cin, hidden, cout, k, stride, se: int, act: type, gate: type, se_act: type):
+        super().__init__()
+        layers = [] if hidden == cin else [_conv_bn(cin, hidden, 1, act=act)]
+        layers.append(_conv_bn(hidden, hidden, k, stride, groups=hidden, act=act))
+        if se:
+            layers.append(_SqueezeExcite(hidden, se, gate, se_act))
+        layers.append(_conv_bn(hidden, cout, 1, act=None))
+        self.body = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    return max(divisor, int(v + divisor / 2) // divisor * divisor)
+
+
+class MobileNetV3(nn.Module):
+    """MobileNetV3-Large (Howard et al. 2019), width multiplier 1.0."""
+
+    # kernel, expanded, out, squeeze-excite, hard-swish, stride
+    CFG = [
+        (3, 16, 16, False, False, 1), (3, 64, 24, False, False, 2), (3, 72, 24, False, False, 1),
+        (5, 72, 40, True, False, 2), (5, 120, 40, True, False, 1), (5, 120, 40, True, False, 1),
+        (3, 240, 80, False, True, 2), (3, 200, 80, False, True, 1), (3, 184, 80, False, True, 1),
+        (3, 184, 80, False, True, 1), (3, 480, 112, True, True, 1), (3, 672, 112, True, True, 1),
+        (5, 672, 160, True, True, 2), (5, 960, 160, True, True, 1), (5, 960, 160, True, True, 1),
+    ]
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers, cin = [_conv_bn(3, 16, 3, 2, act=nn.Hardswish)], 16
+        for k, exp, out, se, hs, s in self.CFG:
+            sq = _make_divisible(exp // 4) if se else 0
+            layers.append(_MBConv(cin, exp, out, k, s, sq, nn.Hardswish if hs else nn.ReLU, nn.Hardsigmoid, nn.ReLU))
+            cin = out
+        layers.append(_conv_bn(cin, 960, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.Linear(960, 1280), nn.Hardswish(), nn.Linear(1280, num_classes))
+
+    def forward(self, x):
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+class EfficientNetB0(nn.Module):
+    """EfficientNet-B0 (Tan & Le 2019)."""
+
+    # expand ratio, kernel, stride, out, repeats
+    CFG = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+           (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers, cin = [_conv_bn(3, 32, 3, 2, act=nn.SiLU)], 32
+        for e, k, s, out, n in self.CFG:
+            for i in range(n):
+                layers.append(_MBConv(cin, cin * e, out, k, s if i == 0 else 1, max(1, cin // 4), nn.SiLU, nn.Sigmoid, nn.SiLU))
+                cin = out
+        layers.append(_conv_bn(cin, 1280, 1, act=nn.SiLU))
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(1280, num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+class _DenseLayer(nn.Module):
+    def __init__(self, cin: int, growth: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, 4 * growth, 1, bias=False),
+            nn.BatchNorm2d(4 * growth), nn.ReLU(), nn.Conv2d(4 * growth, growth, 3, 1, 1, bias=False),
+        )
+
+    def forward(self, x):
+        return torch.cat([x, self.body(x)], 1)
+
+
+class DenseNet(nn.Module):
+    """DenseNet-BC (Huang et al. 2017); ``(6, 12, 24, 16)`` is DenseNet-121."""
+
+    def __init__(self, blocks=(6, 12, 24, 16), growth: int = 32, num_classes: int = 1000):
+        super().__init__()
+        layers, c = [_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)], 64
+        for i, n in enumerate(blocks):
+            for _ in range(n):
+                layers.append(_DenseLayer(c, growth))
+                c += growth
+            if i < len(blocks) - 1:
+                layers += [nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2, 2)]
+                c //= 2
+        layers += [nn.BatchNorm2d(c), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(c, num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+class _InceptionA(nn.Module):
+    def __init__(self, cin: int, pool: int):
+        super().__init__()
+        self.b1 = _conv_bn(cin, 64, 1)
+        self.b5 = nn.Sequential(_conv_bn(cin, 48, 1), _conv_bn(48, 64, 5))
+        self.b3 = nn.Sequential(_conv_bn(cin, 64, 1), _conv_bn(64, 96, 3), _conv_bn(96, 96, 3))
+        self.bp = nn.Sequential(nn.AvgPool2d(3, 1, 1), _conv_bn(cin, pool, 1))
+
+    def forward(self, x):
+        return torch.cat([self.b1(x), self.b5(x), self.b3(x), self.bp(x)], 1)
+
+
+class _Conv1x7(nn.Module):
+    def __init__(self, cin: int, cout: int, horizontal: bool):
+        super().__init__()
+        k, p = ((1, 7), (0, 3)) if horizontal else ((7, 1), (3, 0))
+        self.conv = nn.Sequential(nn.Conv2d(cin, cout, k, 1, p, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class _InceptionC(nn.Module):
+    def __init__(self, cin: int, c7: int):
+        super().__init__()
+        self.b1 = _conv_bn(cin, 192, 1)
+        self.b7 = nn.Sequential(_conv_bn(cin, c7, 1), _Conv1x7(c7, c7, True), _Conv1x7(c7, 192, False))
+        self.b77 = nn.Sequential(
+            _conv_bn(cin, c7, 1), _Conv1x7(c7, c7, False), _Conv1x7(c7, c7, True),
+            _Conv1x7(c7, c7, False), _Conv1x7(c7, 192, True),
+        )
+        self.bp = nn.Sequential(nn.AvgPool2d(3, 1, 1), _conv_bn(cin, 192, 1))
+
+    def forward(self, x):
+        return torch.cat([self.b1(x), self.b7(x), self.b77(x), self.bp(x)], 1)
+
+
+class InceptionV3(nn.Module):
+    """Inception-v3 (Szegedy et al. 2016), input 299x299: stem, 3 A, reduction, 4 C blocks.
+
+    The last reduction and the two E blocks are folded into one strided 3x3 conv: the
+    tuning tasks it yields keep the architecture's characteristic operators (1x7/7x1
+    convs, 5x5 convs, average pools, channel concatenation) at a smaller task count.
+    """
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(
+            _conv_bn(3, 32, 3, 2), _conv_bn(32, 32, 3), _conv_bn(32, 64, 3), nn.MaxPool2d(3, 2),
+            _conv_bn(64, 80, 1), _conv_bn(80, 192, 3), nn.MaxPool2d(3, 2),
+        )
+        self.a = nn.Sequential(_InceptionA(192, 32), _InceptionA(256, 64), _InceptionA(288, 64))
+        self.reduce = _conv_bn(288, 768, 3, 2)
+        self.c = nn.Sequential(_InceptionC(768, 128), _InceptionC(768, 160), _InceptionC(768, 160), _InceptionC(768, 192))
+        self.tail = _conv_bn(768, 2048, 3, 2)
+        self.fc = nn.Linear(2048, num_classes)
+
+    def forward(self, x):
+        x = self.tail(self.c(self.reduce(self.a(self.stem(x)))))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 class DCGANGenerator(nn.Module):
     """DCGAN generator (Radford et al. 2016): latent (N, nz, 1, 1) -> image (N, 3, 64, 64)."""
 
@@ -242,6 +424,10 @@ def _zoo() -> dict[str, NetworkSpec]:
         "resnext_50": ("resnext", lambda: ResNet(b, [3, 4, 6, 3], groups=32, width_per_group=4), "img"),
         "wide_resnet_50": ("wide_resnet", lambda: ResNet(b, [3, 4, 6, 3], width_per_group=128), "img"),
         "mobilenet_v2": ("mobilenet", MobileNetV2, "img"),
+        "mobilenet_v3": ("mobilenet", MobileNetV3, "img"),
+        "efficientnet_b0": ("efficientnet", EfficientNetB0, "img"),
+        "densenet_121": ("densenet", DenseNet, "img"),
+        "inception_v3": ("inception", InceptionV3, "img299"),
         "vit_b16": ("vit", ViT, "img"),
         "dcgan": ("dcgan", DCGANGenerator, "latent"),
         "bert_tiny": ("bert", lambda: _bert(128, 2, 2), "seq"),
@@ -250,6 +436,7 @@ def _zoo() -> dict[str, NetworkSpec]:
     }
     shapes = {
         "img": [((1, 3, 224, 224), "b1"), ((4, 3, 224, 224), "b4")],
+        "img299": [((1, 3, 299, 299), "b1"), ((4, 3, 299, 299), "b4")],
         "latent": [((1, 100, 1, 1), "b1"), ((8, 100, 1, 1), "b8")],
         "seq": [((1, 128), "b1s128"), ((4, 64), "b4s64")],
     }

@@ -21,3 +21,21 @@ def test_a_network_lowers_to_tuning_tasks():
 
     tasks = extract_network_tasks("dcgan-b1", Target({"kind": "llvm", "num-cores": 1}))
     assert len(tasks) == 5 and all(t.weight >= 1 and t.flops > 0 for t in tasks)
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3-b1", "efficientnet_b0-b1", "densenet_121-b1", "inception_v3-b4"])
+def test_cnn_definitions_run(name):
+    import torch
+
+    spec = networks.get_network(name)
+    with torch.no_grad():
+        out = spec.build().eval()(*spec.example_inputs())
+    assert out.shape == (spec.input_shape[0], 1000)
+
+
+def test_zoo_spans_twelve_architectures_at_two_shapes():
+    archs = {}
+    for n in networks.network_names():
+        arch, shape = n.split("-")
+        archs.setdefault(arch, set()).add(shape)
+    assert len(archs) >= 12 and all(len(s) >= 2 for s in archs.values())
