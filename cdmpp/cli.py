@@ -41,9 +41,17 @@ def _cmd_networks(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from .collect import CollectConfig, MeasureConfig, collect  # pylint: disable=import-outside-toplevel
+    from .collect import CollectConfig, MeasureConfig, RPCSettings, collect  # pylint: disable=import-outside-toplevel
 
+    rpc = None
+    if args.rpc_tracker:
+        host, _, port = args.rpc_tracker.rpartition(":")
+        if not host or not port.isdigit() or not args.rpc_key:
+            print("error: --rpc-tracker takes HOST:PORT and needs --rpc-key", file=sys.stderr)
+            return 2
+        rpc = RPCSettings(host, int(port), args.rpc_key, parallel_sessions=args.rpc_sessions)
     cfg = CollectConfig(
+        rpc=rpc,
         networks=args.networks,
         out_dir=Path(args.out),
         programs_per_task=args.programs_per_task,
@@ -51,6 +59,8 @@ def _cmd_collect(args) -> int:
         seed=args.seed,
         disable_avx512=args.disable_avx512,
         max_tasks_per_network=args.max_tasks,
+        evolutionary_fraction=args.evolutionary_fraction,
+        evolutionary_population=args.evolutionary_population,
         measure=MeasureConfig(repeat=args.repeat),
     )
     requests = []
@@ -210,6 +220,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--repeat", type=int, default=10)
     s.add_argument("--max-tasks", type=int, default=None, help="cap tasks per network")
+    s.add_argument(
+        "--evolutionary-fraction",
+        type=float,
+        default=0.5,
+        help="share of each task's programs from evolutionary search, after the random ones (0: random only)",
+    )
+    s.add_argument("--evolutionary-population", type=int, default=128)
+    s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
+    s.add_argument("--rpc-key", default=None, help="device key the boards registered with")
+    s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")
     s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
     s.set_defaults(func=_cmd_collect)
 

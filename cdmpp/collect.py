@@ -28,8 +28,13 @@ from . import dataset as ds
 from .device import DeviceDescriptor, local_cpu
 
 SAMPLING_POLICY = (
-    "replay-trace: uniform random decisions over MetaSchedule's post-order-apply design space "
-    "(default schedule rules for the target); duplicates by structural hash are skipped"
+    "per task, first replay-trace: uniform random decisions over MetaSchedule's post-order-apply design "
+    "space (default schedule rules for the target); then evolutionary search (MetaSchedule's "
+    "EvolutionarySearch, seeded from the task's measured programs) guided by an XGBoost "
+    "cost model trained on the task's measurements so far, so that the fast programs a tuner asks about are "
+    "represented. evolutionary_fraction of programs_per_task come from the second phase; each task's "
+    "manifest entry gives random_programs, the count of its records (in file order) sampled at random "
+    "before the evolutionary phase began. Duplicates by structural hash are skipped."
 )
 
 
@@ -60,6 +65,30 @@ class MeasureConfig:
 
 
 @dataclass
+class RPCSettings:
+    """Measure through a TVM RPC tracker (``RPCRunner``) instead of on this host.
+
+    Boards register with the tracker under ``device_key`` (``python -m tvm.exec.rpc_server
+    --tracker HOST:PORT --key KEY``).  Programs are still built here, for this host's
+    target, and records are tagged with this host's device id: use it for a pool of
+    machines of the same kind as the collecting host.
+
+    Attributes:
+        tracker_host: tracker address, e.g. ``"127.0.0.1"``.
+        tracker_port: tracker port (TVM's default is 9190).
+        device_key: the key the boards registered with.
+        session_timeout_s: seconds one remote timing session may take.
+        parallel_sessions: boards timed at once (each board still times one program at a time).
+    """
+
+    tracker_host: str
+    tracker_port: int
+    device_key: str
+    session_timeout_s: int = 60
+    parallel_sessions: int = 1
+
+
+@dataclass
 class CollectConfig:
     """What to collect.
 
@@ -72,7 +101,12 @@ class CollectConfig:
         disable_avx512: measure as the AVX-512-off device of this CPU.
         num_cores: cores for generated code (``None``: all).
         max_tasks_per_network: cap on tasks per network (``None``: all), for tests.
+        evolutionary_fraction: share of each task's programs sampled by MetaSchedule's
+            evolutionary search (the rest are uniform random samples, taken first).
+        evolutionary_population: population of that search; each round costs about
+            ``4 * population`` schedule mutations and cost-model predictions.
         measure: the timing protocol.
+        rpc: measure through an RPC tracker (``None``: on this host, with ``LocalRunner``).
     """
 
     networks: list[str]
@@ -83,7 +117,10 @@ class CollectConfig:
     disable_avx512: bool = False
     num_cores: int | None = None
     max_tasks_per_network: int | None = None
+    evolutionary_fraction: float = 0.5
+    evolutionary_population: int = 128
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    rpc: RPCSettings | None = None
 
 
 @dataclass
@@ -124,6 +161,34 @@ def extract_network_tasks(network: str, target) -> list[_Task]:
         except Exception:  # noqa: BLE001  estimate fails on some opaque blocks
             flops = 0.0
         tasks.append(_Task(network, str(t.task_name), int(t.weight), flops, sub))
+    return tasks
+
+
+def _known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[_Task]]:
+    """Task lists of networks already extracted into this device folder (no Relax import needed).
+
+    A network counts only when the manifest lists all of its tasks and each task's workload
+    is in the workload file; anything else is extracted again.
+    """
+    counts = {n: v.get("tasks", 0) for n, v in manifest.get("networks", {}).items()}
+    if not counts or ds.resolve(device_dir / ds.WORKLOAD_FILE) is None:
+        return {}
+    from .tvm_compat import Workload  # pylint: disable=import-outside-toplevel
+
+    mods = {}
+    for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE)):
+        mods[str(obj[0])] = obj
+    out: dict[str, list[_Task]] = {}
+    for t in manifest.get("tasks", []):
+        if t["network"] in counts and t.get("workload_key") in mods:
+            out.setdefault(t["network"], []).append(t)
+    tasks = {}
+    for n, entries in out.items():
+        if len(entries) == counts[n]:
+            tasks[n] = [
+                _Task(n, e["task_name"], e["weight"], e["flops"], Workload.from_json(mods[e["workload_key"]]).mod)
+                for e in entries
+            ]
     return tasks
 
 
@@ -258,6 +323,7 @@ def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: li
     entries = {(t["network"], t["task_name"]): t for t in old.get("tasks", [])}
     for t in tasks:
         entries[(t.network, t.task_name)] = {
+            **entries.get((t.network, t.task_name), {}),
             "network": t.network,
             "task_name": t.task_name,
             "weight": t.weight,
@@ -265,16 +331,65 @@ def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: li
             "workload_key": t.workload_key,
         }
     runs = old.get("collections", [])
+    networks = dict(old.get("networks", {}))
+    for t in tasks:  # a network's task list is complete once extracted: a restart reuses it
+        networks.setdefault(t.network, {"tasks": 0})
+    for n in networks:
+        if any(t.network == n for t in tasks):
+            networks[n] = {"tasks": len({t.task_name for t in tasks if t.network == n})}
     return {
         "format": "cdmpp-dataset/1",
         "device": device.to_json(),
         "tvm_version": tvm_version(),
         "measurement": asdict(cfg.measure),
         "label": "median of run_secs (seconds); every repeat is kept in run_secs",
-        "sampling": {"policy": SAMPLING_POLICY, "seed": cfg.seed, "programs_per_task": cfg.programs_per_task},
+        "sampling": {
+            "policy": SAMPLING_POLICY,
+            "seed": cfg.seed,
+            "programs_per_task": cfg.programs_per_task,
+            "evolutionary_fraction": cfg.evolutionary_fraction,
+        },
         "collections": runs,
+        "networks": networks,
         "tasks": list(entries.values()),
     }
+
+
+def _mark_phase(manifest: dict, device_dir: Path, task: _Task, random_programs: int) -> None:
+    """Record, once and before it measures anything, where a task's evolutionary phase begins."""
+    for t in manifest["tasks"]:
+        if t["network"] == task.network and t["task_name"] == task.task_name and "random_programs" not in t:
+            t["random_programs"] = random_programs
+            ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+
+
+def _tune_context(
+    task: _Task, target, device: DeviceDescriptor, phase: str, seed: int, store: _Store, workload, population: int
+):
+    """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random)."""
+    from .tvm_compat import ms  # pylint: disable=import-outside-toplevel
+
+    if phase == "random":
+        strategy, cost_model = ms.search_strategy.ReplayTrace(max_fail_count=64), None
+    else:
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=population, init_min_unmeasured=min(32, population // 2)
+        )
+        cost_model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=1 << 30, num_tuning_cores=device.cores)
+    ctx = ms.TuneContext(
+        task.mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=strategy,
+        task_name=task.task_name,
+        rand_state=seed,
+        num_threads=device.cores,
+    )
+    if cost_model is not None:  # learn from every program of the task measured so far
+        records = store.db.get_top_k(workload, 1 << 30)
+        cands = [r.as_measure_candidate() for r in records]
+        cost_model.update(ctx, cands, [ms.runner.RunnerResult(r.run_secs, None) for r in records])
+    return ctx, cost_model
 
 
 def collect(
@@ -303,6 +418,8 @@ def collect(
         EvaluatorConfig,
         LocalBuilder,
         LocalRunner,
+        RPCConfig,
+        RPCRunner,
         Target,
         TuningRecord,
         load_tensor_intrinsics,
@@ -320,24 +437,25 @@ def collect(
     manifest = ds.read_manifest(device_dir)
 
     per_network = []
+    known = _known_tasks(manifest, device_dir)
     for n in cfg.networks:
-        net_tasks = extract_network_tasks(n, target)
-        if cfg.max_tasks_per_network is not None:
-            net_tasks = net_tasks[: cfg.max_tasks_per_network]
-        per_network.append(net_tasks)
-    # round-robin over networks, so that a collection stopped early covers every network
-    tasks = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
+        per_network.append(known.get(n) or extract_network_tasks(n, target))
     workloads = {}
-    for t in tasks:
+    for t in itertools.chain.from_iterable(per_network):  # every task is listed, measured or not
         wl, t.workload_key = store.workload(t.mod)
         workloads[t.workload_key] = wl
-    manifest = _manifest(device, cfg, manifest, tasks)
+    manifest = _manifest(device, cfg, manifest, list(itertools.chain.from_iterable(per_network)))
+    if cfg.max_tasks_per_network is not None:
+        per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
+    # round-robin over networks, so that a collection stopped early covers every network
+    tasks = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
     manifest["collections"].append(
         {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "networks": cfg.networks,
             "measurement": asdict(cfg.measure),
             "seed": cfg.seed,
+            "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
         }
     )
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
@@ -357,15 +475,21 @@ def collect(
     builder = LocalBuilder(
         max_workers=m.build_workers or os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement
     )
-    runner = LocalRunner(
-        timeout_sec=m.run_timeout_s,
-        evaluator_config=EvaluatorConfig(
-            number=m.number,
-            repeat=m.repeat,
-            min_repeat_ms=m.min_repeat_ms,
-            enable_cpu_cache_flush=m.enable_cpu_cache_flush,
-        ),
+    evaluator = EvaluatorConfig(
+        number=m.number,
+        repeat=m.repeat,
+        min_repeat_ms=m.min_repeat_ms,
+        enable_cpu_cache_flush=m.enable_cpu_cache_flush,
     )
+    if cfg.rpc is None:
+        runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    else:
+        r = cfg.rpc
+        runner = RPCRunner(
+            RPCConfig(r.tracker_host, r.tracker_port, r.device_key, session_timeout_sec=r.session_timeout_s),
+            evaluator_config=evaluator,
+            max_workers=r.parallel_sessions,
+        )
     measured = failed = dups = 0
     stopped = False
     bar = tqdm(total=total, initial=already, disable=not progress, unit="prog", desc=device.device_id, smoothing=0.05)
@@ -382,58 +506,73 @@ def collect(
             seen = store.failed_keys.get(key, set()) | (
                 store.measured_program_keys(wl) if store.done.get(key) else set()
             )
-            ctx = ms.TuneContext(
-                task.mod,
-                target=target,
-                space_generator="post-order-apply",
-                search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=64),
-                task_name=task.task_name,
-                rand_state=_task_seed(cfg.seed, key),
-                num_threads=device.cores,
-            )
-            ctx.pre_tuning(max_trials=cfg.programs_per_task * 4, num_trials_per_iter=cfg.batch_size)
-            attempts = 0
-            give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
-            while need > 0 and attempts < cfg.programs_per_task * 4:
-                if should_stop is not None and should_stop():
+            n_random = cfg.programs_per_task - round(cfg.programs_per_task * cfg.evolutionary_fraction)
+            for phase in ("random", "evolutionary"):
+                if need <= 0 or (should_stop is not None and should_stop()):
                     break
-                if store.failed.get(key, 0) >= give_up and not store.done.get(key):
-                    break
-                cands = ctx.generate_measure_candidates()
-                if not cands:
-                    break
-                attempts += len(cands)
-                fresh = []
-                for c in cands:
-                    pk = _program_key(c.sch.mod)
-                    if pk in seen:
-                        dups += 1
+                done = store.done.get(key, 0)
+                if phase == "random":
+                    want = min(need, n_random - done)
+                    if want <= 0:
                         continue
-                    seen.add(pk)
-                    fresh.append((c, pk))
-                fresh = fresh[:need]
-                results = {}
-                batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv)
-                interrupted = should_stop is not None and should_stop()
-                for c, pk, secs, stage, error in batch:
-                    record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
-                    if secs is None and interrupted:
-                        continue  # the stop signal may have killed its worker: measure it again next time
-                    if secs is None:
-                        store.add_failure(task, pk, stage, error, record)
-                        failed += 1
-                        continue
-                    store.db.commit_tuning_record(record)
-                    store.done[key] = store.done.get(key, 0) + 1
-                    measured += 1
-                    need -= 1
-                    bar.update(1)
-                    results[id(c)] = ms.runner.RunnerResult(secs, None)
-                ctx.notify_runner_results(
-                    cands,
-                    [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands],
+                elif not done:  # nothing measured to learn from: the task cannot run here
+                    break
+                else:
+                    want = need
+                    _mark_phase(manifest, device_dir, task, done)
+                ctx, cost_model = _tune_context(
+                    task, target, device, phase, _task_seed(cfg.seed, key), store, wl, cfg.evolutionary_population
                 )
-            ctx.post_tuning()
+                ctx.pre_tuning(
+                    max_trials=want * 4,
+                    num_trials_per_iter=cfg.batch_size,
+                    database=store.db if cost_model is not None else None,
+                    cost_model=cost_model,
+                )
+                attempts = 0
+                give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
+                while want > 0 and attempts < cfg.programs_per_task * 4:
+                    if should_stop is not None and should_stop():
+                        break
+                    if store.failed.get(key, 0) >= give_up and not store.done.get(key):
+                        break
+                    cands = ctx.generate_measure_candidates()
+                    if not cands:
+                        break
+                    attempts += len(cands)
+                    fresh = []
+                    for c in cands:
+                        pk = _program_key(c.sch.mod)
+                        if pk in seen:
+                            dups += 1
+                            continue
+                        seen.add(pk)
+                        fresh.append((c, pk))
+                    fresh = fresh[:want]
+                    results = {}
+                    batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv)
+                    interrupted = should_stop is not None and should_stop()
+                    for c, pk, secs, stage, error in batch:
+                        record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
+                        if secs is None and interrupted:
+                            continue  # the stop signal may have killed its worker: measure it again next time
+                        if secs is None:
+                            store.add_failure(task, pk, stage, error, record)
+                            failed += 1
+                            continue
+                        store.db.commit_tuning_record(record)
+                        store.done[key] = store.done.get(key, 0) + 1
+                        measured += 1
+                        need -= 1
+                        want -= 1
+                        bar.update(1)
+                        results[id(c)] = ms.runner.RunnerResult(secs, None)
+                    outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
+                    ctx.notify_runner_results(cands, outcome)
+                    if cost_model is not None and results:  # only what was timed in this batch
+                        timed = [c for c in cands if id(c) in results]
+                        cost_model.update(ctx, timed, [results[id(c)] for c in timed])
+                ctx.post_tuning()
             if should_stop is not None and should_stop():
                 stopped = True
                 break

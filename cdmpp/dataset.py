@@ -304,13 +304,14 @@ def card(device_dir: Path) -> str:
         f"max {lat.max() * 1e3:.2f} ms",
         f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
         "",
-        "| network | tasks | task weight | programs |",
+        "| network | tasks measured / listed | task weight | programs |",
         "| --- | ---: | ---: | ---: |",
     ]
     for net, idx in nets.items():
         weight = sum(int(t["weight"]) for t in m["tasks"] if t["network"] == net)
         progs = int(sum(per_wl[i] for i in set(idx) if i >= 0))
-        lines.append(f"| {net} | {len(idx)} | {weight} | {progs} |")
+        measured = sum(1 for i in idx if i >= 0 and per_wl[i] > 0)
+        lines.append(f"| {net} | {measured} / {len(idx)} | {weight} | {progs} |")
     lines += ["", "| network | task | weight | FLOPs | programs |", "| --- | --- | ---: | ---: | ---: |"]
     for t in m.get("tasks", []):
         i = index_of.get(t["workload_key"], -1)

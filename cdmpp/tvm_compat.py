@@ -23,7 +23,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RunnerInput
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner, RunnerInput
 from tvm.s_tir.stmt import SBlock, SBlockRealize
 from tvm.target import Target
 from tvm.tirx import PrimFunc
@@ -44,6 +44,8 @@ __all__ = [
     "LocalBuilder",
     "RunnerInput",
     "LocalRunner",
+    "RPCConfig",
+    "RPCRunner",
     "EvaluatorConfig",
     "JSONDatabase",
     "TuningRecord",

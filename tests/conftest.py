@@ -18,6 +18,7 @@ def tiny_collection(tmp_path_factory):
         programs_per_task=3,
         batch_size=4,
         max_tasks_per_network=2,
+        evolutionary_fraction=0.0,
         measure=MeasureConfig(repeat=3),
     )
     first = collect(cfg, progress=False)

@@ -84,3 +84,33 @@ def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     again = _Store(dev)  # a restarted collection knows the failure and will not retry it
     assert again.failed[key] == 1 and "123" in again.failed_keys[key]
     assert len(ds.load_device_dir(dev).programs) == len(db.programs)  # failures are not labels
+
+
+def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, monkeypatch):
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import CollectConfig, MeasureConfig
+
+    cfg = CollectConfig(
+        networks=["dcgan-b1"],
+        out_dir=tmp_path,
+        programs_per_task=4,
+        batch_size=4,
+        max_tasks_per_network=1,
+        evolutionary_fraction=0.5,
+        evolutionary_population=16,
+        measure=MeasureConfig(repeat=3),
+    )
+    first = collect(cfg, progress=False)
+    m = json.loads((first.device_dir / ds.MANIFEST_FILE).read_text())
+    task = m["tasks"][0]
+    assert task["random_programs"] == 2  # the evolutionary phase began after 2 random samples
+    assert m["networks"] == {"dcgan-b1": {"tasks": 5}} and m["sampling"]["evolutionary_fraction"] == 0.5
+    assert first.measured == len(ds.load_device_dir(first.device_dir).programs) >= 3
+
+    def no_extraction(*_):
+        raise AssertionError("a restart must reuse the task list in the manifest")
+
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", no_extraction)
+    again = collect(dataclasses.replace(cfg, programs_per_task=5), progress=False)
+    keys, db = _program_keys(first.device_dir)
+    assert len(db.programs) == first.measured + again.measured and len(set(keys)) == len(keys)
