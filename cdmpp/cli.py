@@ -98,6 +98,21 @@ def _cmd_collect(args) -> int:
     return 0
 
 
+def _cmd_remeasure(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+    from .collect import remeasure  # pylint: disable=import-outside-toplevel
+
+    for d in ds.device_dirs(Path(args.dataset)):
+        try:
+            path = remeasure(d, sample=args.sample, seed=args.seed)
+        except ValueError as err:
+            print(f"{d}: skipped: {err}", file=sys.stderr)
+            continue
+        print(f"{d}: re-measured programs appended to {path}")
+        print(ds.drift_line(d))
+    return 0
+
+
 def _cmd_validate(args) -> int:
     from . import dataset as ds  # pylint: disable=import-outside-toplevel
 
@@ -152,10 +167,13 @@ def _model_configs(args):
     from .train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
     from .train.model import ModelConfig  # pylint: disable=import-outside-toplevel
 
-    return (
-        ModelConfig(d_model=args.d_model, n_layers=args.layers, pooling=args.pooling, positional_encoding=not args.no_pe),
-        TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed),
-    )
+    def given(**kw):
+        return {k: v for k, v in kw.items() if v is not None}
+
+    pe = False if args.no_pe else None
+    model = ModelConfig(**given(d_model=args.d_model, n_layers=args.layers, pooling=args.pooling, positional_encoding=pe))
+    train = TrainConfig(**given(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed))
+    return model, train
 
 
 def _cmd_train(args) -> int:
@@ -177,6 +195,8 @@ def _cmd_evaluate(args) -> int:
     from .train.evaluate import evaluate_checkpoint, format_table, write_rows  # pylint: disable=import-outside-toplevel
 
     _database_args(args)
+    if args.benchmark:
+        return _benchmark(args)
     if not args.dataset and not args.record_db:
         print("error: give --dataset DIR, --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
         return 2
@@ -191,6 +211,30 @@ def _cmd_evaluate(args) -> int:
     print(format_table(rows, title))
     if args.output:
         write_rows(rows, Path(args.output))
+    return 0
+
+
+def _benchmark(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
+
+    if not args.dataset:
+        print("error: --benchmark needs --dataset DIR", file=sys.stderr)
+        return 2
+    mcfg, tcfg = _model_configs(args)
+    holdouts = None if args.holdout == "auto" else [h for h in args.holdout.split(",") if h]
+    cfg = BenchmarkConfig(
+        holdouts=holdouts,
+        random_split=not args.no_random_split,
+        positional_encoding_ablation=not args.no_ablation,
+        model=mcfg,
+        train=tcfg,
+        log_dir=Path(args.output or "runs/benchmark") / "logs",
+    )
+    rows = run_benchmark(Path(args.dataset), cfg, Path(args.cache))
+    print(format_benchmark(rows))
+    csv_path, md_path = write_benchmark(rows, Path(args.output or "runs/benchmark"))
+    print(f"written: {csv_path}, {md_path}")
     return 0
 
 
@@ -233,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
     s.set_defaults(func=_cmd_collect)
 
+    s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")
+    s.add_argument("dataset")
+    s.add_argument("--sample", type=int, default=100, help="programs to re-measure per device folder")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=_cmd_remeasure)
+
     s = sub.add_parser("validate", help="check a dataset's files and report corrupt lines")
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_validate)
@@ -250,15 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_pack)
 
-    def model_args(s):
-        s.add_argument("--epochs", type=int, default=40)
-        s.add_argument("--batch-size", type=int, default=128)
-        s.add_argument("--lr", type=float, default=1e-3)
-        s.add_argument("--d-model", type=int, default=128)
-        s.add_argument("--layers", type=int, default=2)
-        s.add_argument("--pooling", choices=["sum", "mean", "max"], default="sum")
+    def model_args(s):  # defaults (None) come from ModelConfig and TrainConfig
+        s.add_argument("--epochs", type=int, default=None)
+        s.add_argument("--batch-size", type=int, default=None)
+        s.add_argument("--lr", type=float, default=None)
+        s.add_argument("--d-model", type=int, default=None)
+        s.add_argument("--layers", type=int, default=None)
+        s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
         s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
-        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--seed", type=int, default=None)
 
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
     s.add_argument("-d", "--dataset", required=True)
@@ -277,7 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")
     s.add_argument("--record-db", default=None, help="a MetaSchedule database_tuning_record.json")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
-    s.add_argument("--output", default=None, help="also write the rows as JSON here")
+    s.add_argument("--output", default=None, help="also write the rows as JSON here (--benchmark: a folder)")
+    s.add_argument(
+        "--benchmark",
+        action="store_true",
+        help="train and score every model on leave-one-network-out splits (--holdout a,b,c; default: every "
+        "network) and a random split; writes benchmark.csv and benchmark.md",
+    )
+    s.add_argument("--no-random-split", action="store_true", help="--benchmark: skip the random split")
+    s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
+    model_args(s)
     s.set_defaults(func=_cmd_evaluate)
 
     s = sub.add_parser("serve", help="HTTP prediction service")

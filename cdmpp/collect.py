@@ -658,3 +658,78 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
     manifest["tasks"] = list(tasks.values())
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
     return added
+
+
+def remeasure(
+    device_dir: Path, sample: int = 100, seed: int = 0, measure: MeasureConfig | None = None, progress: bool = True
+) -> Path:
+    """Time a random sample of a device folder's measured programs again, to measure drift.
+
+    Each program is rebuilt from its tuning record and timed with the same protocol
+    (no re-timing of noisy repeats), on this host, which must be the device that
+    measured the folder.  One JSON line per program is appended to
+    ``remeasured.jsonl``: ``workload_key``, ``program_key``, ``run_secs`` (stored,
+    seconds), ``again`` (the new repeats, seconds; empty on failure), ``error`` and
+    ``time``.  Programs already re-measured are skipped, so it resumes.
+
+    Returns:
+        The path of ``remeasured.jsonl``.
+
+    Raises:
+        DatasetError: no measured program.
+        ValueError: this host is not the folder's device.
+    """
+    # pylint: disable=import-outside-toplevel
+    import random
+    from types import SimpleNamespace
+
+    from tqdm import tqdm
+
+    from .tvm_compat import EvaluatorConfig, LocalBuilder, LocalRunner, Target, build_for_measurement, program_from_record
+
+    db = ds.load_device_dir(Path(device_dir))
+    if not db.programs:
+        raise ds.DatasetError(f"{device_dir}: no measured program to re-measure")
+    devices = {d.device_id: d for d in (local_cpu(), local_cpu(disable_avx512=True))}
+    if db.device_id not in devices:
+        raise ValueError(f"this host is {', '.join(devices)}, not {db.device_id}: it cannot re-measure that folder")
+    device = devices[db.device_id]
+    target = Target(device.target)
+    m = measure or MeasureConfig(**db.manifest.get("measurement", {}))
+    out = Path(device_dir) / ds.REMEASURE_FILE
+    done = {o["program_key"] for _, o in ds.iter_json_lines(out)} if out.exists() else set()
+    order = list(range(len(db.programs)))
+    random.Random(seed).shuffle(order)
+    picked = []
+    for i in order[:sample]:
+        p = db.programs[i]
+        mod = program_from_record(p.record)
+        pk = _program_key(mod)
+        if pk not in done:
+            picked.append((p, mod, pk))
+    builder = LocalBuilder(max_workers=os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement)
+    evaluator = EvaluatorConfig(
+        number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
+    )
+    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    bar = tqdm(total=len(picked), disable=not progress, unit="prog", desc="re-measuring")
+    for s in range(0, len(picked), 16):
+        chunk = picked[s : s + 16]
+        fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk) for p, mod, pk in chunk]
+        timed = {pk: (secs, err) for _, pk, secs, _, err in _measure_batch(builder, runner, target, fresh, None)}
+        with open(out, "a", encoding="utf-8") as f:
+            for p, _, pk in chunk:
+                secs, err = timed[pk]
+                line = {
+                    "workload_key": db.workload_keys[p.workload_index],
+                    "program_key": pk,
+                    "run_secs": [float(x) for x in p.run_secs],
+                    "again": secs or [],
+                    "error": err,
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                }
+                f.write(json.dumps(line) + "\n")
+                f.flush()
+        bar.update(len(chunk))
+    bar.close()
+    return out

@@ -29,6 +29,7 @@ WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 FAILURE_FILE = "failures.jsonl"
 MANIFEST_FILE = "manifest.json"
+REMEASURE_FILE = "remeasured.jsonl"
 
 
 class DatasetError(ValueError):
@@ -258,7 +259,7 @@ def pack(device_dir: Path) -> list[Path]:
     plain file when both exist.  Returns the ``.gz`` paths written.
     """
     out = []
-    for name in (WORKLOAD_FILE, RECORD_FILE, FAILURE_FILE):
+    for name in (WORKLOAD_FILE, RECORD_FILE, FAILURE_FILE, REMEASURE_FILE):
         src = Path(device_dir) / name
         if not src.exists():
             continue
@@ -269,6 +270,41 @@ def pack(device_dir: Path) -> list[Path]:
         os.replace(tmp, dst)
         out.append(dst)
     return out
+
+
+def drift_line(device_dir: Path) -> str:
+    """The card line on run-to-run drift, from `remeasured.jsonl` when present."""
+    path = resolve(Path(device_dir) / REMEASURE_FILE)
+    if path is None:
+        return "- Run-to-run drift: not measured (`cdmpp remeasure`)"
+    drift = [
+        abs(np.median(o["again"]) / np.median(o["run_secs"]) - 1)
+        for _, o in iter_json_lines(path)
+        if o.get("again")
+    ]
+    if not drift:
+        return "- Run-to-run drift: no program re-measured successfully"
+    return (
+        f"- Run-to-run drift of the median, {len(drift)} programs timed again later (`cdmpp remeasure`): "
+        f"median {100 * np.median(drift):.1f}%, p90 {100 * np.percentile(drift, 90):.1f}%"
+    )
+
+
+def _throughput_line(manifest: dict) -> str:
+    import datetime  # pylint: disable=import-outside-toplevel
+
+    n = secs = 0.0
+    for c in manifest.get("collections", []):
+        if "ended" in c and c.get("measured"):
+            t0 = datetime.datetime.fromisoformat(c["started"])
+            t1 = datetime.datetime.fromisoformat(c["ended"])
+            n, secs = n + c["measured"], secs + (t1 - t0).total_seconds()
+    if not secs:
+        return "- Collection throughput: unknown"
+    return (
+        f"- Collection throughput on this machine: {60 * n / secs:.0f} measured programs per minute "
+        f"({int(n)} programs in {secs / 3600:.1f} h of finished collections, task extraction included)"
+    )
 
 
 def card(device_dir: Path) -> str:
@@ -303,6 +339,8 @@ def card(device_dir: Path) -> str:
         f"- Latency (median of repeats): min {lat.min() * 1e6:.2f} us, median {np.median(lat) * 1e6:.1f} us, "
         f"max {lat.max() * 1e3:.2f} ms",
         f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
+        drift_line(device_dir),
+        _throughput_line(m),
         "",
         "| network | tasks measured / listed | task weight | programs |",
         "| --- | ---: | ---: | ---: |",

@@ -114,3 +114,19 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
     again = collect(dataclasses.replace(cfg, programs_per_task=5), progress=False)
     keys, db = _program_keys(first.device_dir)
     assert len(db.programs) == first.measured + again.measured and len(set(keys)) == len(keys)
+
+
+def test_remeasure_a_sample_for_drift_and_resume(tiny_collection, tmp_path):
+    import shutil
+
+    from cdmpp.collect import remeasure
+
+    _, summary = tiny_collection
+    dev = tmp_path / summary.device_id
+    shutil.copytree(summary.device_dir, dev)
+    path = remeasure(dev, sample=2, progress=False)
+    lines = [json.loads(s) for s in path.read_text().splitlines()]
+    assert len(lines) == 2 and all(len(o["again"]) == 3 and min(o["again"]) > 0 for o in lines)
+    remeasure(dev, sample=2, progress=False)  # the same sample again: nothing is timed twice
+    assert len(path.read_text().splitlines()) == 2
+    assert "Run-to-run drift of the median, 2 programs" in ds.card(dev)

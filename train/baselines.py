@@ -105,3 +105,115 @@ class FlopsBaseline:
         if not hasattr(self, "throughput_"):
             raise NotFittedError("FlopsBaseline is not fitted; call fit() first")
         return np.maximum(np.asarray(flops, np.float64) / self.throughput_, self.floor_)
+
+
+def store_rows(data, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``PerStoreFeature`` rows of programs ``index``, one per written buffer.
+
+    Returns:
+        ``(rows, segment)``: float32 ``(R, 164)`` and int64 ``(R,)`` (position in
+        ``index`` of each row's program).  A program's leaves that carry the same row
+        (stores to one buffer) give it once, as TVM's extractor does.
+    """
+    from cdmpp.featurize.ast import OWN_FEATURES, PSF_DIM  # pylint: disable=import-outside-toplevel
+
+    cols = slice(len(OWN_FEATURES), len(OWN_FEATURES) + PSF_DIM)
+    rows, seg = [], []
+    for j, i in enumerate(np.asarray(index, dtype=np.int64)):
+        x = data.x[data.ptr[i] : data.ptr[i + 1]]
+        x = x[x[:, -1] > 0][:, cols]
+        if len(x) == 0:  # no row aligned (e.g. only constant stores): one zero row
+            x = np.zeros((1, PSF_DIM), np.float32)
+        x = np.unique(x, axis=0)
+        rows.append(x)
+        seg.append(np.full(len(x), j, dtype=np.int64))
+    return np.concatenate(rows).astype(np.float32), np.concatenate(seg)
+
+
+@dataclass
+class SegmentSumMLP:
+    """TVM's MLPModel baseline: an MLP over each ``PerStoreFeature`` row, summed per program.
+
+    Each row maps to a positive latency share (softplus); a program's shares are
+    segment-summed and the loss is the MSE of the log of that sum against the log of
+    the measured latency (TVM's MLPModel, ``python/tvm/s_tir/meta_schedule/cost_model/
+    mlp_model.py``, also segment-sums per-store outputs; it regresses normalised
+    throughput instead).  Trained with Lightning.
+
+    ``fit(data, index)`` takes a :class:`~cdmpp.featurize.batch.FeaturizedPrograms` and
+    training program indices, returns ``self`` and sets ``model_``; ``predict(data,
+    index)`` returns float64 seconds ``(len(index),)`` and raises
+    :class:`NotFittedError` before ``fit``.
+    """
+
+    hidden: int = 256
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+
+    def fit(self, data, index: np.ndarray) -> "SegmentSumMLP":
+        # pylint: disable=import-outside-toplevel
+        import lightning as L
+        import torch
+
+        from .lightning import SegmentSumModule
+
+        L.seed_everything(self.seed, workers=True, verbose=False)
+        index = np.asarray(index, dtype=np.int64)
+        rows, _ = store_rows(data, index)
+        self.mean_ = rows.mean(0)
+        self.std_ = rows.std(0) + 1e-6
+        self.log_scale_ = float(np.median(np.log(data.latency[index])))
+        self.model_ = torch.nn.Sequential(
+            torch.nn.Linear(rows.shape[1], self.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(self.hidden, self.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(self.hidden, 1),
+        )
+        module = SegmentSumModule(self)
+        loader = torch.utils.data.DataLoader(
+            index, batch_size=self.batch_size, shuffle=True, collate_fn=lambda b: self._batch(data, np.asarray(b))
+        )
+        trainer = L.Trainer(
+            max_epochs=self.epochs,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            deterministic=True,
+        )
+        trainer.fit(module, train_dataloaders=loader)
+        self.model_.eval()
+        return self
+
+    def _batch(self, data, index: np.ndarray):
+        import torch  # pylint: disable=import-outside-toplevel
+
+        rows, seg = store_rows(data, index)
+        x = torch.from_numpy((rows - self.mean_) / self.std_)
+        y = torch.from_numpy(np.log(data.latency[index]).astype(np.float32))
+        return x, torch.from_numpy(seg), len(index), y
+
+    def log_latency(self, x, seg, n):
+        """Predicted natural-log latency, ``(n,)``, of a batch of segment rows."""
+        import torch  # pylint: disable=import-outside-toplevel
+
+        share = torch.nn.functional.softplus(self.model_(x).squeeze(-1))
+        total = torch.zeros(n, dtype=share.dtype).index_add_(0, seg, share)
+        return torch.log(total + 1e-12) + self.log_scale_
+
+    def predict(self, data, index: np.ndarray) -> np.ndarray:
+        import torch  # pylint: disable=import-outside-toplevel
+
+        if not hasattr(self, "model_"):
+            raise NotFittedError("SegmentSumMLP is not fitted; call fit() first")
+        index = np.asarray(index, dtype=np.int64)
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(index), 1024):
+                x, seg, n, _ = self._batch(data, index[s : s + 1024])
+                out.append(self.log_latency(x, seg, n).double().numpy())
+        return np.exp(np.concatenate(out)) if out else np.zeros(0)

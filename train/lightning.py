@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import lightning as L
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from cdmpp.featurize.batch import FeaturizedPrograms, dense
@@ -133,3 +134,21 @@ class LatencyModule(L.LightningModule):
             return opt
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=c.lr, total_steps=steps, pct_start=0.1)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class SegmentSumModule(L.LightningModule):
+    """Loss and optimiser of :class:`~cdmpp.train.baselines.SegmentSumMLP` (MSE on log-latency)."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self.owner = owner
+        self.net = owner.model_
+
+    def training_step(self, batch, _batch_idx):
+        x, seg, n, y = batch
+        loss = nn.functional.mse_loss(self.owner.log_latency(x, seg, n), y)
+        self.log("train_loss", loss, batch_size=n)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.net.parameters(), lr=self.owner.lr)

@@ -61,3 +61,27 @@ def holdout_network(
     is_val = np.isin(workload, val_w) & ~is_test
     idx = np.arange(workload.size)
     return Split(idx[~is_test & ~is_val], idx[is_val], idx[is_test], network or "none")
+
+
+def random_programs(num_programs: int, test_fraction: float = 0.2, val_fraction: float = 0.1, seed: int = 0) -> Split:
+    """Random split by program, for reference only.
+
+    Programs of one task land on both sides: this measures interpolation within
+    known tasks, not generalisation to unseen networks (its ``holdout`` says so).
+
+    Raises:
+        ValueError: fewer than 3 programs, or fractions outside (0, 1).
+    """
+    if num_programs < 3:
+        raise ValueError(f"a random split needs at least 3 programs, got {num_programs}")
+    if not (0 < test_fraction < 1 and 0 <= val_fraction < 1 and test_fraction + val_fraction < 1):
+        raise ValueError(f"bad fractions: test {test_fraction}, validation {val_fraction}")
+    perm = np.random.default_rng(seed).permutation(num_programs)
+    n_test = max(1, int(round(test_fraction * num_programs)))
+    n_val = int(round(val_fraction * num_programs))
+    return Split(
+        np.sort(perm[n_test + n_val :]),
+        np.sort(perm[n_test : n_test + n_val]),
+        np.sort(perm[:n_test]),
+        "random programs (tasks on both sides)",
+    )

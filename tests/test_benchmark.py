@@ -1,0 +1,45 @@
+import csv
+
+import numpy as np
+import pytest
+
+from cdmpp.train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
+from cdmpp.train.lightning import TrainConfig
+from cdmpp.train.model import ModelConfig
+from cdmpp.train.splits import random_programs
+
+
+def test_random_split_covers_every_program_once():
+    s = random_programs(50, test_fraction=0.2, val_fraction=0.1, seed=3)
+    both = np.concatenate([s.train, s.val, s.test])
+    assert sorted(both.tolist()) == list(range(50)) and len(s.test) == 10 and len(s.val) == 5
+    assert "both sides" in s.holdout  # never silent about sharing tasks
+    with pytest.raises(ValueError):
+        random_programs(2)
+
+
+def test_benchmark_rows_files_and_table(tiny_collection, tmp_path):
+    cfg, _ = tiny_collection
+    bench = BenchmarkConfig(
+        holdouts=[],
+        model=ModelConfig(d_model=16, n_heads=2, n_layers=1, ff_dim=32),
+        train=TrainConfig(epochs=1, batch_size=4),
+        mlp_epochs=1,
+        log_dir=tmp_path / "logs",
+    )
+    rows = run_benchmark(cfg.out_dir, bench)
+    models = [r["model"] for r in rows]
+    assert models == [
+        "cdmpp transformer",
+        "without positional enc.",
+        "xgboost PerStoreFeature",
+        "segment-sum MLP",
+        "FLOPs / best throughput",
+    ]
+    assert {r["split"] for r in rows} == {"random by program"}
+    assert all(r["programs"] >= 1 and r["train_s"] >= 0 and r["predict_programs_per_s"] > 0 for r in rows)
+    csv_path, md_path = write_benchmark(rows, tmp_path / "out")
+    with open(csv_path, encoding="utf-8") as f:
+        assert [r["model"] for r in csv.DictReader(f)] == models
+    assert md_path.read_text().startswith("| split | model |")
+    assert "segment-sum MLP" in format_benchmark(rows)

@@ -1,0 +1,171 @@
+"""``cdmpp evaluate --benchmark``: every model on the same splits, data and seed.
+
+For each split (leave-one-network-out over several networks, then a random split by
+program for reference) it trains the transformer (and, for the ablation, the same
+transformer without the pre-order positional encoding), gradient-boosted trees over
+summed ``PerStoreFeature`` (TVM's XGBModel / TenSet baseline), a segment-sum MLP over
+the same rows (TVM's MLPModel) and the FLOPs baseline (no learning), then scores
+them with MAPE, within 10%/25%, RMSE of log-latency, mean Kendall tau within tasks
+and TenSet's task-weighted top-1/top-5 scores (TenSet, NeurIPS 2021, section 5).
+Training wall time and prediction throughput (programs per second, features
+precomputed) are reported with them.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
+from .evaluate import load_featurized, task_weights
+from .fit import fit_transformer, predict_latency_array
+from .lightning import TrainConfig
+from .metrics import summary
+from .model import ModelConfig
+from .splits import Split, holdout_network, networks_of, random_programs
+
+METRICS = ("mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5")
+
+
+@dataclass
+class BenchmarkConfig:
+    """What ``run_benchmark`` trains and on which splits.
+
+    Attributes:
+        holdouts: networks held out in turn (``None``: every network with measured programs).
+        random_split: also score a random split by program (tasks on both sides).
+        positional_encoding_ablation: also train the transformer without the positional encoding.
+        model: the transformer's configuration.
+        train: its training recipe (its ``seed`` seeds every model and split).
+        mlp_epochs: training epochs of the segment-sum MLP.
+        log_dir: where the transformer runs log to wandb (offline).
+    """
+
+    holdouts: list[str] | None = None
+    random_split: bool = True
+    positional_encoding_ablation: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    mlp_epochs: int = 30
+    log_dir: Path = Path("runs/benchmark/logs")
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _models(cfg: BenchmarkConfig, data, split: Split):
+    """``(name, fit() -> predictor, predict(predictor, index) -> seconds)`` of every model."""
+    fit_index = np.concatenate([split.train, split.val])
+    seed = cfg.train.seed
+
+    def transformer(mcfg):
+        return (
+            lambda: fit_transformer(data, split, mcfg, cfg.train, cfg.log_dir, use_wandb=True, progress=False),
+            lambda m, idx: predict_latency_array(m, data, idx),
+        )
+
+    models = [("cdmpp transformer", *transformer(cfg.model))]
+    if cfg.positional_encoding_ablation:
+        no_pe = dataclasses.replace(cfg.model, positional_encoding=False)
+        models.append(("  without positional enc.", *transformer(no_pe)))
+    models += [
+        (
+            "xgboost PerStoreFeature",
+            lambda: TreeBaseline(seed=seed).fit(data.psf_sum[fit_index], data.latency[fit_index]),
+            lambda m, idx: m.predict(data.psf_sum[idx]),
+        ),
+        (
+            "segment-sum MLP",
+            lambda: SegmentSumMLP(epochs=cfg.mlp_epochs, seed=seed).fit(data, fit_index),
+            lambda m, idx: m.predict(data, idx),
+        ),
+        (
+            "FLOPs / best throughput",
+            lambda: FlopsBaseline().fit(data.flops[fit_index], data.latency[fit_index]),
+            lambda m, idx: m.predict(data.flops[idx]),
+        ),
+    ]
+    return models
+
+
+def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: Path | None = None) -> list[dict]:
+    """Train and score every model on every split of a dataset's first device.
+
+    Returns:
+        One row per (split, model): ``split``, ``model``, ``programs``, the metrics in
+        ``METRICS`` (fractions, not percent), ``train_s`` (wall seconds) and
+        ``predict_programs_per_s``.
+
+    Raises:
+        DatasetError: no measured data.  ValueError: an unknown held-out network.
+    """
+    cfg = cfg or BenchmarkConfig()
+    db, data = load_featurized(Path(dataset), cache_dir, progress=False)
+    measured = set(np.asarray(data.workload_keys)[np.unique(data.workload)])
+    holdouts = cfg.holdouts
+    if holdouts is None:
+        holdouts = [n for n, keys in networks_of(db.manifest).items() if keys & measured]
+    splits = [
+        (n, holdout_network(data.workload, data.workload_keys, db.manifest, n, seed=cfg.train.seed), n)
+        for n in holdouts
+    ]
+    if cfg.random_split:
+        splits.append(("random by program", random_programs(len(data), seed=cfg.train.seed), None))
+    rows = []
+    for name, split, net in splits:
+        if len(split.test) == 0:
+            continue
+        weights = task_weights(db.manifest, data.workload_keys, net)
+        true, groups = data.latency[split.test], data.workload[split.test]
+        for model_name, fit, predict in _models(cfg, data, split):
+            model, train_s = _timed(fit)
+            pred, pred_s = _timed(lambda: predict(model, split.test))  # noqa: B023  called at once
+            row = {"split": name, "model": model_name.strip(), **summary(pred, true, groups, weights)}
+            row["train_s"] = round(train_s, 2)
+            row["predict_programs_per_s"] = round(len(split.test) / max(pred_s, 1e-9), 1)
+            rows.append(row)
+    return rows
+
+
+def format_benchmark(rows: list[dict], markdown: bool = False) -> str:
+    """The benchmark table as fixed-width text, or as a markdown table."""
+    cols = ["split", "model", "programs", *METRICS, "train_s", "predict_programs_per_s"]
+    head = ["split", "model", "programs", "MAPE", "<=10%", "<=25%", "RMSE(log)", "tau", "top-1", "top-5",
+            "train s", "pred/s"]
+
+    def cell(r, c):
+        v = r[c]
+        if c in ("mape", "within_10", "within_25"):
+            return f"{100 * v:.1f}%"
+        if isinstance(v, float):
+            return f"{v:.3f}" if c in METRICS else f"{v:.1f}"
+        return str(v)
+
+    body = [[cell(r, c) for c in cols] for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " if i < 2 else " ---: " for i in range(len(head))) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    fmt = lambda vals: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
+    return "\n".join([fmt(head), "-" * len(fmt(head)), *(fmt(b) for b in body)])
+
+
+def write_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``benchmark.csv`` and ``benchmark.md`` into ``out_dir``; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / "benchmark.csv", out_dir / "benchmark.md"
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["split", "model"])
+        w.writeheader()
+        w.writerows(rows)
+    md_path.write_text(format_benchmark(rows, markdown=True) + "\n", encoding="utf-8")
+    return csv_path, md_path
