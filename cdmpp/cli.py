@@ -182,7 +182,14 @@ def _cmd_train(args) -> int:
     holdout = None if args.holdout in (None, "none") else args.holdout
     mcfg, tcfg = _model_configs(args)
     rows = train_and_compare(
-        Path(args.dataset), holdout, Path(args.out), mcfg, tcfg, Path(args.cache), use_wandb=not args.no_wandb
+        Path(args.dataset),
+        holdout,
+        Path(args.out),
+        mcfg,
+        tcfg,
+        Path(args.cache),
+        use_wandb=not args.no_wandb,
+        benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
     )
     print(f"checkpoint written to {args.out}")
     if rows:
@@ -316,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--no-wandb", action="store_true", help="do not log to wandb (offline by default)")
+    s.add_argument("--benchmark-table", default=None, help="benchmark.md to embed in the model card")
     model_args(s)
     s.set_defaults(func=_cmd_train)
 

@@ -29,3 +29,17 @@ def test_import_a_jsondatabase_twice_adds_nothing_the_second_time(tiny_collectio
     db = ds.load_device_dir(tmp_path / "my-laptop")
     assert len(db.programs) == n and db.manifest["device"]["device_id"] == "my-laptop"
     assert main(["import", "--work-dir", str(summary.device_dir), "--device", "../x", "-o", str(tmp_path)]) == 2
+
+
+def test_train_writes_checkpoint_and_model_card(tiny_collection, tmp_path, capsys):
+    cfg, _ = tiny_collection
+    out = tmp_path / "ckpt"
+    bench = tmp_path / "benchmark.md"
+    bench.write_text("| split | model |\n| --- | --- |\n| random by program | x |\n")
+    args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(out), "--no-wandb"]
+    args += ["--epochs", "1", "--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c")]
+    assert main(args + ["--benchmark-table", str(bench)]) == 0
+    card = (out / "README.md").read_text()
+    assert '"d_model": 16' in card and '"epochs": 1' in card and "| random by program | x |" in card
+    assert main(["evaluate", "-c", str(out), "-d", str(cfg.out_dir), "--cache", str(tmp_path / "c")]) == 0
+    assert "cdmpp transformer" in capsys.readouterr().out

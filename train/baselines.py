@@ -130,6 +130,20 @@ def store_rows(data, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(rows).astype(np.float32), np.concatenate(seg)
 
 
+class _RowTable:
+    """:func:`store_rows` of every program of ``data``, computed once, sliced per batch."""
+
+    def __init__(self, data):
+        self.data = data
+        self.rows, seg = store_rows(data, np.arange(len(data)))
+        self.ptr = np.searchsorted(seg, np.arange(len(data) + 1))
+
+    def rows_of(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        parts = [np.arange(self.ptr[i], self.ptr[i + 1]) for i in index]
+        seg = np.concatenate([np.full(len(p), j, dtype=np.int64) for j, p in enumerate(parts)])
+        return self.rows[np.concatenate(parts)], seg
+
+
 @dataclass
 class SegmentSumMLP:
     """TVM's MLPModel baseline: an MLP over each ``PerStoreFeature`` row, summed per program.
@@ -161,7 +175,8 @@ class SegmentSumMLP:
 
         L.seed_everything(self.seed, workers=True, verbose=False)
         index = np.asarray(index, dtype=np.int64)
-        rows, _ = store_rows(data, index)
+        self._rows = _RowTable(data)
+        rows = self._rows.rows_of(index)[0]
         self.mean_ = rows.mean(0)
         self.std_ = rows.std(0) + 1e-6
         self.log_scale_ = float(np.median(np.log(data.latency[index])))
@@ -192,7 +207,9 @@ class SegmentSumMLP:
     def _batch(self, data, index: np.ndarray):
         import torch  # pylint: disable=import-outside-toplevel
 
-        rows, seg = store_rows(data, index)
+        if getattr(self, "_rows", None) is None or self._rows.data is not data:
+            self._rows = _RowTable(data)
+        rows, seg = self._rows.rows_of(index)
         x = torch.from_numpy((rows - self.mean_) / self.std_)
         y = torch.from_numpy(np.log(data.latency[index]).astype(np.float32))
         return x, torch.from_numpy(seg), len(index), y

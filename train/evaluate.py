@@ -25,6 +25,7 @@ from .model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import holdout_network
 
 BASELINE_FILE = "tree_baseline.json"
+CARD_FILE = "README.md"
 COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_tau")
 
 
@@ -63,10 +64,13 @@ def train_and_compare(
     cache_dir: Path | None = None,
     use_wandb: bool = True,
     progress: bool = True,
+    benchmark_table: Path | None = None,
 ) -> dict[str, dict]:
     """Train the transformer and the tree baseline on one held-out-network split, save both.
 
-    Writes ``out/model.safetensors``, ``out/config.json`` and ``out/tree_baseline.json``.
+    Writes ``out/model.safetensors``, ``out/config.json``, ``out/tree_baseline.json`` and
+    the model card ``out/README.md`` (which embeds ``benchmark_table``, a markdown file
+    written by ``cdmpp evaluate --benchmark``, when given).
 
     Returns:
         Metric rows per model on the held-out network (empty when ``holdout`` is None).
@@ -106,7 +110,55 @@ def train_and_compare(
     }
     save_checkpoint(model, out, meta)
     tree.save(Path(out) / BASELINE_FILE)
+    table = Path(benchmark_table).read_text(encoding="utf-8") if benchmark_table else None
+    (Path(out) / CARD_FILE).write_text(model_card(model_config, meta, db, table), encoding="utf-8")
     return rows
+
+
+def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str | None = None) -> str:
+    """The checkpoint's model card (markdown): its data, its recipe and its evaluation."""
+    nets: dict[str, int] = {}
+    index_of = {k: i for i, k in enumerate(db.workload_keys)}
+    counts = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workload_keys))
+    for t in db.manifest.get("tasks", []):
+        i = index_of.get(t["workload_key"])
+        if i is not None:
+            nets[t["network"]] = nets.get(t["network"], 0) + int(counts[i])
+    lines = [
+        "# Model card: cdmpp latency transformer",
+        "",
+        "Predicts the latency (seconds) of a scheduled TensorIR PrimFunc on the device below, from its compact "
+        "AST (CDMPP, EuroSys 2024, sections 3-4): a transformer encoder over the leaves' feature vectors with a "
+        "sinusoidal encoding of their pre-order positions, pooled, then an MLP head on log-latency.",
+        "",
+        "## Data",
+        f"- Dataset `{meta['dataset']}`, device `{meta['device_id']}` "
+        f"({meta['device'].get('model', '?')}, {meta['device'].get('cores', '?')} cores, "
+        f"target `{json.dumps(meta['device'].get('target', {}))}`)",
+        f"- Trained on {meta['train_programs']} programs, validated on {meta['val_programs']} "
+        f"(held-out network: {meta['holdout'] or 'none'}, {meta['test_programs']} test programs)",
+        "- Programs per network (a task shared by networks counts in each): "
+        + ", ".join(f"{n} {c}" for n, c in nets.items()),
+        "- Labels: median of 10 timing repeats, measured by `cdmpp collect` (see the dataset card)",
+        "",
+        "## Recipe",
+        f"- Model: `{json.dumps(asdict(model_config))}`",
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss MSE on standardised log-latency; AdamW",
+        f"- Wall time on this machine: {meta['train_seconds']['transformer']} s (tree baseline "
+        f"{meta['train_seconds']['tree_baseline']} s)",
+        "- Mean pooling and 40 epochs were chosen on the held-out-network split (RESULTS.md); "
+        "longer training over-fits the training networks.",
+    ]
+    if meta.get("heldout_metrics"):
+        lines += ["", "## Held-out network", "", format_table(meta["heldout_metrics"], meta["holdout"])]
+    if benchmark_table:
+        lines += [
+            "",
+            "## Benchmark (`cdmpp evaluate --benchmark`, same data, splits and seed for every model)",
+            "",
+            benchmark_table.strip(),
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def task_weights(manifest: dict, workload_keys: list[str], network: str | None) -> dict[int, float]:
