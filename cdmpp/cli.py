@@ -19,24 +19,33 @@ from pathlib import Path
 
 
 def _cmd_networks(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
     from . import networks  # pylint: disable=import-outside-toplevel
 
     names = networks.network_names()
-    if not args.count_tasks:
-        for n in names:
-            spec = networks.get_network(n)
-            print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}")
-        return 0
-    from .collect import extract_network_tasks  # pylint: disable=import-outside-toplevel
-    from .device import local_cpu  # pylint: disable=import-outside-toplevel
-    from .tvm_compat import Target  # pylint: disable=import-outside-toplevel
+    known: dict[str, tuple[int, int]] = {}  # network -> (tasks, total task weight), from a dataset
+    if args.dataset:
+        for d in ds.device_dirs(Path(args.dataset)):
+            m = ds.read_manifest(d)
+            for n, info in m.get("networks", {}).items():
+                weight = sum(int(t["weight"]) for t in m.get("tasks", []) if t["network"] == n)
+                known.setdefault(n, (int(info["tasks"]), weight))
+    target = None
+    if args.count_tasks:
+        from .device import local_cpu  # pylint: disable=import-outside-toplevel
+        from .tvm_compat import Target  # pylint: disable=import-outside-toplevel
 
-    target = Target(local_cpu().target)
+        target = Target(local_cpu().target)
     print(f"{'network':<26}{'family':<14}{'input':<20}{'tasks':>6}{'weight':>8}")
     for n in names:
         spec = networks.get_network(n)
-        tasks = extract_network_tasks(n, target)
-        print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}{len(tasks):>6}{sum(t.weight for t in tasks):>8}")
+        if n not in known and target is not None:
+            from .collect import extract_network_tasks  # pylint: disable=import-outside-toplevel
+
+            tasks = extract_network_tasks(n, target)
+            known[n] = (len(tasks), sum(t.weight for t in tasks))
+        tasks, weight = known.get(n, ("?", "?"))
+        print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}{tasks:>6}{weight:>8}")
     return 0
 
 
@@ -261,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("networks", help="list the network zoo")
     s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
+    s.add_argument("--dataset", default=None, help="take task counts from this dataset's manifests (instant)")
     s.set_defaults(func=_cmd_networks)
 
     s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")

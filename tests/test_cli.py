@@ -43,3 +43,11 @@ def test_train_writes_checkpoint_and_model_card(tiny_collection, tmp_path, capsy
     assert '"d_model": 16' in card and '"epochs": 1' in card and "| random by program | x |" in card
     assert main(["evaluate", "-c", str(out), "-d", str(cfg.out_dir), "--cache", str(tmp_path / "c")]) == 0
     assert "cdmpp transformer" in capsys.readouterr().out
+
+
+def test_networks_lists_task_counts_from_a_dataset(tiny_collection, capsys):
+    cfg, _ = tiny_collection
+    assert main(["networks", "--dataset", str(cfg.out_dir)]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["dcgan-b1"][-2:] == ["5", "5"]  # every task is listed, also those not measured
+    assert rows["resnet_50-b1"][-1] == "?" and len(rows) >= 24
