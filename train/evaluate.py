@@ -46,12 +46,18 @@ def format_table(rows: dict[str, dict], title: str) -> str:
 
 
 def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True):
-    """``(DeviceDatabase, FeaturizedPrograms)`` of the first device folder of a dataset.
+    """``(DeviceDatabase, FeaturizedPrograms)`` of a dataset's only device folder (or of a device folder).
 
     Raises:
-        DatasetError: no device folder or no measured record.
+        DatasetError: no device folder, several (name one: ``<dataset>/<device_id>``),
+            or no measured record.
     """
-    db = ds.load_device_dir(ds.device_dirs(dataset)[0])
+    dirs = ds.device_dirs(dataset)
+    if len(dirs) > 1:
+        raise ds.DatasetError(
+            f"{dataset} holds several devices ({', '.join(d.name for d in dirs)}): give one device folder"
+        )
+    db = ds.load_device_dir(dirs[0])
     return db, featurize_database(db, cache_dir, progress=progress)
 
 
