@@ -507,8 +507,9 @@ def collect(
                 store.measured_program_keys(wl) if store.done.get(key) else set()
             )
             n_random = cfg.programs_per_task - round(cfg.programs_per_task * cfg.evolutionary_fraction)
+            exhausted = False
             for phase in ("random", "evolutionary"):
-                if need <= 0 or (should_stop is not None and should_stop()):
+                if need <= 0 or exhausted or (should_stop is not None and should_stop()):
                     break
                 done = store.done.get(key, 0)
                 if phase == "random":
@@ -548,6 +549,9 @@ def collect(
                             continue
                         seen.add(pk)
                         fresh.append((c, pk))
+                    if not fresh:  # a whole round of programs already seen: the space is used up
+                        exhausted = True
+                        break
                     fresh = fresh[:want]
                     results = {}
                     batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv)
