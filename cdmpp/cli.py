@@ -181,7 +181,16 @@ def _model_configs(args):
 
     pe = False if args.no_pe else None
     model = ModelConfig(**given(d_model=args.d_model, n_layers=args.layers, pooling=args.pooling, positional_encoding=pe))
-    train = TrainConfig(**given(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed))
+    train = TrainConfig(
+        **given(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            rank_weight=args.rank_weight,
+            task_group=args.task_group,
+        )
+    )
     return model, train
 
 
@@ -326,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
         s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
         s.add_argument("--seed", type=int, default=None)
+        s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
+        s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
 
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
     s.add_argument("-d", "--dataset", required=True)

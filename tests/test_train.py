@@ -95,3 +95,46 @@ def test_top_k_score_and_flops_baseline():
         FlopsBaseline().predict(np.ones(2))
     b = FlopsBaseline().fit(np.array([100.0, 100.0, 0.0]), np.array([1.0, 2.0, 0.5]))
     assert b.throughput_ == 100.0 and b.predict(np.array([300.0, 0.0])).tolist() == [3.0, 0.5]
+
+
+def test_task_group_batches_cover_every_program_once_in_same_task_runs():
+    from cdmpp.train.lightning import TaskGroupBatchSampler
+
+    index = np.arange(100, 137)
+    workload = np.repeat([3, 1, 4, 1, 5], [10, 5, 9, 5, 8])  # task 1 occurs twice: 10 programs
+    sampler = TaskGroupBatchSampler(index, workload, batch_size=8, group=4, seed=0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 5 and all(len(b) == 8 for b in batches[:-1])
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == index.tolist()
+    task = dict(zip(index.tolist(), workload.tolist()))
+    # laid end to end, the order changes task at most once per group of 4
+    changes = sum(task[a] != task[b] for a, b in zip(flat[:-1], flat[1:]))
+    assert changes <= -(-10 // 4) + -(-9 // 4) + -(-8 // 4) + -(-10 // 4)
+    # 20 tasks of 8 programs, groups of 8, batches of 16: every batch is two whole tasks
+    # (a free shuffle would put about 11 tasks in each)
+    wl = np.repeat(np.arange(20), 8)
+    for b in TaskGroupBatchSampler(np.arange(160), wl, batch_size=16, group=8, seed=1):
+        assert len(b) == 16 and len(set(wl[b].tolist())) == 2
+    again = [b for b in TaskGroupBatchSampler(index, workload, batch_size=8, group=4, seed=0)]
+    assert again == batches
+
+
+def test_pairwise_rank_loss_rewards_the_right_order_within_tasks_only():
+    from cdmpp.train.lightning import pairwise_rank_loss
+
+    target = torch.tensor([0.0, 1.0, 2.0, 5.0, 6.0])
+    group = torch.tensor([0, 0, 0, 1, 1])
+    right, wrong = pairwise_rank_loss(target, target, group), pairwise_rank_loss(-target, target, group)
+    assert right < np.log(2) < wrong  # log 2 is the loss of a constant prediction
+    # a pair of different tasks is never compared: swapping the two tasks' levels changes nothing
+    shifted = target.clone()
+    shifted[3:] -= 100
+    assert pairwise_rank_loss(shifted, target, group) == pytest.approx(right.item())
+    # pairs within the margin are ignored; no pair left gives 0
+    assert pairwise_rank_loss(target, target, torch.arange(5)).item() == 0.0
+    assert pairwise_rank_loss(-target, target, group, margin=1.5).item() == pytest.approx(
+        pairwise_rank_loss(-target[[0, 2]], target[[0, 2]], group[[0, 2]]).item()
+    )
+    with pytest.raises(ValueError, match="rank_weight"):
+        TrainConfig(rank_weight=-1)

@@ -149,11 +149,18 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         "",
         "## Recipe",
         f"- Model: `{json.dumps(asdict(model_config))}`",
-        f"- Training: `{json.dumps(meta['train_config'])}`; loss MSE on standardised log-latency; AdamW",
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss MSE on standardised log-latency"
+        + (
+            f" plus {meta['train_config']['rank_weight']} x a within-task pairwise ranking term (RankNet)"
+            if meta["train_config"].get("rank_weight")
+            else ""
+        )
+        + "; AdamW",
         f"- Wall time on this machine: {meta['train_seconds']['transformer']} s (tree baseline "
         f"{meta['train_seconds']['tree_baseline']} s)",
         "- Mean pooling and 40 epochs were chosen on the held-out-network split (RESULTS.md); "
-        "longer training over-fits the training networks.",
+        "longer training over-fits the training networks. A within-task ranking term and a "
+        "FLOPs-normalised label were tried on the corpus and lost (RESULTS.md, recipe experiments).",
     ]
     if meta.get("heldout_metrics"):
         lines += ["", "## Held-out network", "", format_table(meta["heldout_metrics"], meta["holdout"])]

@@ -49,7 +49,9 @@ def fit_transformer(
     module.model.set_normalization(
         torch.from_numpy(data.x[rows]), torch.from_numpy(np.log(data.latency[split.train]))
     )
-    dm = ProgramDataModule(data, split.train, split.val, split.test, train_config.batch_size, train_config.seed)
+    dm = ProgramDataModule(
+        data, split.train, split.val, split.test, train_config.batch_size, train_config.seed, train_config.task_group
+    )
     logger = False
     if use_wandb and not fast_dev_run:
         from lightning.pytorch.loggers import WandbLogger

@@ -1,8 +1,10 @@
 """Lightning wrappers: the loss/optimiser module and the data module.
 
 :class:`LatencyModule` holds a :class:`~cdmpp.train.model.LatencyTransformer` and one
-shared step (MSE on standardised log-latency); :class:`ProgramDataModule` serves
-padded batches of a :class:`~cdmpp.featurize.batch.FeaturizedPrograms` split.
+shared step (MSE on standardised log-latency, optionally plus a pairwise ranking term
+within each task); :class:`ProgramDataModule` serves padded batches of a
+:class:`~cdmpp.featurize.batch.FeaturizedPrograms` split, optionally built from groups
+of programs of one task so that the ranking term sees pairs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from cdmpp.featurize.batch import FeaturizedPrograms, dense
 
@@ -30,6 +32,14 @@ class TrainConfig:
         lr: peak AdamW learning rate (one-cycle schedule).
         weight_decay: AdamW weight decay.
         seed: seed of everything (weights, shuffling, validation draw).
+        rank_weight: weight of the pairwise ranking term (RankNet's logistic loss over
+            pairs of programs of the same task in a batch; Burges et al. 2005) added to
+            the MSE.  0 trains on the MSE alone.
+        rank_margin: pairs whose measured log-latencies differ by less than this
+            (natural log; 0.05 is about 5%, the repeat noise) are not ranked.
+        task_group: when > 0, training batches are made of groups of up to this many
+            programs of one task (shuffled groups, shuffled within), so that a batch
+            holds same-task pairs; 0 shuffles programs freely.
     """
 
     epochs: int = 40
@@ -37,6 +47,16 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 1e-4
     seed: int = 0
+    rank_weight: float = 0.0
+    rank_margin: float = 0.05
+    task_group: int = 0
+
+    def __post_init__(self):
+        if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0:
+            raise ValueError(
+                f"rank_weight, rank_margin and task_group must be >= 0, got "
+                f"{self.rank_weight}, {self.rank_margin}, {self.task_group}"
+            )
 
 
 class _Indices(Dataset):
@@ -50,21 +70,83 @@ class _Indices(Dataset):
         return int(self.index[i])
 
 
+class TaskGroupBatchSampler(Sampler):
+    """Batches of whole groups of same-task programs, for a within-task ranking loss.
+
+    Each epoch, the programs of every task are shuffled and cut into groups of up to
+    ``group`` programs; the groups are shuffled, laid end to end and cut into batches
+    of ``batch_size`` programs (the last may be shorter), so the batch count is fixed.
+    Every program appears exactly once per epoch.  Deterministic given ``seed``.
+
+    Args:
+        index: int64 ``(N,)`` program indices.
+        workload: int64 ``(N,)`` task (workload) of each of them.
+    """
+
+    def __init__(self, index: np.ndarray, workload: np.ndarray, batch_size: int, group: int, seed: int = 0):
+        super().__init__()
+        self.index, self.workload = np.asarray(index, np.int64), np.asarray(workload, np.int64)
+        self.batch_size, self.group = max(1, batch_size), max(1, group)
+        self.rng = np.random.default_rng(seed)
+
+    def _batches(self) -> list[list[int]]:
+        groups = []
+        for w in np.unique(self.workload):
+            members = self.rng.permutation(self.index[self.workload == w])
+            groups += [members[i : i + self.group] for i in range(0, len(members), self.group)]
+        order = np.concatenate([groups[g] for g in self.rng.permutation(len(groups))]) if groups else self.index
+        return [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+
+    def __iter__(self):
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return -(-len(self.index) // self.batch_size)
+
+
+class _Positions(Sampler):
+    """Maps a sampler's batches of program indices to positions in ``_Indices(index)``."""
+
+    def __init__(self, sampler: TaskGroupBatchSampler, index: np.ndarray):
+        super().__init__()
+        self.sampler = sampler
+        self.position = {int(p): i for i, p in enumerate(index)}
+
+    def __iter__(self):
+        for batch in self.sampler:
+            yield [self.position[p] for p in batch]
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
 class ProgramDataModule(L.LightningDataModule):
     """Batches of featurized programs for one split.
 
     Each batch is a dict: ``x`` float32 ``(B, L_max, F)``, ``pos`` int64 ``(B, L_max)``,
-    ``mask`` bool ``(B, L_max)``, ``y`` float32 ``(B,)`` (natural log of seconds) and
-    ``index`` int64 ``(B,)`` (program indices into ``data``).
+    ``mask`` bool ``(B, L_max)``, ``y`` float32 ``(B,)`` (natural log of seconds),
+    ``index`` int64 ``(B,)`` (program indices into ``data``) and ``workload`` int64
+    ``(B,)`` (each program's task).  With ``task_group > 0`` the training batches are
+    drawn by :class:`TaskGroupBatchSampler`.
     """
 
-    def __init__(self, data: FeaturizedPrograms, train, val, test=None, batch_size: int = 128, seed: int = 0):
+    def __init__(
+        self,
+        data: FeaturizedPrograms,
+        train,
+        val,
+        test=None,
+        batch_size: int = 128,
+        seed: int = 0,
+        task_group: int = 0,
+    ):
         super().__init__()
         self.data = data
         self.train_index, self.val_index = np.asarray(train), np.asarray(val)
         self.test_index = np.asarray(test if test is not None else [], dtype=np.int64)
         self.batch_size = batch_size
         self.seed = seed
+        self.task_group = task_group
 
     def collate(self, indices: list[int]) -> dict:
         """Pad the programs at ``indices`` into one batch (see the class docstring)."""
@@ -77,7 +159,8 @@ class ProgramDataModule(L.LightningDataModule):
         rows = np.concatenate(rows)
         x, pos, mask = dense(self.data.x[rows], self.data.pos[rows], np.asarray(ptr))
         y = torch.from_numpy(np.log(self.data.latency[idx]).astype(np.float32))
-        return {"x": x, "pos": pos, "mask": mask, "y": y, "index": torch.from_numpy(idx)}
+        workload = torch.from_numpy(np.asarray(self.data.workload[idx], dtype=np.int64))
+        return {"x": x, "pos": pos, "mask": mask, "y": y, "index": torch.from_numpy(idx), "workload": workload}
 
     def _loader(self, index, shuffle: bool) -> DataLoader:
         gen = torch.Generator().manual_seed(self.seed)
@@ -86,6 +169,10 @@ class ProgramDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self):
+        if self.task_group > 0:
+            idx = np.asarray(self.train_index, np.int64)
+            sampler = TaskGroupBatchSampler(idx, self.data.workload[idx], self.batch_size, self.task_group, self.seed)
+            return DataLoader(_Indices(idx), batch_sampler=_Positions(sampler, idx), collate_fn=self.collate)
         return self._loader(self.train_index, True)
 
     def val_dataloader(self):
@@ -98,8 +185,33 @@ class ProgramDataModule(L.LightningDataModule):
         return self._loader(self.test_index, False)
 
 
+def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor, margin: float = 0.0):
+    """RankNet loss (Burges et al., ICML 2005) over same-group pairs.
+
+    For every pair ``(i, j)`` of one group whose targets differ by more than ``margin``,
+    with ``target[i] > target[j]``, adds ``softplus(-(pred[i] - pred[j]))``.
+
+    Args:
+        pred, target: float32 ``(B,)`` (any monotone scale of log-latency).
+        group: int64 ``(B,)`` task of each program.
+
+    Returns:
+        The mean over such pairs (a scalar tensor); 0 when the batch has none.
+    """
+    diff_t = target.unsqueeze(1) - target.unsqueeze(0)
+    pair = (group.unsqueeze(1) == group.unsqueeze(0)) & (diff_t > margin)
+    if not bool(pair.any()):
+        return pred.sum() * 0.0
+    diff_p = pred.unsqueeze(1) - pred.unsqueeze(0)
+    return torch.nn.functional.softplus(-diff_p[pair]).mean()
+
+
 class LatencyModule(L.LightningModule):
-    """Loss and optimiser around :class:`LatencyTransformer` (MSE on standardised log-latency)."""
+    """Loss and optimiser around :class:`LatencyTransformer`.
+
+    The loss is the MSE on standardised log-latency plus ``rank_weight`` times
+    :func:`pairwise_rank_loss` within tasks (see :class:`TrainConfig`).
+    """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig):
         super().__init__()
@@ -111,6 +223,10 @@ class LatencyModule(L.LightningModule):
         target = (batch["y"] - self.model.label_mean) / self.model.label_std
         pred = self.model(batch["x"], batch["pos"], batch["mask"])
         loss = torch.nn.functional.mse_loss(pred, target)
+        c = self.train_config
+        if c.rank_weight > 0:
+            margin = c.rank_margin / float(self.model.label_std)
+            loss = loss + c.rank_weight * pairwise_rank_loss(pred, target, batch["workload"], margin)
         self.log(f"{stage}_loss", loss, prog_bar=True, batch_size=len(target), on_epoch=True, on_step=False)
         return loss
 
