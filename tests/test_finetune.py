@@ -1,0 +1,68 @@
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from cdmpp.cli import main
+from cdmpp.train.finetune import FineTuneConfig, fine_tune, program_embeddings, select_shots
+from cdmpp.train.metrics import rmse_log
+from cdmpp.train.fit import predict_latency_array
+from cdmpp.train.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
+
+
+def _model():
+    torch.manual_seed(0)
+    return LatencyTransformer(ModelConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64)).eval()
+
+
+def test_kmeans_shots_are_distinct_candidates_chosen_without_labels(tiny_featurized):
+    _, data = tiny_featurized
+    model = _model()
+    candidates = np.arange(1, len(data))
+    shots = select_shots(model, data, candidates, FineTuneConfig(shots=3))
+    assert shots.dtype == np.int64 and len(set(shots.tolist())) == 3 and set(shots) <= set(candidates)
+    assert np.all(np.diff(shots) > 0)
+    relabelled = dataclasses.replace(data, latency=np.ones_like(data.latency))
+    assert select_shots(model, relabelled, candidates, FineTuneConfig(shots=3)).tolist() == shots.tolist()
+    assert program_embeddings(model, data, candidates).shape == (len(candidates), 32)
+    # asking for more shots than candidates takes them all; random choice is seeded
+    assert select_shots(model, data, candidates, FineTuneConfig(shots=99)).tolist() == candidates.tolist()
+    r = FineTuneConfig(shots=2, selection="random", seed=3)
+    assert select_shots(model, data, candidates, r).tolist() == select_shots(model, data, candidates, r).tolist()
+    with pytest.raises(ValueError, match="no candidate"):
+        select_shots(model, data, np.array([], dtype=np.int64), FineTuneConfig())
+    with pytest.raises(ValueError, match="selection"):
+        FineTuneConfig(selection="greedy")
+    with pytest.raises(ValueError, match="shots"):
+        FineTuneConfig(shots=0)
+
+
+def test_fine_tune_learns_the_shots_and_leaves_the_source_model_alone(tiny_featurized):
+    _, data = tiny_featurized
+    model = _model()
+    model.set_normalization(torch.from_numpy(data.x), torch.from_numpy(np.log(data.latency)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    shots = np.arange(len(data))
+    # untrained, it predicts about the mean log-latency; fine-tuned on these very programs, it fits them
+    err_before = rmse_log(predict_latency_array(model, data, shots), data.latency[shots])
+    tuned = fine_tune(model, data, shots, FineTuneConfig(epochs=60, lr=3e-3, batch_size=4))
+    err_after = rmse_log(predict_latency_array(tuned, data, shots), data.latency[shots])
+    assert err_before > 0.3 and err_after < 0.5 * err_before
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="at least one"):
+        fine_tune(model, data, np.array([], dtype=np.int64))
+
+
+def test_cli_finetune_writes_a_checkpoint_and_scores_the_rest(tiny_collection, tmp_path, capsys):
+    _, summary = tiny_collection
+    src = save_checkpoint(_model(), tmp_path / "src", {"holdout": None})
+    out = tmp_path / "tuned"
+    args = ["finetune", "-c", str(src), "-d", str(summary.device_dir), "--cache", str(tmp_path / "c")]
+    assert main(args + ["--shots", "3", "--epochs", "2", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "zero-shot transformer" in text and "fine-tuned transformer" in text and "after 3 shots" in text
+    _, meta = load_checkpoint(out)
+    assert meta["fine_tune"]["programs"] == 3 and meta["device_id"] == summary.device_dir.name
+    assert main(args + ["--shots", "999"]) == 2
+    assert "none is left to score" in capsys.readouterr().err

@@ -1,0 +1,151 @@
+"""Few-shot fine-tuning to a new device, on programs chosen by KMeans.
+
+CDMPP (EuroSys 2024) carries a trained predictor to a new device with few
+measurements, choosing them by KMeans over the predictor's program representations
+(its "KMeans-based sampling"), so that the few measured programs cover the program
+space.  Here: embed every candidate program with the trained transformer
+(:meth:`~cdmpp.train.model.LatencyTransformer.pooled`), cluster the embeddings into
+``shots`` clusters (scikit-learn's ``KMeans``), measure the program nearest each
+centroid, and fine-tune every weight on those programs with the training loss.
+Choosing uses no latency, so the choice can be made before anything is measured on
+the new device.  The CMD regulariser of the paper is not part of this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from cdmpp.featurize.batch import FeaturizedPrograms
+
+from .lightning import LatencyModule, ProgramDataModule, TrainConfig
+from .model import LatencyTransformer
+
+SELECTIONS = ("kmeans", "random")
+
+
+@dataclass
+class FineTuneConfig:
+    """How many programs of the new device to learn from, how they are chosen, how long.
+
+    Attributes:
+        shots: programs of the new device used for fine-tuning.
+        selection: ``"kmeans"`` (nearest program to each KMeans centroid of the
+            embeddings) or ``"random"`` (uniform, for comparison).
+        epochs: passes over the shots.
+        lr: peak AdamW learning rate (one-cycle schedule).
+        batch_size: programs per batch.
+        seed: seed of the choice and of the training.
+    """
+
+    shots: int = 64
+    selection: str = "kmeans"
+    epochs: int = 50
+    lr: float = 3e-4
+    batch_size: int = 32
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        if self.shots < 1 or self.epochs < 1:
+            raise ValueError(f"shots and epochs must be >= 1, got {self.shots} and {self.epochs}")
+
+
+@torch.no_grad()
+def program_embeddings(
+    model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray, batch_size: int = 512
+) -> np.ndarray:
+    """Pooled program embeddings, float32 ``(len(index), d_model)``."""
+    dm = ProgramDataModule(data, [], [], np.asarray(index, dtype=np.int64), batch_size)
+    model.eval()
+    out = [model.pooled(b["x"], b["pos"], b["mask"]) for b in dm.predict_dataloader()]
+    return torch.cat(out).numpy() if out else np.zeros((0, model.config.d_model), dtype=np.float32)
+
+
+def select_shots(
+    model: LatencyTransformer, data: FeaturizedPrograms, candidates: np.ndarray, config: FineTuneConfig
+) -> np.ndarray:
+    """The programs to measure and fine-tune on, chosen among ``candidates`` without labels.
+
+    Args:
+        candidates: int64 ``(N,)`` program indices into ``data``.
+
+    Returns:
+        int64 ``(min(shots, N),)`` sorted program indices.
+
+    Raises:
+        ValueError: no candidate.
+    """
+    # pylint: disable=import-outside-toplevel
+    from sklearn.cluster import KMeans
+
+    candidates = np.asarray(candidates, dtype=np.int64)
+    if candidates.size == 0:
+        raise ValueError("no candidate program to choose shots from")
+    k = min(config.shots, candidates.size)
+    if config.selection == "random" or k == candidates.size:
+        return np.sort(np.random.default_rng(config.seed).choice(candidates, size=k, replace=False))
+    emb = program_embeddings(model, data, candidates).astype(np.float64)
+    km = KMeans(n_clusters=k, n_init=4, random_state=config.seed).fit(emb)
+    dist = km.transform(emb)  # (N, k) distance of each program to each centroid
+    chosen: list[int] = []
+    taken = np.zeros(candidates.size, dtype=bool)
+    for c in range(k):  # the nearest not-yet-chosen program of each centroid
+        order = np.argsort(dist[:, c])
+        j = next(int(j) for j in order if not taken[j])
+        taken[j] = True
+        chosen.append(int(candidates[j]))
+    return np.sort(np.asarray(chosen, dtype=np.int64))
+
+
+def fine_tune(
+    model: LatencyTransformer,
+    data: FeaturizedPrograms,
+    shots: np.ndarray,
+    config: FineTuneConfig | None = None,
+    fast_dev_run: bool = False,
+) -> LatencyTransformer:
+    """A copy of ``model`` fine-tuned (every weight) on the measured programs ``shots``.
+
+    The input normalisation and the label standardisation of ``model`` are kept, so the
+    new device's latencies are learned as an offset from the old device's.  The loss is
+    :class:`~cdmpp.train.lightning.LatencyModule`'s (MSE on standardised log-latency).
+
+    Returns:
+        The fine-tuned copy, in eval mode; ``model`` is left unchanged.
+
+    Raises:
+        ValueError: no shot.
+    """
+    # pylint: disable=import-outside-toplevel
+    import lightning as L
+
+    config = config or FineTuneConfig()
+    shots = np.asarray(shots, dtype=np.int64)
+    if shots.size == 0:
+        raise ValueError("fine-tuning needs at least one measured program")
+    L.seed_everything(config.seed, workers=True, verbose=False)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    tc = TrainConfig(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, seed=config.seed)
+    module = LatencyModule(model.config, tc)
+    module.model = copy.deepcopy(model).train()
+    dm = ProgramDataModule(data, shots, [], None, tc.batch_size, tc.seed)
+    trainer = L.Trainer(
+        max_epochs=tc.epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        fast_dev_run=fast_dev_run,
+        deterministic=True,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=dm)
+    return module.model.eval()
