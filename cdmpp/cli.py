@@ -7,6 +7,7 @@
     cdmpp pack     DIR                  gzip a dataset's database files, write its card
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
     cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
+    cdmpp finetune -c CKPT -d DIR -o OUT   few-shot transfer to a new device (KMeans-chosen programs)
     cdmpp serve                         HTTP prediction service
 """
 
@@ -239,6 +240,28 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+def _cmd_finetune(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .predictor import DEFAULT_CHECKPOINT
+    from .train.evaluate import finetune_and_compare, format_table, write_rows
+    from .train.finetune import FineTuneConfig
+
+    cfg = FineTuneConfig(shots=args.shots, selection=args.selection, epochs=args.epochs, seed=args.seed)
+    rows, title = finetune_and_compare(
+        Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
+        Path(args.dataset),
+        Path(args.out) if args.out else None,
+        cfg,
+        Path(args.cache),
+    )
+    print(format_table(rows, title))
+    if args.out:
+        print(f"fine-tuned checkpoint written to {args.out}")
+    if args.output:
+        write_rows(rows, Path(args.output))
+    return 0
+
+
 def _benchmark(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
@@ -367,6 +390,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
     model_args(s)
     s.set_defaults(func=_cmd_evaluate)
+
+    s = sub.add_parser("finetune", help="few-shot transfer of a checkpoint to another device's dataset")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
+    s.add_argument("-d", "--dataset", required=True, help="the new device's folder (or a dataset with one device)")
+    s.add_argument("-o", "--out", default=None, help="write the fine-tuned checkpoint here")
+    s.add_argument("--shots", type=int, default=64, help="programs of the new device to fine-tune on")
+    s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans", help="how the shots are chosen")
+    s.add_argument("--epochs", type=int, default=50)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--output", default=None, help="also write the rows as JSON here")
+    s.set_defaults(func=_cmd_finetune)
 
     s = sub.add_parser("serve", help="HTTP prediction service")
     s.add_argument("-c", "--checkpoint", default=None)

@@ -50,6 +50,8 @@ def test_fine_tune_learns_the_shots_and_leaves_the_source_model_alone(tiny_featu
     err_after = rmse_log(predict_latency_array(tuned, data, shots), data.latency[shots])
     assert err_before > 0.3 and err_after < 0.5 * err_before
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # 10 optimiser steps in all (one batch a epoch) once crashed the one-cycle schedule
+    assert np.all(np.isfinite(predict_latency_array(fine_tune(model, data, shots, FineTuneConfig(epochs=10)), data)))
     with pytest.raises(ValueError, match="at least one"):
         fine_tune(model, data, np.array([], dtype=np.int64))
 

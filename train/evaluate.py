@@ -247,6 +247,77 @@ def evaluate_checkpoint(
     return _score(model, extra, data, index, weights), title
 
 
+def finetune_and_compare(
+    checkpoint: Path,
+    dataset: Path,
+    out: Path | None = None,
+    config=None,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, dict], str]:
+    """Few-shot transfer of a checkpoint to the device of ``dataset``, scored on the rest.
+
+    Chooses ``config.shots`` programs of the device folder without looking at their
+    latencies (:func:`~cdmpp.train.finetune.select_shots`), fine-tunes a copy of the
+    checkpoint on their measurements and scores, on every other program of the folder:
+    the checkpoint as it is (zero-shot), the fine-tuned copy, gradient-boosted trees
+    trained on the shots alone, and the checkpoint's own trees (zero-shot) when it has them.  The shots' tasks also occur among the scored programs.
+    Writes the fine-tuned checkpoint to ``out`` when given.
+
+    Returns:
+        ``(rows, title)``.
+
+    Raises:
+        CheckpointError, DatasetError, ValueError: bad checkpoint, bad data, or a
+        folder with no program left to score.
+    """
+    # pylint: disable=import-outside-toplevel
+    from .finetune import FineTuneConfig, fine_tune, select_shots
+
+    config = config or FineTuneConfig()
+    model, meta = load_checkpoint(checkpoint)
+    db, data = load_featurized(dataset, cache_dir, progress)
+    shots = select_shots(model, data, np.arange(len(data)), config)
+    rest = np.setdiff1d(np.arange(len(data)), shots)
+    if rest.size == 0:
+        raise ValueError(f"{dataset} has only {len(data)} programs: none is left to score after {shots.size} shots")
+    weights = task_weights(db.manifest, data.workload_keys, None)
+    true, groups = data.latency[rest], data.workload[rest]
+    t0 = time.time()
+    tuned = fine_tune(model, data, shots, config)
+    t_tune = time.time() - t0
+    tree = TreeBaseline(seed=config.seed).fit(data.psf_sum[shots], data.latency[shots])
+    rows = {
+        "zero-shot transformer": summary(predict_latency_array(model, data, rest), true, groups, weights),
+        "fine-tuned transformer": summary(predict_latency_array(tuned, data, rest), true, groups, weights),
+        "xgboost on the shots only": summary(tree.predict(data.psf_sum[rest]), true, groups, weights),
+    }
+    if (Path(checkpoint) / BASELINE_FILE).exists():  # the checkpoint's own trees, zero-shot
+        source_tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
+        rows["zero-shot xgboost"] = summary(source_tree.predict(data.psf_sum[rest]), true, groups, weights)
+    if out is not None:
+        save_checkpoint(
+            tuned,
+            out,
+            {
+                **meta,
+                "fine_tuned_from": str(checkpoint),
+                "dataset": str(dataset),
+                "device_id": db.device_id,
+                "device": db.manifest.get("device", {}),
+                "fine_tune": {**asdict(config), "programs": int(shots.size), "seconds": round(t_tune, 1)},
+                "fine_tune_metrics": rows,
+                "heldout_metrics": {},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            },
+        )
+    title = (
+        f"{len(rest)} programs of {dataset} (device {db.device_id}) after {shots.size} shots "
+        f"chosen by {config.selection}, fine-tuned in {t_tune:.1f} s"
+    )
+    return rows, title
+
+
 def write_rows(rows: dict[str, dict], path: Path) -> None:
     """Write metric rows as JSON."""
     Path(path).write_text(json.dumps(rows, indent=1), encoding="utf-8")

@@ -246,7 +246,8 @@ class LatencyModule(L.LightningModule):
         c = self.train_config
         opt = torch.optim.AdamW(self.parameters(), lr=c.lr, weight_decay=c.weight_decay)
         steps = self.trainer.estimated_stepping_batches
-        if not isinstance(steps, int) or steps <= 0 or steps > 10**8:
+        # one-cycle needs a warm-up of at least 2 steps (10% of 10 steps divides by zero)
+        if not isinstance(steps, int) or steps < 20 or steps > 10**8:
             return opt
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=c.lr, total_steps=steps, pct_start=0.1)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
