@@ -104,22 +104,6 @@ class TaskGroupBatchSampler(Sampler):
         return -(-len(self.index) // self.batch_size)
 
 
-class _Positions(Sampler):
-    """Maps a sampler's batches of program indices to positions in ``_Indices(index)``."""
-
-    def __init__(self, sampler: TaskGroupBatchSampler, index: np.ndarray):
-        super().__init__()
-        self.sampler = sampler
-        self.position = {int(p): i for i, p in enumerate(index)}
-
-    def __iter__(self):
-        for batch in self.sampler:
-            yield [self.position[p] for p in batch]
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-
 class ProgramDataModule(L.LightningDataModule):
     """Batches of featurized programs for one split.
 
@@ -172,7 +156,8 @@ class ProgramDataModule(L.LightningDataModule):
         if self.task_group > 0:
             idx = np.asarray(self.train_index, np.int64)
             sampler = TaskGroupBatchSampler(idx, self.data.workload[idx], self.batch_size, self.task_group, self.seed)
-            return DataLoader(_Indices(idx), batch_sampler=_Positions(sampler, idx), collate_fn=self.collate)
+            # the sampler yields program indices; an identity dataset over all programs passes them on
+            return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate)
         return self._loader(self.train_index, True)
 
     def val_dataloader(self):
