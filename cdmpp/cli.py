@@ -190,6 +190,7 @@ def _model_configs(args):
             seed=args.seed,
             rank_weight=args.rank_weight,
             task_group=args.task_group,
+            cmd_weight=args.cmd_weight,
         )
     )
     return model, train
@@ -246,7 +247,9 @@ def _cmd_finetune(args) -> int:
     from .train.evaluate import finetune_and_compare, format_table, write_rows
     from .train.finetune import FineTuneConfig
 
-    cfg = FineTuneConfig(shots=args.shots, selection=args.selection, epochs=args.epochs, seed=args.seed)
+    cfg = FineTuneConfig(
+        shots=args.shots, selection=args.selection, method=args.method, epochs=args.epochs, seed=args.seed
+    )
     rows, title = finetune_and_compare(
         Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
         Path(args.dataset),
@@ -360,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--seed", type=int, default=None)
         s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
         s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
+        s.add_argument(
+            "--cmd-weight",
+            type=float,
+            default=None,
+            help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features",
+        )
 
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
     s.add_argument("-d", "--dataset", required=True)
@@ -397,7 +406,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--out", default=None, help="write the fine-tuned checkpoint here")
     s.add_argument("--shots", type=int, default=64, help="programs of the new device to fine-tune on")
     s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans", help="how the shots are chosen")
-    s.add_argument("--epochs", type=int, default=50)
+    s.add_argument(
+        "--method",
+        choices=["offset", "full"],
+        default="offset",
+        help="the checkpoint written: 'offset' shifts the output level only, 'full' fine-tunes every weight",
+    )
+    s.add_argument("--epochs", type=int, default=50, help="--method full: passes over the shots")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--output", default=None, help="also write the rows as JSON here")

@@ -51,3 +51,10 @@ def test_networks_lists_task_counts_from_a_dataset(tiny_collection, capsys):
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["dcgan-b1"][-2:] == ["5", "5"]  # every task is listed, also those not measured
     assert rows["resnet_50-b1"][-1] == "?" and len(rows) >= 24
+
+
+def test_train_with_cmd_needs_a_held_out_network(tiny_collection, tmp_path, capsys):
+    cfg, _ = tiny_collection
+    args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(tmp_path / "ckpt"), "--no-wandb"]
+    assert main(args + ["--epochs", "1", "--cmd-weight", "1", "--cache", str(tmp_path / "c")]) == 2
+    assert "held-out network" in capsys.readouterr().err and not (tmp_path / "ckpt").exists()

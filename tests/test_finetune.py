@@ -46,14 +46,38 @@ def test_fine_tune_learns_the_shots_and_leaves_the_source_model_alone(tiny_featu
     shots = np.arange(len(data))
     # untrained, it predicts about the mean log-latency; fine-tuned on these very programs, it fits them
     err_before = rmse_log(predict_latency_array(model, data, shots), data.latency[shots])
-    tuned = fine_tune(model, data, shots, FineTuneConfig(epochs=60, lr=3e-3, batch_size=4))
+    tuned = fine_tune(model, data, shots, FineTuneConfig(method="full", epochs=60, lr=3e-3, batch_size=4))
     err_after = rmse_log(predict_latency_array(tuned, data, shots), data.latency[shots])
     assert err_before > 0.3 and err_after < 0.5 * err_before
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     # 10 optimiser steps in all (one batch a epoch) once crashed the one-cycle schedule
-    assert np.all(np.isfinite(predict_latency_array(fine_tune(model, data, shots, FineTuneConfig(epochs=10)), data)))
+    ten = FineTuneConfig(method="full", epochs=10)
+    assert np.all(np.isfinite(predict_latency_array(fine_tune(model, data, shots, ten), data)))
     with pytest.raises(ValueError, match="at least one"):
         fine_tune(model, data, np.array([], dtype=np.int64))
+
+
+def test_offset_moves_the_level_to_the_shots_and_keeps_the_order(tiny_featurized):
+    _, data = tiny_featurized
+    model = _model()
+    model.set_normalization(torch.from_numpy(data.x), torch.from_numpy(np.log(data.latency)))
+    shots = np.arange(0, len(data), 2)
+    # a device that is 3x slower on every program: the offset recovers the factor from the shots
+    slower = dataclasses.replace(data, latency=3.0 * data.latency)
+    before = predict_latency_array(model, data)
+    base = predict_latency_array(model, slower, shots)
+    tuned = fine_tune(model, slower, shots, FineTuneConfig(method="offset"))
+    after = predict_latency_array(tuned, slower)
+    factor = np.exp(np.mean(np.log(slower.latency[shots]) - np.log(base)))
+    np.testing.assert_allclose(after, before * factor, rtol=1e-4)
+    assert np.mean(np.log(after[shots]) - np.log(slower.latency[shots])) == pytest.approx(0.0, abs=1e-4)
+    assert np.array_equal(np.argsort(after), np.argsort(before))
+    assert model.label_mean.item() == pytest.approx(np.log(data.latency).mean(), rel=1e-5)  # source untouched
+    broken = dataclasses.replace(slower, latency=np.where(np.arange(len(data)) == 0, 0.0, slower.latency))
+    with pytest.raises(ValueError, match="positive"):
+        fine_tune(model, broken, shots, FineTuneConfig(method="offset"))
+    with pytest.raises(ValueError, match="method"):
+        FineTuneConfig(method="bias")
 
 
 def test_cli_finetune_writes_a_checkpoint_and_scores_the_rest(tiny_collection, tmp_path, capsys):
@@ -64,7 +88,13 @@ def test_cli_finetune_writes_a_checkpoint_and_scores_the_rest(tiny_collection, t
     assert main(args + ["--shots", "3", "--epochs", "2", "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "zero-shot transformer" in text and "fine-tuned transformer" in text and "after 3 shots" in text
-    _, meta = load_checkpoint(out)
+    assert "offset-tuned transformer" in text
+    tuned, meta = load_checkpoint(out)
     assert meta["fine_tune"]["programs"] == 3 and meta["device_id"] == summary.device_dir.name
+    assert meta["fine_tune"]["method"] == "offset"
+    # the offset copy differs from its source in the label mean only
+    source, _ = load_checkpoint(src)
+    differ = [k for k, v in tuned.state_dict().items() if not torch.equal(v, source.state_dict()[k])]
+    assert differ == ["label_mean"]
     assert main(args + ["--shots", "999"]) == 2
     assert "none is left to score" in capsys.readouterr().err

@@ -138,3 +138,56 @@ def test_pairwise_rank_loss_rewards_the_right_order_within_tasks_only():
     )
     with pytest.raises(ValueError, match="rank_weight"):
         TrainConfig(rank_weight=-1)
+
+
+def test_central_moment_discrepancy_matches_the_moments_it_is_asked_to():
+    from cdmpp.train.lightning import central_moment_discrepancy as cmd
+
+    a = torch.randn(500, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert cmd(a, a).item() == 0.0
+    # a shift moves the mean only: every central moment stays, so CMD is the shift's norm
+    shift = torch.tensor([3.0, 0.0, 4.0, 0.0], dtype=torch.float64)
+    assert cmd(a, a + shift, moments=1).item() == pytest.approx(5.0, rel=1e-9)
+    assert cmd(a, a + shift, moments=5).item() == pytest.approx(5.0, rel=1e-9)
+    # doubling a centred sample keeps the mean; the second central moment grows by 3x the variance
+    c = a - a.mean(0)
+    var = c.pow(2).mean(0)
+    assert cmd(c, 2 * c, moments=1).item() == pytest.approx(0.0, abs=1e-12)
+    assert cmd(c, 2 * c, moments=2).item() == pytest.approx(torch.linalg.vector_norm(3 * var).item(), rel=1e-9)
+    src = a.clone().requires_grad_(True)
+    cmd(src, a + shift).backward()
+    assert src.grad is not None and torch.all(torch.isfinite(src.grad)) and src.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="samples"):
+        cmd(a, a[:, :3])
+    with pytest.raises(ValueError, match="non-empty"):
+        cmd(a, a[:0])
+    with pytest.raises(ValueError, match="cmd_weight"):
+        TrainConfig(cmd_weight=-0.5)
+    with pytest.raises(ValueError, match="cmd_moments"):
+        TrainConfig(cmd_moments=0)
+
+
+def test_cmd_term_sees_target_features_but_never_their_latencies(tiny_featurized):
+    import dataclasses
+
+    db, data = tiny_featurized
+    split = _split(data, db.manifest["tasks"])
+    target = np.arange(len(data))[-2:]
+    split = dataclasses.replace(split, train=np.setdiff1d(split.train, target), val=np.setdiff1d(split.val, target))
+    latency = data.latency.copy()
+    latency[target] = np.nan  # a CMD target's latency must never be read
+    blind = dataclasses.replace(data, latency=latency)
+    dm = ProgramDataModule(blind, split.train, [], batch_size=3, target=target)
+    b = next(iter(dm.train_dataloader()))
+    assert b["target_x"].shape[0] == b["x"].shape[0] and b["target_mask"].any(1).all()
+    assert "target_x" not in next(iter(ProgramDataModule(blind, [], [], split.train, 3, target=target).test_dataloader()))
+    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64)
+    tc = TrainConfig(batch_size=4, epochs=2, cmd_weight=1.0)
+    model = fit_transformer(blind, split, cfg, tc, use_wandb=False, progress=False, target=target)
+    assert all(torch.all(torch.isfinite(p)) for p in model.parameters())
+    assert np.all(np.isfinite(predict_latency_array(model, blind)))
+    plain = fit_transformer(blind, split, cfg, dataclasses.replace(tc, cmd_weight=0.0), use_wandb=False, progress=False)
+    # the term changes what is learned
+    assert not np.allclose(predict_latency_array(model, blind), predict_latency_array(plain, blind))
+    with pytest.raises(ValueError, match="target-domain programs"):
+        fit_transformer(blind, split, cfg, tc, use_wandb=False, progress=False)

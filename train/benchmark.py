@@ -66,9 +66,14 @@ def _models(cfg: BenchmarkConfig, data, split: Split):
     fit_index = np.concatenate([split.train, split.val])
     seed = cfg.train.seed
 
+    # with a CMD term, the test programs are its unlabelled target domain (features only)
+    target = split.test if cfg.train.cmd_weight > 0 else None
+
     def transformer(mcfg):
         return (
-            lambda: fit_transformer(data, split, mcfg, cfg.train, cfg.log_dir, use_wandb=True, progress=False),
+            lambda: fit_transformer(
+                data, split, mcfg, cfg.train, cfg.log_dir, use_wandb=True, progress=False, target=target
+            ),
             lambda m, idx: predict_latency_array(m, data, idx),
         )
 

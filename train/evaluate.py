@@ -7,6 +7,7 @@ held-out network or on any MetaSchedule JSONDatabase).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict
@@ -78,15 +79,28 @@ def train_and_compare(
     the model card ``out/README.md`` (which embeds ``benchmark_table``, a markdown file
     written by ``cdmpp evaluate --benchmark``, when given).
 
+    With ``train_config.cmd_weight > 0`` the held-out network's programs are the CMD
+    term's unlabelled target domain (their features, never their latencies, are seen in
+    training: transductive, as in CDMPP section 5).
+
     Returns:
         Metric rows per model on the held-out network (empty when ``holdout`` is None).
+
+    Raises:
+        ValueError: ``cmd_weight > 0`` without a held-out network.
     """
     model_config = model_config or ModelConfig()
     train_config = train_config or TrainConfig()
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
+    if train_config.cmd_weight > 0 and len(split.test) == 0:
+        raise ValueError("cmd_weight > 0 needs a held-out network: its programs are the CMD term's target domain")
     t0 = time.time()
-    model = fit_transformer(data, split, model_config, train_config, Path(out) / "logs", use_wandb, progress=progress)
+    # the CMD term's target domain: the held-out network's programs (features only, never latencies)
+    target = split.test if train_config.cmd_weight > 0 else None
+    model = fit_transformer(
+        data, split, model_config, train_config, Path(out) / "logs", use_wandb, progress=progress, target=target
+    )
     t_model = time.time() - t0
     t0 = time.time()
     tree = TreeBaseline(seed=train_config.seed).fit(
@@ -153,6 +167,12 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         + (
             f" plus {meta['train_config']['rank_weight']} x a within-task pairwise ranking term (RankNet)"
             if meta["train_config"].get("rank_weight")
+            else ""
+        )
+        + (
+            f" plus {meta['train_config']['cmd_weight']} x CMD between the embeddings of training and held-out "
+            "programs (features only)"
+            if meta["train_config"].get("cmd_weight")
             else ""
         )
         + "; AdamW",
@@ -258,11 +278,13 @@ def finetune_and_compare(
     """Few-shot transfer of a checkpoint to the device of ``dataset``, scored on the rest.
 
     Chooses ``config.shots`` programs of the device folder without looking at their
-    latencies (:func:`~cdmpp.train.finetune.select_shots`), fine-tunes a copy of the
-    checkpoint on their measurements and scores, on every other program of the folder:
-    the checkpoint as it is (zero-shot), the fine-tuned copy, gradient-boosted trees
-    trained on the shots alone, and the checkpoint's own trees (zero-shot) when it has them.  The shots' tasks also occur among the scored programs.
-    Writes the fine-tuned checkpoint to ``out`` when given.
+    latencies (:func:`~cdmpp.train.finetune.select_shots`), adapts copies of the
+    checkpoint to their measurements both ways (:func:`~cdmpp.train.finetune.fine_tune`:
+    ``"offset"`` and ``"full"``) and scores, on every other program of the folder: the
+    checkpoint as it is (zero-shot), both adapted copies, gradient-boosted trees
+    trained on the shots alone, and the checkpoint's own trees (zero-shot) when it has
+    them.  The shots' tasks also occur among the scored programs.  Writes the copy of
+    ``config.method`` to ``out`` when given.
 
     Returns:
         ``(rows, title)``.
@@ -272,7 +294,7 @@ def finetune_and_compare(
         folder with no program left to score.
     """
     # pylint: disable=import-outside-toplevel
-    from .finetune import FineTuneConfig, fine_tune, select_shots
+    from .finetune import METHODS, FineTuneConfig, fine_tune, select_shots
 
     config = config or FineTuneConfig()
     model, meta = load_checkpoint(checkpoint)
@@ -283,13 +305,17 @@ def finetune_and_compare(
         raise ValueError(f"{dataset} has only {len(data)} programs: none is left to score after {shots.size} shots")
     weights = task_weights(db.manifest, data.workload_keys, None)
     true, groups = data.latency[rest], data.workload[rest]
-    t0 = time.time()
-    tuned = fine_tune(model, data, shots, config)
-    t_tune = time.time() - t0
+    adapted, seconds = {}, {}
+    for method in METHODS:
+        t0 = time.time()
+        adapted[method] = fine_tune(model, data, shots, dataclasses.replace(config, method=method))
+        seconds[method] = time.time() - t0
+    tuned, t_tune = adapted[config.method], seconds[config.method]
     tree = TreeBaseline(seed=config.seed).fit(data.psf_sum[shots], data.latency[shots])
     rows = {
         "zero-shot transformer": summary(predict_latency_array(model, data, rest), true, groups, weights),
-        "fine-tuned transformer": summary(predict_latency_array(tuned, data, rest), true, groups, weights),
+        "offset-tuned transformer": summary(predict_latency_array(adapted["offset"], data, rest), true, groups, weights),
+        "fine-tuned transformer": summary(predict_latency_array(adapted["full"], data, rest), true, groups, weights),
         "xgboost on the shots only": summary(tree.predict(data.psf_sum[rest]), true, groups, weights),
     }
     if (Path(checkpoint) / BASELINE_FILE).exists():  # the checkpoint's own trees, zero-shot
@@ -313,7 +339,8 @@ def finetune_and_compare(
         )
     title = (
         f"{len(rest)} programs of {dataset} (device {db.device_id}) after {shots.size} shots "
-        f"chosen by {config.selection}, fine-tuned in {t_tune:.1f} s"
+        f"chosen by {config.selection}; offset fitted in {seconds['offset']:.1f} s, every weight fine-tuned in "
+        f"{seconds['full']:.1f} s; the {config.method!r} copy is the result"
     )
     return rows, title
 

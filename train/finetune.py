@@ -6,9 +6,20 @@ measurements, choosing them by KMeans over the predictor's program representatio
 space.  Here: embed every candidate program with the trained transformer
 (:meth:`~cdmpp.train.model.LatencyTransformer.pooled`), cluster the embeddings into
 ``shots`` clusters (scikit-learn's ``KMeans``), measure the program nearest each
-centroid, and fine-tune every weight on those programs with the training loss.
-Choosing uses no latency, so the choice can be made before anything is measured on
-the new device.  The CMD regulariser of the paper is not part of this module.
+centroid, and adapt the model to those programs' measurements.  Choosing uses no
+latency, so the choice can be made before anything is measured on the new device.
+
+Two ways to adapt (``FineTuneConfig.method``), compared on the AMD EPYC device in
+RESULTS.md ("Few-shot transfer"):
+
+- ``"offset"`` (default): shift the model's label mean by the mean log-latency
+  residual on the shots, a closed-form fit of the output bias.  The ranking of
+  programs is unchanged; only the level moves.  It had the lower RMSE of
+  log-latency at 32 and 128 shots and kept the zero-shot Kendall tau.
+- ``"full"``: fine-tune every weight on the shots with the training loss.  On 32-128
+  shots it learns the level but loses ranking.
+
+The CMD regulariser of the paper is a training option (``TrainConfig.cmd_weight``).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from .lightning import LatencyModule, ProgramDataModule, TrainConfig
 from .model import LatencyTransformer
 
 SELECTIONS = ("kmeans", "random")
+METHODS = ("offset", "full")
 
 
 @dataclass
@@ -36,14 +48,17 @@ class FineTuneConfig:
         shots: programs of the new device used for fine-tuning.
         selection: ``"kmeans"`` (nearest program to each KMeans centroid of the
             embeddings) or ``"random"`` (uniform, for comparison).
-        epochs: passes over the shots.
-        lr: peak AdamW learning rate (one-cycle schedule).
-        batch_size: programs per batch.
+        method: ``"offset"`` (shift the output level only) or ``"full"`` (fine-tune
+            every weight); see the module docstring.
+        epochs: passes over the shots (``"full"`` only).
+        lr: peak AdamW learning rate (one-cycle schedule; ``"full"`` only).
+        batch_size: programs per batch (``"full"`` only).
         seed: seed of the choice and of the training.
     """
 
     shots: int = 64
     selection: str = "kmeans"
+    method: str = "offset"
     epochs: int = 50
     lr: float = 3e-4
     batch_size: int = 32
@@ -52,6 +67,8 @@ class FineTuneConfig:
     def __post_init__(self):
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.shots < 1 or self.epochs < 1:
             raise ValueError(f"shots and epochs must be >= 1, got {self.shots} and {self.epochs}")
 
@@ -110,17 +127,21 @@ def fine_tune(
     config: FineTuneConfig | None = None,
     fast_dev_run: bool = False,
 ) -> LatencyTransformer:
-    """A copy of ``model`` fine-tuned (every weight) on the measured programs ``shots``.
+    """A copy of ``model`` adapted to the measured programs ``shots``.
 
-    The input normalisation and the label standardisation of ``model`` are kept, so the
-    new device's latencies are learned as an offset from the old device's.  The loss is
-    :class:`~cdmpp.train.lightning.LatencyModule`'s (MSE on standardised log-latency).
+    With ``config.method == "offset"``, the copy's label mean is shifted by the mean of
+    ``log(measured) - log(predicted)`` over the shots (every prediction is scaled by
+    one factor; the order of programs is unchanged).  With ``"full"``, every weight is
+    fine-tuned: the input normalisation and the label standardisation of ``model`` are
+    kept, so the new device's latencies are learned as an offset from the old device's,
+    and the loss is :class:`~cdmpp.train.lightning.LatencyModule`'s (MSE on
+    standardised log-latency).
 
     Returns:
         The fine-tuned copy, in eval mode; ``model`` is left unchanged.
 
     Raises:
-        ValueError: no shot.
+        ValueError: no shot, or (``"offset"``) a shot without a positive latency.
     """
     # pylint: disable=import-outside-toplevel
     import lightning as L
@@ -129,6 +150,15 @@ def fine_tune(
     shots = np.asarray(shots, dtype=np.int64)
     if shots.size == 0:
         raise ValueError("fine-tuning needs at least one measured program")
+    if config.method == "offset":
+        from .fit import predict_latency_array  # pylint: disable=import-outside-toplevel
+
+        residual = np.log(data.latency[shots]) - np.log(predict_latency_array(model, data, shots))
+        if not np.all(np.isfinite(residual)):
+            raise ValueError("a shot has a non-positive or missing latency")
+        tuned = copy.deepcopy(model).eval()
+        tuned.label_mean += float(residual.mean())
+        return tuned
     L.seed_everything(config.seed, workers=True, verbose=False)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     tc = TrainConfig(epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, seed=config.seed)

@@ -24,16 +24,23 @@ def fit_transformer(
     use_wandb: bool = True,
     fast_dev_run: bool = False,
     progress: bool = True,
+    target: np.ndarray | None = None,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
     Logs to wandb in offline mode (``WANDB_MODE`` may override) under ``log_dir``.
 
+    Args:
+        target: int64 ``(M,)`` indices of unlabelled target-domain programs (for
+            example the held-out network's) for the CMD term of
+            ``train_config.cmd_weight``: only their features are used, never their
+            latencies.  Ignored when ``cmd_weight`` is 0.
+
     Returns:
         The trained model, in eval mode.
 
     Raises:
-        ValueError: an empty training split.
+        ValueError: an empty training split, or ``cmd_weight > 0`` without target programs.
     """
     # pylint: disable=import-outside-toplevel
     import lightning as L
@@ -42,6 +49,9 @@ def fit_transformer(
     train_config = train_config or TrainConfig()
     if len(split.train) == 0:
         raise ValueError("the training split is empty")
+    if train_config.cmd_weight > 0 and (target is None or len(target) == 0):
+        raise ValueError("cmd_weight > 0 needs target-domain programs (target=...) for the CMD term")
+    target = np.asarray(target if train_config.cmd_weight > 0 else [], dtype=np.int64)
     L.seed_everything(train_config.seed, workers=True, verbose=False)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     module = LatencyModule(model_config, train_config)
@@ -50,7 +60,14 @@ def fit_transformer(
         torch.from_numpy(data.x[rows]), torch.from_numpy(np.log(data.latency[split.train]))
     )
     dm = ProgramDataModule(
-        data, split.train, split.val, split.test, train_config.batch_size, train_config.seed, train_config.task_group
+        data,
+        split.train,
+        split.val,
+        split.test,
+        train_config.batch_size,
+        train_config.seed,
+        train_config.task_group,
+        target,
     )
     logger = False
     if use_wandb and not fast_dev_run:

@@ -2,9 +2,11 @@
 
 :class:`LatencyModule` holds a :class:`~cdmpp.train.model.LatencyTransformer` and one
 shared step (MSE on standardised log-latency, optionally plus a pairwise ranking term
-within each task); :class:`ProgramDataModule` serves padded batches of a
-:class:`~cdmpp.featurize.batch.FeaturizedPrograms` split, optionally built from groups
-of programs of one task so that the ranking term sees pairs.
+within each task and a CMD domain-adaptation term); :class:`ProgramDataModule` serves
+padded batches of a :class:`~cdmpp.featurize.batch.FeaturizedPrograms` split,
+optionally built from groups of programs of one task so that the ranking term sees
+pairs, and optionally with a batch of unlabelled target-domain programs for the CMD
+term.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ class TrainConfig:
         task_group: when > 0, training batches are made of groups of up to this many
             programs of one task (shuffled groups, shuffled within), so that a batch
             holds same-task pairs; 0 shuffles programs freely.
+        cmd_weight: weight of the central-moment-discrepancy term
+            (:func:`central_moment_discrepancy`) between the pooled embeddings of a
+            training batch and of a batch of unlabelled target-domain programs (CDMPP,
+            EuroSys 2024, section 5: CMD-based regularisation).  0 trains without it;
+            it needs target programs (``fit_transformer(target=...)``).
+        cmd_moments: highest central moment the CMD term matches (``K``).
     """
 
     epochs: int = 40
@@ -50,13 +58,17 @@ class TrainConfig:
     rank_weight: float = 0.0
     rank_margin: float = 0.05
     task_group: int = 0
+    cmd_weight: float = 0.0
+    cmd_moments: int = 5
 
     def __post_init__(self):
-        if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0:
+        if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
             raise ValueError(
-                f"rank_weight, rank_margin and task_group must be >= 0, got "
-                f"{self.rank_weight}, {self.rank_margin}, {self.task_group}"
+                f"rank_weight, rank_margin, task_group and cmd_weight must be >= 0, got "
+                f"{self.rank_weight}, {self.rank_margin}, {self.task_group}, {self.cmd_weight}"
             )
+        if self.cmd_moments < 1:
+            raise ValueError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
 
 
 class _Indices(Dataset):
@@ -111,7 +123,10 @@ class ProgramDataModule(L.LightningDataModule):
     ``mask`` bool ``(B, L_max)``, ``y`` float32 ``(B,)`` (natural log of seconds),
     ``index`` int64 ``(B,)`` (program indices into ``data``) and ``workload`` int64
     ``(B,)`` (each program's task).  With ``task_group > 0`` the training batches are
-    drawn by :class:`TaskGroupBatchSampler`.
+    drawn by :class:`TaskGroupBatchSampler`.  With ``target`` (program indices of the
+    target domain), every training batch also holds ``target_x``, ``target_pos`` and
+    ``target_mask`` (same layout, ``B`` programs drawn uniformly from ``target``,
+    seeded); the target programs' latencies are never read.
     """
 
     def __init__(
@@ -123,6 +138,7 @@ class ProgramDataModule(L.LightningDataModule):
         batch_size: int = 128,
         seed: int = 0,
         task_group: int = 0,
+        target=None,
     ):
         super().__init__()
         self.data = data
@@ -131,25 +147,42 @@ class ProgramDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.seed = seed
         self.task_group = task_group
+        self.target_index = np.asarray(target if target is not None else [], dtype=np.int64)
+        self._target_rng = np.random.default_rng(seed + 1)
 
-    def collate(self, indices: list[int]) -> dict:
-        """Pad the programs at ``indices`` into one batch (see the class docstring)."""
-        idx = np.asarray(indices, dtype=np.int64)
+    def _leaves(self, idx: np.ndarray):
         ptr, rows = [0], []
         for i in idx:
             a, b = int(self.data.ptr[i]), int(self.data.ptr[i + 1])
             rows.append(np.arange(a, b))
             ptr.append(ptr[-1] + b - a)
         rows = np.concatenate(rows)
-        x, pos, mask = dense(self.data.x[rows], self.data.pos[rows], np.asarray(ptr))
+        return dense(self.data.x[rows], self.data.pos[rows], np.asarray(ptr))
+
+    def collate(self, indices: list[int]) -> dict:
+        """Pad the programs at ``indices`` into one batch (see the class docstring)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        x, pos, mask = self._leaves(idx)
         y = torch.from_numpy(np.log(self.data.latency[idx]).astype(np.float32))
         workload = torch.from_numpy(np.asarray(self.data.workload[idx], dtype=np.int64))
         return {"x": x, "pos": pos, "mask": mask, "y": y, "index": torch.from_numpy(idx), "workload": workload}
 
-    def _loader(self, index, shuffle: bool) -> DataLoader:
+    def collate_train(self, indices: list[int]) -> dict:
+        """:meth:`collate`, plus a batch of target-domain programs when ``target`` was given."""
+        batch = self.collate(indices)
+        if self.target_index.size:
+            draw = self._target_rng.choice(self.target_index, size=len(indices), replace=True)
+            batch["target_x"], batch["target_pos"], batch["target_mask"] = self._leaves(draw)
+        return batch
+
+    def _loader(self, index, shuffle: bool, collate=None) -> DataLoader:
         gen = torch.Generator().manual_seed(self.seed)
         return DataLoader(
-            _Indices(index), batch_size=self.batch_size, shuffle=shuffle, collate_fn=self.collate, generator=gen
+            _Indices(index),
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            collate_fn=collate or self.collate,
+            generator=gen,
         )
 
     def train_dataloader(self):
@@ -157,8 +190,8 @@ class ProgramDataModule(L.LightningDataModule):
             idx = np.asarray(self.train_index, np.int64)
             sampler = TaskGroupBatchSampler(idx, self.data.workload[idx], self.batch_size, self.task_group, self.seed)
             # the sampler yields program indices; an identity dataset over all programs passes them on
-            return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate)
-        return self._loader(self.train_index, True)
+            return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
+        return self._loader(self.train_index, True, self.collate_train)
 
     def val_dataloader(self):
         return self._loader(self.val_index, False)
@@ -191,11 +224,47 @@ def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Te
     return torch.nn.functional.softplus(-diff_p[pair]).mean()
 
 
+def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, moments: int = 5) -> torch.Tensor:
+    """Central moment discrepancy between two samples of embeddings.
+
+    Zellinger et al., "Central Moment Discrepancy (CMD) for Domain-Invariant
+    Representation Learning", ICLR 2017, eq. (4), with the activation range taken as
+    1: ``||E(s) - E(t)||_2 + sum_{k=2..K} ||c_k(s) - c_k(t)||_2``, where ``c_k`` is
+    the element-wise ``k``-th central moment.  CDMPP (EuroSys 2024, section 5) adds it
+    to the loss so that programs of unseen networks or devices are embedded like the
+    training programs.
+
+    Args:
+        source: float32 ``(N, D)``.
+        target: float32 ``(M, D)``.
+        moments: ``K >= 1``.
+
+    Returns:
+        A scalar tensor (0 for identical samples), differentiable in both inputs.
+
+    Raises:
+        ValueError: widths differ, a sample is empty, or ``moments < 1``.
+    """
+    if source.ndim != 2 or target.ndim != 2 or source.shape[1] != target.shape[1]:
+        raise ValueError(f"CMD needs (N, D) and (M, D) samples, got {tuple(source.shape)} and {tuple(target.shape)}")
+    if source.shape[0] == 0 or target.shape[0] == 0 or moments < 1:
+        raise ValueError(f"CMD needs non-empty samples and moments >= 1, got {source.shape[0]}, {target.shape[0]}, {moments}")
+    ms, mt = source.mean(0), target.mean(0)
+    out = torch.linalg.vector_norm(ms - mt)
+    cs, ct = source - ms, target - mt
+    for k in range(2, moments + 1):
+        out = out + torch.linalg.vector_norm(cs.pow(k).mean(0) - ct.pow(k).mean(0))
+    return out
+
+
 class LatencyModule(L.LightningModule):
     """Loss and optimiser around :class:`LatencyTransformer`.
 
-    The loss is the MSE on standardised log-latency plus ``rank_weight`` times
-    :func:`pairwise_rank_loss` within tasks (see :class:`TrainConfig`).
+    The loss is the MSE on standardised log-latency, plus ``rank_weight`` times
+    :func:`pairwise_rank_loss` within tasks, plus (in training, when the batch holds
+    target-domain programs) ``cmd_weight`` times :func:`central_moment_discrepancy`
+    between the pooled embeddings of the batch and of the target programs (see
+    :class:`TrainConfig`).
     """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig):
@@ -206,12 +275,18 @@ class LatencyModule(L.LightningModule):
     def shared_step(self, batch: dict, stage: str) -> torch.Tensor:
         """Loss of one batch, logged as ``<stage>_loss``."""
         target = (batch["y"] - self.model.label_mean) / self.model.label_std
-        pred = self.model(batch["x"], batch["pos"], batch["mask"])
+        h = self.model.pooled(batch["x"], batch["pos"], batch["mask"])
+        pred = self.model.head(h).squeeze(-1)
         loss = torch.nn.functional.mse_loss(pred, target)
         c = self.train_config
         if c.rank_weight > 0:
             margin = c.rank_margin / float(self.model.label_std)
             loss = loss + c.rank_weight * pairwise_rank_loss(pred, target, batch["workload"], margin)
+        if c.cmd_weight > 0 and "target_x" in batch:
+            h_t = self.model.pooled(batch["target_x"], batch["target_pos"], batch["target_mask"])
+            cmd = central_moment_discrepancy(h, h_t, c.cmd_moments)
+            self.log(f"{stage}_cmd", cmd, batch_size=len(target), on_epoch=True, on_step=False)
+            loss = loss + c.cmd_weight * cmd
         self.log(f"{stage}_loss", loss, prog_bar=True, batch_size=len(target), on_epoch=True, on_step=False)
         return loss
 
