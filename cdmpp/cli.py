@@ -8,6 +8,8 @@
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
     cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
     cdmpp finetune -c CKPT -d DIR -o OUT   few-shot transfer to a new device (KMeans-chosen programs)
+    cdmpp measure-shots -d SRC -o DIR   measure only KMeans-chosen programs of SRC on this CPU
+    cdmpp finetune -c CKPT -d DIR/DEV --all-shots -o OUT   adapt to those measurements
     cdmpp serve                         HTTP prediction service
 """
 
@@ -244,14 +246,22 @@ def _cmd_evaluate(args) -> int:
 def _cmd_finetune(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .predictor import DEFAULT_CHECKPOINT
-    from .train.evaluate import finetune_and_compare, format_table, write_rows
+    from .train.evaluate import adapt_checkpoint, finetune_and_compare, format_table, write_rows
     from .train.finetune import FineTuneConfig
 
     cfg = FineTuneConfig(
         shots=args.shots, selection=args.selection, method=args.method, epochs=args.epochs, seed=args.seed
     )
+    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    if args.all_shots:
+        if not args.out:
+            print("error: --all-shots needs -o OUT (it writes the adapted checkpoint)", file=sys.stderr)
+            return 2
+        n = adapt_checkpoint(checkpoint, Path(args.dataset), Path(args.out), cfg, Path(args.cache))
+        print(f"adapted ({cfg.method}) on all {n} programs of {args.dataset}; checkpoint written to {args.out}")
+        return 0
     rows, title = finetune_and_compare(
-        Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
+        checkpoint,
         Path(args.dataset),
         Path(args.out) if args.out else None,
         cfg,
@@ -262,6 +272,31 @@ def _cmd_finetune(args) -> int:
         print(f"fine-tuned checkpoint written to {args.out}")
     if args.output:
         write_rows(rows, Path(args.output))
+    return 0
+
+
+def _cmd_measure_shots(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    import numpy as np
+
+    from .collect import measure_programs
+    from .predictor import DEFAULT_CHECKPOINT
+    from .train.evaluate import load_featurized
+    from .train.finetune import FineTuneConfig, select_shots
+    from .train.model import load_checkpoint
+
+    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    model, _ = load_checkpoint(checkpoint)
+    _, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
+    cfg = FineTuneConfig(shots=args.shots, selection=args.selection, seed=args.seed)
+    shots = select_shots(model, data, np.arange(len(data)), cfg)
+    note = f"{shots.size} programs chosen by {cfg.selection} (seed {cfg.seed}) over the embeddings of {checkpoint}"
+    summary = measure_programs(Path(args.dataset), shots, Path(args.out), disable_avx512=args.disable_avx512, note=note)
+    print(
+        f"{summary.device_dir}: {summary.measured} measured, {summary.failed} failed, "
+        f"{summary.skipped_duplicates} already there ({summary.seconds:.0f} s)"
+    )
+    print(f"next: cdmpp finetune -c {checkpoint} -d {summary.device_dir} --all-shots -o OUT")
     return 0
 
 
@@ -400,6 +435,19 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(s)
     s.set_defaults(func=_cmd_evaluate)
 
+    s = sub.add_parser(
+        "measure-shots", help="choose a few programs of a dataset measured elsewhere and measure them on this CPU"
+    )
+    s.add_argument("-d", "--dataset", required=True, help="device folder the programs come from")
+    s.add_argument("-o", "--out", required=True, help="dataset folder for this CPU's measurements")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint whose embeddings choose (default: shipped)")
+    s.add_argument("--shots", type=int, default=64, help="programs to measure")
+    s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
+    s.set_defaults(func=_cmd_measure_shots)
+
     s = sub.add_parser("finetune", help="few-shot transfer of a checkpoint to another device's dataset")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("-d", "--dataset", required=True, help="the new device's folder (or a dataset with one device)")
@@ -413,6 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the checkpoint written: 'offset' shifts the output level only, 'full' fine-tunes every weight",
     )
     s.add_argument("--epochs", type=int, default=50, help="--method full: passes over the shots")
+    s.add_argument(
+        "--all-shots",
+        action="store_true",
+        help="adapt on every program of the folder (after measure-shots) and score nothing; needs -o",
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--output", default=None, help="also write the rows as JSON here")

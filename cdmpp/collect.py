@@ -737,3 +737,141 @@ def remeasure(
         bar.update(len(chunk))
     bar.close()
     return out
+
+
+def measure_programs(
+    source_dir: Path,
+    index,
+    out_dir: Path,
+    measure: MeasureConfig | None = None,
+    disable_avx512: bool = False,
+    note: str = "",
+    progress: bool = True,
+) -> CollectSummary:
+    """Time chosen programs of a device folder measured elsewhere, on this host.
+
+    For few-shot transfer to this host's CPU (CDMPP, EuroSys 2024, section 5): the
+    programs ``index`` of ``source_dir`` (positions in its tuning-record file, as in
+    :func:`cdmpp.dataset.load_device_dir`) are rebuilt from their schedule traces,
+    built for this host's target on all cores and timed one at a time with the
+    collector's protocol.  They go to ``out_dir/<this device id>/`` as tuning records,
+    with their tasks (network, task weight, FLOPs) copied from the source manifest.
+    Every finished record is stored at once; a failed build or run goes to
+    ``failures.jsonl``.  Programs already measured or failed there are skipped, so a
+    stopped call resumes.
+
+    Args:
+        index: int positions ``(K,)`` of the programs to measure.
+        note: how the programs were chosen, recorded in the manifest.
+
+    Returns:
+        Counts of what this call added.
+
+    Raises:
+        DatasetError: the source folder has no measured program.
+        IndexError: a position outside the source's programs.
+    """
+    # pylint: disable=import-outside-toplevel
+    from types import SimpleNamespace
+
+    from tqdm import tqdm
+
+    from .tvm_compat import (
+        EvaluatorConfig,
+        LocalBuilder,
+        LocalRunner,
+        Target,
+        TuningRecord,
+        build_for_measurement,
+        load_tensor_intrinsics,
+        program_from_record,
+        tvm_version,
+    )
+
+    start = time.time()
+    src = ds.load_device_dir(Path(source_dir))
+    if not src.programs:
+        raise ds.DatasetError(f"{source_dir}: no measured program to choose from")
+    index = [int(i) for i in index]
+    bad = [i for i in index if not 0 <= i < len(src.programs)]
+    if bad:
+        raise IndexError(f"program positions {bad[:5]} are outside the {len(src.programs)} programs of {source_dir}")
+    device = local_cpu(disable_avx512=disable_avx512)
+    target = Target(device.target)
+    m = measure or MeasureConfig()
+    device_dir = Path(out_dir) / device.device_id
+    store = _Store(device_dir)
+    manifest = ds.read_manifest(device_dir)
+    src_tasks = src.tasks_by_workload()
+    tasks = {(t["network"], t["task_name"]): t for t in manifest.get("tasks", [])}
+    todo, seen = [], {}
+    for i in index:
+        p = src.programs[i]
+        wl, key = store.workload(p.record.workload.mod)
+        if key not in seen:
+            seen[key] = store.failed_keys.get(key, set()) | (
+                store.measured_program_keys(wl) if store.done.get(key) else set()
+            )
+        for t in src_tasks.get(src.workload_keys[p.workload_index], []):
+            tasks.setdefault((t["network"], t["task_name"]), {**t, "workload_key": key})
+        mod = program_from_record(p.record)
+        pk = _program_key(mod)
+        if pk in seen[key]:
+            continue
+        seen[key].add(pk)
+        todo.append((p, wl, key, mod, pk))
+    networks = dict(manifest.get("networks", {}))
+    for t in tasks.values():
+        networks.setdefault(t["network"], {"tasks": 0})
+    manifest = {
+        "format": "cdmpp-dataset/1",
+        "device": device.to_json(),
+        "tvm_version": tvm_version(),
+        "measurement": asdict(m),
+        "label": "median of run_secs (seconds); every repeat is kept in run_secs",
+        "sampling": manifest.get("sampling")
+        or {"policy": f"chosen programs of {source_dir}, measured again on this device", "seed": None},
+        "collections": manifest.get("collections", []),
+        "networks": networks,
+        "tasks": list(tasks.values()),
+    }
+    manifest["collections"].append(
+        {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": str(source_dir), "chosen": len(index), "note": note}
+    )
+    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+
+    load_tensor_intrinsics()
+    builder = LocalBuilder(
+        max_workers=m.build_workers or os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement
+    )
+    evaluator = EvaluatorConfig(
+        number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
+    )
+    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    measured = failed = 0
+    bar = tqdm(total=len(todo), disable=not progress, unit="prog", desc=device.device_id)
+    try:
+        for s in range(0, len(todo), 16):
+            chunk = todo[s : s + 16]
+            fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk) for p, _, _, mod, pk in chunk]
+            timed = {pk: (secs, stage, err) for _, pk, secs, stage, err in _measure_batch(builder, runner, target, fresh, m.max_repeat_cv)}
+            for p, wl, key, _, pk in chunk:
+                secs, stage, err = timed[pk]
+                record = TuningRecord(p.record.trace, wl, secs, target, p.record.args_info)
+                if secs is None:
+                    t = next(iter(src_tasks.get(src.workload_keys[p.workload_index], [])), {})
+                    task = _Task(t.get("network", "?"), t.get("task_name", key), 1, 0.0, None, key)
+                    store.add_failure(task, pk, stage, err, record)
+                    failed += 1
+                    continue
+                store.db.commit_tuning_record(record)
+                store.done[key] = store.done.get(key, 0) + 1
+                measured += 1
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        manifest["collections"][-1].update(
+            {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "measured": measured, "failed": failed}
+        )
+        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+    return CollectSummary(device.device_id, device_dir, measured, failed, len(index) - len(todo), time.time() - start)

@@ -98,3 +98,33 @@ def test_cli_finetune_writes_a_checkpoint_and_scores_the_rest(tiny_collection, t
     assert differ == ["label_mean"]
     assert main(args + ["--shots", "999"]) == 2
     assert "none is left to score" in capsys.readouterr().err
+
+
+def test_measure_shots_then_adapt_on_them(tiny_collection, tmp_path, capsys):
+    """The new-device flow: choose programs measured elsewhere, time only those here, adapt."""
+    from cdmpp import dataset as ds
+
+    _, summary = tiny_collection
+    src = save_checkpoint(_model(), tmp_path / "src", {"holdout": None})
+    new = tmp_path / "new-device"
+    args = ["measure-shots", "-c", str(src), "-d", str(summary.device_dir), "-o", str(new)]
+    args += ["--shots", "2", "--cache", str(tmp_path / "c")]
+    assert main(args) == 0
+    assert "2 measured, 0 failed" in capsys.readouterr().out
+    folder = ds.device_dirs(new)[0]
+    db, source = ds.load_device_dir(folder), ds.load_device_dir(summary.device_dir)
+    assert len(db.programs) == 2 and all(len(p.run_secs) == 10 and p.latency > 0 for p in db.programs)
+    # the tasks come with their network and task weight; every program is one of the source's
+    assert {t["network"] for t in db.manifest["tasks"]} == {"dcgan-b1"}
+    assert set(db.workload_keys) <= set(source.workload_keys)
+    assert db.manifest["collections"][-1]["measured"] == 2 and "kmeans" in db.manifest["collections"][-1]["note"]
+    # the same choice again: nothing is measured twice
+    assert main(args) == 0
+    assert "0 measured, 0 failed, 2 already there" in capsys.readouterr().out
+    assert len(ds.load_device_dir(folder).programs) == 2
+    out = tmp_path / "adapted"
+    tune = ["finetune", "-c", str(src), "-d", str(folder), "--all-shots", "--cache", str(tmp_path / "c")]
+    assert main(tune) == 2 and "needs -o" in capsys.readouterr().err
+    assert main(tune + ["-o", str(out)]) == 0
+    _, meta = load_checkpoint(out)
+    assert meta["fine_tune"]["programs"] == 2 and meta["fine_tune"]["method"] == "offset"

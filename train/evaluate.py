@@ -322,27 +322,56 @@ def finetune_and_compare(
         source_tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
         rows["zero-shot xgboost"] = summary(source_tree.predict(data.psf_sum[rest]), true, groups, weights)
     if out is not None:
-        save_checkpoint(
-            tuned,
-            out,
-            {
-                **meta,
-                "fine_tuned_from": str(checkpoint),
-                "dataset": str(dataset),
-                "device_id": db.device_id,
-                "device": db.manifest.get("device", {}),
-                "fine_tune": {**asdict(config), "programs": int(shots.size), "seconds": round(t_tune, 1)},
-                "fine_tune_metrics": rows,
-                "heldout_metrics": {},
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            },
-        )
+        _save_adapted(tuned, out, meta, checkpoint, dataset, db, config, int(shots.size), t_tune, rows)
     title = (
         f"{len(rest)} programs of {dataset} (device {db.device_id}) after {shots.size} shots "
         f"chosen by {config.selection}; offset fitted in {seconds['offset']:.1f} s, every weight fine-tuned in "
         f"{seconds['full']:.1f} s; the {config.method!r} copy is the result"
     )
     return rows, title
+
+
+def _save_adapted(model, out, meta, checkpoint, dataset, db, config, programs: int, seconds: float, rows) -> None:
+    save_checkpoint(
+        model,
+        out,
+        {
+            **meta,
+            "fine_tuned_from": str(checkpoint),
+            "dataset": str(dataset),
+            "device_id": db.device_id,
+            "device": db.manifest.get("device", {}),
+            "fine_tune": {**asdict(config), "programs": programs, "seconds": round(seconds, 1)},
+            "fine_tune_metrics": rows,
+            "heldout_metrics": {},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    )
+
+
+def adapt_checkpoint(checkpoint: Path, dataset: Path, out: Path, config=None, cache_dir: Path | None = None) -> int:
+    """Adapt a checkpoint to every measured program of a device folder and save it (no scoring).
+
+    The step after ``cdmpp measure-shots``: the folder holds only the few programs
+    measured on the new device, and all of them are the shots
+    (:func:`~cdmpp.train.finetune.fine_tune` with ``config.method``).
+
+    Returns:
+        The number of programs adapted on.
+
+    Raises:
+        CheckpointError, DatasetError, ValueError: bad checkpoint or bad data.
+    """
+    from .finetune import FineTuneConfig, fine_tune  # pylint: disable=import-outside-toplevel
+
+    config = config or FineTuneConfig()
+    model, meta = load_checkpoint(checkpoint)
+    db, data = load_featurized(dataset, cache_dir, progress=False)
+    shots = np.arange(len(data))
+    t0 = time.time()
+    tuned = fine_tune(model, data, shots, config)
+    _save_adapted(tuned, out, meta, checkpoint, dataset, db, config, int(shots.size), time.time() - t0, {})
+    return int(shots.size)
 
 
 def write_rows(rows: dict[str, dict], path: Path) -> None:
