@@ -10,6 +10,7 @@
     cdmpp finetune -c CKPT -d DIR -o OUT   few-shot transfer to a new device (KMeans-chosen programs)
     cdmpp measure-shots -d SRC -o DIR   measure only KMeans-chosen programs of SRC on this CPU
     cdmpp finetune -c CKPT -d DIR/DEV --all-shots -o OUT   adapt to those measurements
+    cdmpp tune-benchmark -d DIR --network NET   MetaSchedule tuning: XGBoost vs the cdmpp plugin
     cdmpp serve                         HTTP prediction service
 """
 
@@ -300,6 +301,32 @@ def _cmd_measure_shots(args) -> int:
     return 0
 
 
+def _cmd_tune_benchmark(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .serve.tune_benchmark import (
+        TuneBenchmarkConfig,
+        format_tune_benchmark,
+        run_tune_benchmark,
+        write_tune_benchmark,
+    )
+
+    cfg = TuneBenchmarkConfig(
+        network=args.network,
+        tasks=args.tasks,
+        trials=args.trials,
+        trials_per_iter=args.trials_per_iter,
+        cost_models=tuple(args.cost_models),
+        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        seed=args.seed,
+        checkpoints_at=tuple(k for k in (args.trials // 4, args.trials // 2, args.trials) if k > 0),
+    )
+    rows = run_tune_benchmark(Path(args.dataset), Path(args.output), cfg)
+    print(format_tune_benchmark(rows))
+    csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
+    print(f"written: {csv_path}, {md_path}")
+    return 0
+
+
 def _benchmark(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
@@ -434,6 +461,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
     model_args(s)
     s.set_defaults(func=_cmd_evaluate)
+
+    s = sub.add_parser(
+        "tune-benchmark", help="tune a network's largest tasks with TVM's XGBoost model and with cdmpp's plugin"
+    )
+    s.add_argument("-d", "--dataset", required=True, help="device folder whose manifest lists the network")
+    s.add_argument("--network", required=True, help="network whose tasks are tuned")
+    s.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
+    s.add_argument("--trials", type=int, default=64, help="measured trials per task and cost model")
+    s.add_argument("--trials-per-iter", type=int, default=16)
+    s.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=["xgb", "cdmpp", "random"])
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the cdmpp plugin (default: shipped)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
+    s.set_defaults(func=_cmd_tune_benchmark)
 
     s = sub.add_parser(
         "measure-shots", help="choose a few programs of a dataset measured elsewhere and measure them on this CPU"

@@ -248,6 +248,11 @@ class _Store:
             keys.add(_program_key(sch.mod))
         return keys
 
+    def add_record(self, record, workload_key: str) -> None:
+        """Commit a measured tuning record (flushed at once by the JSONDatabase)."""
+        self.db.commit_tuning_record(record)
+        self.done[workload_key] = self.done.get(workload_key, 0) + 1
+
     def add_failure(self, task: _Task, program_key: str, stage: str, error: str, record) -> None:
         """Append a failed build/run: the tuning record (``run_secs`` null) with its error."""
         line = {
@@ -564,8 +569,7 @@ def collect(
                             store.add_failure(task, pk, stage, error, record)
                             failed += 1
                             continue
-                        store.db.commit_tuning_record(record)
-                        store.done[key] = store.done.get(key, 0) + 1
+                        store.add_record(record, key)
                         measured += 1
                         need -= 1
                         want -= 1
@@ -645,8 +649,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
             continue
         known[key].add(pk)
         r = p.record
-        store.db.commit_tuning_record(TuningRecord(r.trace, wl, [float(s) for s in p.run_secs], r.target, r.args_info))
-        store.done[key] = store.done.get(key, 0) + 1
+        store.add_record(TuningRecord(r.trace, wl, [float(s) for s in p.run_secs], r.target, r.args_info), key)
         added += 1
     target = src.programs[0].record.target
     manifest.setdefault("format", "cdmpp-dataset/1")
@@ -864,8 +867,7 @@ def measure_programs(
                     store.add_failure(task, pk, stage, err, record)
                     failed += 1
                     continue
-                store.db.commit_tuning_record(record)
-                store.done[key] = store.done.get(key, 0) + 1
+                store.add_record(record, key)
                 measured += 1
             bar.update(len(chunk))
     finally:

@@ -154,23 +154,32 @@ def format_benchmark(rows: list[dict], markdown: bool = False) -> str:
             return f"{v:.3f}" if c in METRICS else f"{v:.1f}"
         return str(v)
 
-    body = [[cell(r, c) for c in cols] for r in rows]
+    return render_table(head, [[cell(r, c) for c in cols] for r in rows], markdown)
+
+
+def render_table(head: list[str], body: list[list[str]], markdown: bool = False, left: int = 2) -> str:
+    """Cells as a fixed-width text table, or a markdown table; the first ``left`` columns are left-aligned."""
     if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " if i < 2 else " ---: " for i in range(len(head))) + "|"]
-        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
+        rule = "|" + "|".join(" --- " if i < left else " ---: " for i in range(len(head))) + "|"
+        return "\n".join(["| " + " | ".join(head) + " |", rule] + ["| " + " | ".join(b) + " |" for b in body])
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    fmt = lambda vals: "  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
+    fmt = lambda vals: "  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([fmt(head), "-" * len(fmt(head)), *(fmt(b) for b in body)])
 
 
-def write_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``benchmark.csv`` and ``benchmark.md`` into ``out_dir``; returns their paths."""
+def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown: str) -> tuple[Path, Path]:
+    """Write ``rows`` to ``out_dir/<stem>.csv`` and ``markdown`` to ``out_dir/<stem>.md``; returns their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out_dir / "benchmark.csv", out_dir / "benchmark.md"
+    csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["split", "model"])
         w.writeheader()
         w.writerows(rows)
-    md_path.write_text(format_benchmark(rows, markdown=True) + "\n", encoding="utf-8")
+    md_path.write_text(markdown + "\n", encoding="utf-8")
     return csv_path, md_path
+
+
+def write_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``benchmark.csv`` and ``benchmark.md`` into ``out_dir``; returns their paths."""
+    return write_csv_and_markdown(rows, out_dir, "benchmark", format_benchmark(rows, markdown=True))
