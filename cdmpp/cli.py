@@ -1,7 +1,7 @@
 """The ``cdmpp`` command line: one subcommand per pipeline step.
 
     cdmpp networks                      list the network zoo
-    cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU (resumable)
+    cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU or GPU (--gpu; resumable)
     cdmpp import   --work-dir W --device ID -o DIR   add a user's JSONDatabase to a dataset
     cdmpp validate DIR                  check a dataset's files, report bad lines
     cdmpp pack     DIR                  gzip a dataset's database files, write its card
@@ -75,7 +75,11 @@ def _cmd_collect(args) -> int:
         evolutionary_fraction=args.evolutionary_fraction,
         evolutionary_population=args.evolutionary_population,
         measure=MeasureConfig(repeat=args.repeat),
+        gpu=args.gpu,
     )
+    if args.gpu and args.disable_avx512:
+        print("error: --disable-avx512 is a CPU device; it does not go with --gpu", file=sys.stderr)
+        return 2
     requests = []
 
     def stop(signum, _frame):
@@ -389,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rpc-key", default=None, help="device key the boards registered with")
     s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")
     s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
+    s.add_argument("--gpu", action="store_true", help="measure CUDA programs on this host's NVIDIA GPU instead of its CPU")
     s.set_defaults(func=_cmd_collect)
 
     s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")
@@ -523,11 +528,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``cdmpp`` console script; returns the exit status."""
     from .dataset import DatasetError  # pylint: disable=import-outside-toplevel
+    from .device import DeviceUnavailableError  # pylint: disable=import-outside-toplevel
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (DatasetError, KeyError, ValueError, FileNotFoundError) as err:
+    except (DatasetError, DeviceUnavailableError, KeyError, ValueError, FileNotFoundError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"cdmpp {args.command}: error: {msg}", file=sys.stderr)
         return 2

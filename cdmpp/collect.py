@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import dataset as ds
-from .device import DeviceDescriptor, local_cpu
+from .device import DeviceDescriptor, DeviceUnavailableError, local_cpu, local_gpu
 
 SAMPLING_POLICY = (
     "per task, first replay-trace: uniform random decisions over MetaSchedule's post-order-apply design "
@@ -107,6 +107,8 @@ class CollectConfig:
             ``4 * population`` schedule mutations and cost-model predictions.
         measure: the timing protocol.
         rpc: measure through an RPC tracker (``None``: on this host, with ``LocalRunner``).
+        gpu: measure on this host's NVIDIA GPU (CUDA target, device id ``gpu-<name>-sm<XY>``)
+            instead of its CPU; the CPU cache flush is then switched off.
     """
 
     networks: list[str]
@@ -121,6 +123,7 @@ class CollectConfig:
     evolutionary_population: int = 128
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RPCSettings | None = None
+    gpu: bool = False
 
 
 @dataclass
@@ -278,8 +281,9 @@ def _repeat_cv(secs: list[float]) -> float:
     return (sum((x - mean) ** 2 for x in secs) / len(secs)) ** 0.5 / mean if mean > 0 else 0.0
 
 
-def _measure_batch(builder, runner, target, fresh: list, max_cv: float | None) -> list[tuple]:
-    """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at a time.
+def _measure_batch(builder, runner, target, fresh: list, max_cv: float | None, dev_type: str = "cpu") -> list[tuple]:
+    """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at a time
+    on the runner's ``dev_type`` device (``"cpu"`` or ``"cuda"``).
 
     A program whose repeats vary by more than ``max_cv`` (coefficient of variation) is
     timed once more and the steadier of the two measurements is kept.
@@ -299,7 +303,7 @@ def _measure_batch(builder, runner, target, fresh: list, max_cv: float | None) -
             to_run.append((c, pk, b))
 
     def run(items):
-        futures = runner.run([RunnerInput(b.artifact_path, "cpu", c.args_info) for c, _, b in items])
+        futures = runner.run([RunnerInput(b.artifact_path, dev_type, c.args_info) for c, _, b in items])
         return [f.result() for f in futures]
 
     timed = {}
@@ -414,8 +418,12 @@ def collect(
 
     Raises:
         KeyError: an unknown network name.
+        DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU on this host (nothing is written).
+        RuntimeError: ``cfg.gpu`` and no CUDA compiler (nvcc or NVRTC) on this host.
     """
     # pylint: disable=import-outside-toplevel
+    from dataclasses import replace
+
     from tqdm import tqdm
 
     from . import networks as zoo
@@ -430,12 +438,18 @@ def collect(
         load_tensor_intrinsics,
         ms,
         build_for_measurement,
+        configure_cuda_compiler,
     )
 
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name
     start = time.time()
-    device = local_cpu(cfg.num_cores, cfg.disable_avx512)
+    if cfg.gpu:
+        device = local_gpu(num_cores=cfg.num_cores)  # raises before anything is written
+        configure_cuda_compiler()
+        cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
+    else:
+        device = local_cpu(cfg.num_cores, cfg.disable_avx512)
     target = Target(device.target)
     device_dir = Path(cfg.out_dir) / device.device_id
     store = _Store(device_dir)
@@ -559,7 +573,9 @@ def collect(
                         break
                     fresh = fresh[:want]
                     results = {}
-                    batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv)
+                    batch = _measure_batch(
+                        builder, runner, target, fresh, cfg.measure.max_repeat_cv, "cuda" if cfg.gpu else "cpu"
+                    )
                     interrupted = should_stop is not None and should_stop()
                     for c, pk, secs, stage, error in batch:
                         record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
@@ -604,6 +620,43 @@ def collect(
         )
         ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
     return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start, stopped)
+
+
+def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
+    """Uniform random schedules of one task's design space, not measured (the collector's
+    random phase: ``ReplayTrace`` over MetaSchedule's post-order-apply space).
+
+    Works for any target TVM can generate code for, so CUDA programs can be sampled,
+    featurized and built on a machine without the GPU; only timing them needs it.
+
+    Args:
+        mod: the task's workload, an IRModule with one PrimFunc.
+        target: TVM ``Target`` (or dict / tag) whose default schedule rules span the space.
+        count: schedules wanted; fewer come back when the space has fewer distinct ones.
+        seed: random seed of the sampling.
+
+    Returns:
+        Up to ``count`` ``Schedule`` objects (``.mod`` the scheduled IRModule, ``.trace``
+        its schedule trace).
+    """
+    # pylint: disable=import-outside-toplevel
+    from .tvm_compat import Target, load_tensor_intrinsics, ms
+
+    target = target if isinstance(target, Target) else Target(target)
+    load_tensor_intrinsics()
+    ctx = ms.TuneContext(
+        mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=64),
+        task_name="sample",
+        rand_state=seed,
+        num_threads=1,
+    )
+    ctx.pre_tuning(max_trials=count, num_trials_per_iter=count, database=None, cost_model=None)
+    cands = ctx.generate_measure_candidates() or []
+    ctx.post_tuning()
+    return [c.sch for c in cands][:count]
 
 
 def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir: Path, network: str = "imported") -> int:
@@ -692,16 +745,33 @@ def remeasure(
 
     from tqdm import tqdm
 
-    from .tvm_compat import EvaluatorConfig, LocalBuilder, LocalRunner, Target, build_for_measurement, program_from_record
+    from .tvm_compat import (
+        EvaluatorConfig,
+        LocalBuilder,
+        LocalRunner,
+        Target,
+        build_for_measurement,
+        configure_cuda_compiler,
+        program_from_record,
+    )
 
     db = ds.load_device_dir(Path(device_dir))
     if not db.programs:
         raise ds.DatasetError(f"{device_dir}: no measured program to re-measure")
     devices = {d.device_id: d for d in (local_cpu(), local_cpu(disable_avx512=True))}
+    if db.device_id.startswith("gpu-"):
+        try:
+            gpu = local_gpu()
+            devices[gpu.device_id] = gpu
+        except DeviceUnavailableError:
+            pass
     if db.device_id not in devices:
         raise ValueError(f"this host is {', '.join(devices)}, not {db.device_id}: it cannot re-measure that folder")
     device = devices[db.device_id]
     target = Target(device.target)
+    dev_type = "cuda" if device.kind == "gpu" else "cpu"
+    if dev_type == "cuda":
+        configure_cuda_compiler()
     m = measure or MeasureConfig(**db.manifest.get("measurement", {}))
     out = Path(device_dir) / ds.REMEASURE_FILE
     done = {o["program_key"] for _, o in ds.iter_json_lines(out)} if out.exists() else set()
@@ -723,7 +793,7 @@ def remeasure(
     for s in range(0, len(picked), 16):
         chunk = picked[s : s + 16]
         fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk) for p, mod, pk in chunk]
-        timed = {pk: (secs, err) for _, pk, secs, _, err in _measure_batch(builder, runner, target, fresh, None)}
+        timed = {pk: (secs, err) for _, pk, secs, _, err in _measure_batch(builder, runner, target, fresh, None, dev_type)}
         with open(out, "a", encoding="utf-8") as f:
             for p, _, pk in chunk:
                 secs, err = timed[pk]

@@ -3,7 +3,8 @@
 Every tuning record in a cdmpp dataset lives under the id of the device that
 measured it.  A CPU id is its model name, LLVM CPU name and widest vector ISA
 as used by the generated code (``cpu-<model>-<llvm cpu>-<isa>``); switching AVX-512 code generation off gives a
-second real device on the same CPU (issue 3).
+second real device on the same CPU (issue 3).  A GPU id is its name as the driver
+reports it and its compute capability (``gpu-<name>-sm<XY>``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import re
 from dataclasses import asdict, dataclass, field
 
 _ISA_ORDER = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
+
+
+class DeviceUnavailableError(RuntimeError):
+    """The measuring device asked for is not present on this host (the message names it)."""
 
 
 @dataclass(frozen=True)
@@ -104,4 +109,102 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False) -> Dev
         isa=isa,
         isa_flags=isa_flags,
         target=target,
+    )
+
+
+def _cuda_target(arch: str, limits: dict, host: dict) -> dict:
+    """A CUDA target dict with the limits MetaSchedule's ``TuneContext`` needs."""
+    return {
+        "kind": "cuda",
+        "arch": arch,
+        "max_num_threads": int(limits["max_threads_per_block"]),
+        "max_threads_per_block": int(limits["max_threads_per_block"]),
+        "max_shared_memory_per_block": int(limits["max_shared_memory_per_block"]),
+        "thread_warp_size": int(limits["thread_warp_size"]),
+        "registers_per_block": int(limits.get("registers_per_block", 65536)),
+        "host": host,
+    }
+
+
+def local_gpu(index: int = 0, num_cores: int | None = None) -> DeviceDescriptor:
+    """NVIDIA GPU ``index`` of this machine as a measuring device (CUDA).
+
+    Args:
+        index: CUDA device ordinal.
+        num_cores: cores for the host-side code; defaults to ``os.cpu_count()``.
+
+    Returns:
+        The descriptor: ``device_id`` ``gpu-<name>-sm<XY>`` (e.g.
+        ``"gpu-nvidia_h100_80gb_hbm3-sm90"``), ``kind`` ``"gpu"``, ``isa`` the compute
+        capability, and a CUDA ``target`` whose arch and limits are read from the device,
+        with this host's CPU as the target host.
+
+    Raises:
+        DeviceUnavailableError: TVM sees no CUDA device ``index`` (no GPU, no driver, or a
+            TVM built without CUDA).
+    """
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    try:
+        dev = tvm.cuda(index)
+        present = bool(dev.exist)
+    except Exception:  # noqa: BLE001  a TVM without the CUDA runtime raises its own error types
+        present = False
+    if not present:
+        raise DeviceUnavailableError(
+            f"no CUDA GPU {index} visible to TVM on this host: CUDA programs can be sampled, featurized "
+            "and built here (cdmpp.device.gpu_from_tag), but timing them needs the GPU"
+        )
+    arch = "sm_" + str(dev.compute_version).replace(".", "")
+    limits = {
+        "max_threads_per_block": dev.max_threads_per_block,
+        "max_shared_memory_per_block": dev.max_shared_memory_per_block,
+        "thread_warp_size": dev.warp_size,
+    }
+    host = local_cpu(num_cores)
+    name = str(dev.device_name)
+    return DeviceDescriptor(
+        device_id=f"gpu-{_slug(name)}-{arch.replace('_', '')}",
+        kind="gpu",
+        model=name,
+        cores=host.cores,
+        isa=arch,
+        isa_flags=(),
+        target=_cuda_target(arch, limits, host.target),
+    )
+
+
+def gpu_from_tag(tag: str = "nvidia/nvidia-h100", num_cores: int | None = None) -> DeviceDescriptor:
+    """A GPU described by a TVM target tag, for sampling, featurizing and building CUDA
+    programs on a machine without that GPU (nothing can be timed with it).
+
+    Args:
+        tag: a TVM CUDA target tag, e.g. ``"nvidia/nvidia-h100"``.
+        num_cores: cores for the host-side code; defaults to ``os.cpu_count()``.
+
+    Returns:
+        A descriptor with ``device_id`` ``gpu-<tag name>-sm<XY>`` and the tag's arch and
+        limits (``model`` is the tag).
+
+    Raises:
+        ValueError: ``tag`` is not a CUDA target tag known to TVM.
+    """
+    from tvm.target import Target  # pylint: disable=import-outside-toplevel
+
+    try:
+        t = dict(Target(tag).export())
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        raise ValueError(f"{tag!r} is not a TVM target tag: {err}") from err
+    if str(t.get("kind")) != "cuda":
+        raise ValueError(f"{tag!r} is a {t.get('kind')} target, not a CUDA GPU")
+    arch = str(t.get("arch", "sm_80"))
+    host = local_cpu(num_cores)
+    return DeviceDescriptor(
+        device_id=f"gpu-{_slug(tag.rsplit('/', 1)[-1])}-{arch.replace('_', '')}",
+        kind="gpu",
+        model=tag,
+        cores=host.cores,
+        isa=arch,
+        isa_flags=(),
+        target=_cuda_target(arch, t, host.target),
     )

@@ -59,6 +59,9 @@ __all__ = [
     "load_tensor_intrinsics",
     "tvm_version",
     "build_for_measurement",
+    "configure_cuda_compiler",
+    "imported_source",
+    "lower_gpu_reductions",
 ]
 
 
@@ -85,6 +88,64 @@ def build_for_measurement(mod: IRModule, target: Target, _params=None):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
+
+
+def configure_cuda_compiler() -> str:
+    """Choose how TVM compiles generated CUDA source to a GPU binary, for this process and
+    the workers it starts (``TVM_CUDA_COMPILE_MODE``).  TVM 0.27 builds a CUDA program to
+    source and compiles it when the runner loads it on the GPU host.
+
+    TVM 0.27 defaults to NVRTC through the ``cuda-bindings`` package; without that
+    package, ``nvcc`` on the ``PATH`` is used instead.  A mode the user set is kept.
+
+    Returns:
+        ``"nvrtc"`` or ``"nvcc"``.
+
+    Raises:
+        RuntimeError: neither ``cuda-bindings`` nor ``nvcc`` is available.
+    """
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+    import shutil  # pylint: disable=import-outside-toplevel
+
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
+    if mode:
+        return mode.lower()
+    try:
+        has_nvrtc = importlib.util.find_spec("cuda.bindings") is not None
+    except ModuleNotFoundError:
+        has_nvrtc = False
+    if has_nvrtc:
+        return "nvrtc"
+    if shutil.which("nvcc"):
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+        return "nvcc"
+    raise RuntimeError(
+        "cannot compile CUDA programs: install the CUDA toolkit (nvcc on the PATH) or `pip install cuda-bindings`"
+    )
+
+
+def imported_source(rt_mod) -> str:
+    """The generated source of the first imported device module of a built runtime module
+    (CUDA C for a CUDA build, which TVM 0.27 keeps as source and compiles when the module
+    is loaded on the GPU host), or ``""`` when it has none."""
+    for sub in rt_mod.imports:
+        src = sub.inspect_source()
+        if src:
+            return str(src)
+    return ""
+
+
+def lower_gpu_reductions(mod: IRModule) -> IRModule:
+    """Lower cross-thread reductions and reduction init blocks of a scheduled GPU program.
+
+    ``PerStoreFeature`` applies these passes before it extracts its rows; the featurizer
+    applies them to GPU programs before walking the loop nest, so that its leaves and
+    those rows name the same buffers in the same order.
+    """
+    from tvm.s_tir.transform import LowerCrossThreadReduction, LowerInitBlock  # pylint: disable=import-outside-toplevel
+
+    return LowerInitBlock()(LowerCrossThreadReduction()(mod))
 
 
 def extract_tasks(mod: IRModule, target: Target):

@@ -76,6 +76,10 @@ def _default_target(target):
     return target if isinstance(target, Target) else Target(target)
 
 
+def _is_gpu(target) -> bool:
+    return "gpu" in [str(k) for k in target.keys]
+
+
 def featurize(program, target=None) -> ProgramAST:
     """Featurize one scheduled program.
 
@@ -83,7 +87,10 @@ def featurize(program, target=None) -> ProgramAST:
         program: a scheduled PrimFunc, a one-PrimFunc IRModule, a Schedule, or a
             MetaSchedule TuningRecord (its trace is replayed on its workload).
         target: TVM target (``Target``, dict or tag) used by ``PerStoreFeature``;
-            defaults to a generic LLVM CPU target.
+            defaults to a generic LLVM CPU target.  For a GPU target (e.g. CUDA) the
+            program's cross-thread reductions and init blocks are lowered first, as
+            ``PerStoreFeature`` does, and its ``threadIdx``/``blockIdx`` loops become
+            ``THREAD_BINDING`` nodes.
 
     Returns:
         The compact AST with ``leaf_features`` float32 ``(L, FEATURE_DIM)``.
@@ -100,7 +107,7 @@ def featurize_many(programs, target=None) -> list[ProgramAST]:
     Raises:
         UnsupportedProgramError: naming the index of the first program that failed.
     """
-    from cdmpp.tvm_compat import per_store_features  # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import lower_gpu_reductions, per_store_features  # pylint: disable=import-outside-toplevel
 
     target = _default_target(target)
     mods = []
@@ -113,8 +120,14 @@ def featurize_many(programs, target=None) -> list[ProgramAST]:
         rows = per_store_features(target, mods) if mods else []
     except Exception as err:  # noqa: BLE001
         raise UnsupportedProgramError(f"PerStoreFeature extraction failed: {str(err)[:300]}") from err
+    trees = mods
+    if _is_gpu(target):
+        try:
+            trees = [lower_gpu_reductions(m) for m in mods]
+        except Exception as err:  # noqa: BLE001
+            raise UnsupportedProgramError(f"lowering the GPU programs' reductions failed: {str(err)[:300]}") from err
     out = []
-    for i, (m, r) in enumerate(zip(mods, rows)):
+    for i, (m, r) in enumerate(zip(trees, rows)):
         try:
             out.append(build_tree(m, r))
         except UnsupportedProgramError as err:

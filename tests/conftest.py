@@ -33,3 +33,17 @@ def tiny_featurized(tiny_collection):
     _, summary = tiny_collection
     db = ds.load_device_dir(summary.device_dir)
     return db, featurize_database(db)
+
+
+@pytest.fixture(scope="session")
+def cuda_schedules():
+    """Random CUDA schedules of a small workload for TVM's H100 tag, sampled on this CPU."""
+    from programs import matmul_rowsum_exp
+
+    from cdmpp.collect import sample_schedules
+    from cdmpp.device import gpu_from_tag
+    from cdmpp.tvm_compat import IRModule, Target
+
+    target = Target(gpu_from_tag("nvidia/nvidia-h100").target)
+    mod = IRModule({"main": matmul_rowsum_exp.with_attr("global_symbol", "main")})
+    return target, sample_schedules(mod, target, 8, seed=0)

@@ -43,3 +43,24 @@ def with_while(A: T.Buffer((8,), "int32")):
     while i[0] < 8:
         A[i[0]] = i[0]
         i[0] = i[0] + 1
+
+
+@T.prim_func(s_tir=True)
+def matmul_rowsum_exp(
+    A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32"), S: T.Buffer((64,), "float32")
+):
+    # an unscheduled workload with two reductions; CUDA schedules of it bind loops to
+    # blockIdx/threadIdx and some reduce S across threads
+    C = T.sblock_alloc_buffer((64, 64))
+    for i, j, k in T.grid(64, 64, 64):
+        with T.sblock("C"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+    for i, j in T.grid(64, 64):
+        with T.sblock("S"):
+            vi, vj = T.axis.remap("SR", [i, j])
+            with T.init():
+                S[vi] = T.float32(0)
+            S[vi] = S[vi] + T.exp(C[vi, vj])

@@ -58,3 +58,13 @@ def test_train_with_cmd_needs_a_held_out_network(tiny_collection, tmp_path, caps
     args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(tmp_path / "ckpt"), "--no-wandb"]
     assert main(args + ["--epochs", "1", "--cmd-weight", "1", "--cache", str(tmp_path / "c")]) == 2
     assert "held-out network" in capsys.readouterr().err and not (tmp_path / "ckpt").exists()
+
+
+def test_collect_on_a_gpu_needs_one(tmp_path, capsys):
+    import tvm
+
+    if tvm.cuda(0).exist:
+        return
+    assert main(["collect", "-n", "dcgan-b1", "-o", str(tmp_path), "--gpu"]) == 2
+    assert "no CUDA GPU 0 visible" in capsys.readouterr().err
+    assert main(["collect", "-n", "dcgan-b1", "-o", str(tmp_path), "--gpu", "--disable-avx512"]) == 2

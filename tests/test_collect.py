@@ -130,3 +130,41 @@ def test_remeasure_a_sample_for_drift_and_resume(tiny_collection, tmp_path):
     remeasure(dev, sample=2, progress=False)  # the same sample again: nothing is timed twice
     assert len(path.read_text().splitlines()) == 2
     assert "Run-to-run drift of the median, 2 programs" in ds.card(dev)
+
+
+def test_cuda_programs_sample_and_build_to_source_without_a_gpu(cuda_schedules, tmp_path):
+    """Issue 3: GPU programs are sampled and built here; only their timing needs the GPU."""
+    import shutil
+    import subprocess
+
+    from cdmpp.tvm_compat import build_for_measurement, imported_source, structural_hash
+
+    target, schedules = cuda_schedules
+    assert len(schedules) == 8
+    assert len({structural_hash(s.mod) for s in schedules}) >= 6  # distinct random schedules
+    src = imported_source(build_for_measurement(schedules[0].mod, target))
+    assert "__global__" in src and "blockIdx.x" in src and "threadIdx.x" in src
+    if shutil.which("nvcc"):  # the generated CUDA compiles for the H100 (sm_90a) with the toolkit here
+        (tmp_path / "k.cu").write_text(src)
+        out = subprocess.run(
+            ["nvcc", "--fatbin", "-arch=sm_90a", "-O3", "-o", str(tmp_path / "k.fatbin"), str(tmp_path / "k.cu")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert (tmp_path / "k.fatbin").stat().st_size > 1000
+
+
+def test_gpu_collection_without_a_gpu_fails_first_and_writes_nothing(tmp_path):
+    import pytest
+    import tvm
+
+    from cdmpp.collect import CollectConfig
+    from cdmpp.device import DeviceUnavailableError
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this host has a GPU")
+    with pytest.raises(DeviceUnavailableError, match="timing them needs the GPU"):
+        collect(CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path / "ds", gpu=True), progress=False)
+    assert not (tmp_path / "ds").exists()

@@ -1,4 +1,6 @@
-from cdmpp.device import DeviceDescriptor, local_cpu
+import pytest
+
+from cdmpp.device import DeviceDescriptor, DeviceUnavailableError, gpu_from_tag, local_cpu, local_gpu
 
 
 def test_local_cpu_descriptor_and_avx512_off_device():
@@ -10,3 +12,29 @@ def test_local_cpu_descriptor_and_avx512_off_device():
     assert off.target["mattr"] == ["-avx512f"] and off.isa != "avx512"
     if d.isa == "avx512":
         assert off.device_id != d.device_id  # a second, distinct device on the same CPU
+
+
+def test_gpu_from_tag_gives_a_cuda_target_with_the_limits_tuning_needs():
+    from cdmpp.tvm_compat import Target
+
+    d = gpu_from_tag("nvidia/nvidia-h100", num_cores=2)
+    assert d.device_id == "gpu-nvidia_h100-sm90a" and d.kind == "gpu" and d.isa == "sm_90a"
+    t = Target(d.target)
+    assert str(t.kind.name) == "cuda" and str(t.host.kind.name) == "llvm"
+    assert int(t.attrs["max_threads_per_block"]) == 1024 and int(t.attrs["thread_warp_size"]) == 32
+    assert DeviceDescriptor.from_json(d.to_json()) == d
+    with pytest.raises(ValueError, match="not a TVM target tag"):
+        gpu_from_tag("nvidia/no-such-gpu")
+    with pytest.raises(ValueError, match="not a CUDA GPU"):
+        gpu_from_tag("llvm")
+
+
+def test_local_gpu_names_what_is_missing():
+    import tvm
+
+    if tvm.cuda(0).exist:
+        d = local_gpu()
+        assert d.device_id.startswith("gpu-") and d.target["kind"] == "cuda"
+        return
+    with pytest.raises(DeviceUnavailableError, match="no CUDA GPU 0 visible"):
+        local_gpu()

@@ -77,3 +77,21 @@ def test_batches_of_ragged_trees_collate():
     assert pos.tolist() == [[3, 0, 0], [4, 5, 8]]
     sub = data.subset(np.array([1]))
     assert len(sub) == 1 and sub.x.shape == (3, FEATURE_DIM) and sub.latency.tolist() == [2e-3]
+
+
+def test_cuda_programs_featurize_with_thread_bindings(cuda_schedules):
+    from cdmpp.featurize.ast import THREAD_BINDING
+
+    target, schedules = cuda_schedules
+    trees = featurize_many([s.mod for s in schedules], target)
+    present = []
+    for t in trees:
+        bound = np.flatnonzero(t.node_kind == THREAD_BINDING)
+        tags = {t.node_annotations[i]["thread_tag"] for i in bound}
+        assert "threadIdx.x" in tags and tags <= {"blockIdx.x", "threadIdx.x", "vthread.x", "threadIdx.y", "blockIdx.y"}
+        leaves = t.leaf_features
+        # every leaf under a thread-bound loop counts its extent in extent_thread_binding (log2)
+        assert np.all(leaves[:, COL["extent_thread_binding"]] > 0)
+        present.extend(leaves[:, PRESENT].tolist())
+    # cross-thread reductions are lowered first, so PerStoreFeature rows find their leaves
+    assert np.mean(present) >= 0.9
