@@ -112,9 +112,11 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False) -> Dev
     )
 
 
-def _cuda_target(arch: str, limits: dict, host: dict) -> dict:
-    """A CUDA target dict with the limits MetaSchedule's ``TuneContext`` needs."""
-    return {
+def _gpu_descriptor(name: str, model: str, arch: str, limits: dict, num_cores: int | None) -> DeviceDescriptor:
+    """A GPU descriptor whose CUDA target carries the limits MetaSchedule's ``TuneContext``
+    needs, with this host's CPU as the target host."""
+    host = local_cpu(num_cores)
+    target = {
         "kind": "cuda",
         "arch": arch,
         "max_num_threads": int(limits["max_threads_per_block"]),
@@ -122,8 +124,17 @@ def _cuda_target(arch: str, limits: dict, host: dict) -> dict:
         "max_shared_memory_per_block": int(limits["max_shared_memory_per_block"]),
         "thread_warp_size": int(limits["thread_warp_size"]),
         "registers_per_block": int(limits.get("registers_per_block", 65536)),
-        "host": host,
+        "host": host.target,
     }
+    return DeviceDescriptor(
+        device_id=f"gpu-{_slug(name)}-{arch.replace('_', '')}",
+        kind="gpu",
+        model=model,
+        cores=host.cores,
+        isa=arch,
+        isa_flags=(),
+        target=target,
+    )
 
 
 def local_gpu(index: int = 0, num_cores: int | None = None) -> DeviceDescriptor:
@@ -155,23 +166,13 @@ def local_gpu(index: int = 0, num_cores: int | None = None) -> DeviceDescriptor:
             f"no CUDA GPU {index} visible to TVM on this host: CUDA programs can be sampled, featurized "
             "and built here (cdmpp.device.gpu_from_tag), but timing them needs the GPU"
         )
-    arch = "sm_" + str(dev.compute_version).replace(".", "")
     limits = {
         "max_threads_per_block": dev.max_threads_per_block,
         "max_shared_memory_per_block": dev.max_shared_memory_per_block,
         "thread_warp_size": dev.warp_size,
     }
-    host = local_cpu(num_cores)
     name = str(dev.device_name)
-    return DeviceDescriptor(
-        device_id=f"gpu-{_slug(name)}-{arch.replace('_', '')}",
-        kind="gpu",
-        model=name,
-        cores=host.cores,
-        isa=arch,
-        isa_flags=(),
-        target=_cuda_target(arch, limits, host.target),
-    )
+    return _gpu_descriptor(name, name, "sm_" + str(dev.compute_version).replace(".", ""), limits, num_cores)
 
 
 def gpu_from_tag(tag: str = "nvidia/nvidia-h100", num_cores: int | None = None) -> DeviceDescriptor:
@@ -197,14 +198,4 @@ def gpu_from_tag(tag: str = "nvidia/nvidia-h100", num_cores: int | None = None) 
         raise ValueError(f"{tag!r} is not a TVM target tag: {err}") from err
     if str(t.get("kind")) != "cuda":
         raise ValueError(f"{tag!r} is a {t.get('kind')} target, not a CUDA GPU")
-    arch = str(t.get("arch", "sm_80"))
-    host = local_cpu(num_cores)
-    return DeviceDescriptor(
-        device_id=f"gpu-{_slug(tag.rsplit('/', 1)[-1])}-{arch.replace('_', '')}",
-        kind="gpu",
-        model=tag,
-        cores=host.cores,
-        isa=arch,
-        isa_flags=(),
-        target=_cuda_target(arch, t, host.target),
-    )
+    return _gpu_descriptor(tag.rsplit("/", 1)[-1], tag, str(t.get("arch", "sm_80")), t, num_cores)
