@@ -418,8 +418,8 @@ def collect(
 
     Raises:
         KeyError: an unknown network name.
-        DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU on this host (nothing is written).
-        RuntimeError: ``cfg.gpu`` and no CUDA compiler (nvcc or NVRTC) on this host.
+        DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU, or no CUDA compiler (nvcc or
+            NVRTC), on this host (nothing is written).
     """
     # pylint: disable=import-outside-toplevel
     from dataclasses import replace
@@ -446,7 +446,10 @@ def collect(
     start = time.time()
     if cfg.gpu:
         device = local_gpu(num_cores=cfg.num_cores)  # raises before anything is written
-        configure_cuda_compiler()
+        try:
+            configure_cuda_compiler()
+        except RuntimeError as err:
+            raise DeviceUnavailableError(str(err)) from err
         cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
     else:
         device = local_cpu(cfg.num_cores, cfg.disable_avx512)
