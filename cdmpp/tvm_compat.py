@@ -178,16 +178,21 @@ def relax_module_from_torch(model, example_inputs: tuple, target: Target) -> IRM
     return mod
 
 
-def feature_context(target: Target):
+def feature_context(target: Target, num_threads: int | None = None):
     """A bare TuneContext for feature extraction.
 
     ``ms.TuneContext(...)`` imports ``tvm.s_tir.tensor_intrin`` (35-45 s on 2 cores);
     ``PerStoreFeature`` needs only the target, so this calls the FFI constructor directly.
+    ``PerStoreFeature`` extracts the candidates in parallel on the context's
+    ``num_threads`` (default: all cores).
     """
+    import os  # pylint: disable=import-outside-toplevel
+
     from tvm.s_tir.meta_schedule import _ffi_api  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func  # pylint: disable=import-outside-toplevel
 
-    return _ffi_api.TuneContext(None, target, None, None, "main", 1, -1, get_logging_func(get_logger(__name__)))
+    threads = int(num_threads or os.cpu_count() or 1)
+    return _ffi_api.TuneContext(None, target, None, None, "main", threads, -1, get_logging_func(get_logger(__name__)))
 
 
 def per_store_features(target: Target, mods: list) -> list:
