@@ -453,6 +453,7 @@ def collect(
         cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
     else:
         device = local_cpu(cfg.num_cores, cfg.disable_avx512)
+    dev_type = "cuda" if device.kind == "gpu" else "cpu"
     target = Target(device.target)
     device_dir = Path(cfg.out_dir) / device.device_id
     store = _Store(device_dir)
@@ -576,9 +577,7 @@ def collect(
                         break
                     fresh = fresh[:want]
                     results = {}
-                    batch = _measure_batch(
-                        builder, runner, target, fresh, cfg.measure.max_repeat_cv, "cuda" if cfg.gpu else "cpu"
-                    )
+                    batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv, dev_type)
                     interrupted = should_stop is not None and should_stop()
                     for c, pk, secs, stage, error in batch:
                         record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)

@@ -58,19 +58,26 @@ class LatencyPredictor:
             UnsupportedProgramError: an input that is not a scheduled program, or
                 holds a construct the featurizer does not support.
         """
-        # pylint: disable=import-outside-toplevel
-        import torch
-
-        from cdmpp.featurize import featurize_many
-        from cdmpp.featurize.batch import from_trees
-        from cdmpp.train.fit import predict_latency_array
+        from cdmpp.featurize import featurize_many  # pylint: disable=import-outside-toplevel
 
         if not isinstance(mods, (list, tuple)):
             mods = [mods]
         if not mods:
             return np.zeros(0, dtype=np.float64)
-        trees = featurize_many(list(mods), target if target is not None else self.default_target)
+        return self.predict_trees(featurize_many(list(mods), target if target is not None else self.default_target))
+
+    def predict_trees(self, trees) -> np.ndarray:
+        """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
+        (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``)."""
+        # pylint: disable=import-outside-toplevel
+        import torch
+
+        from cdmpp.featurize.batch import from_trees
+        from cdmpp.train.fit import predict_latency_array
+
         n = len(trees)
+        if n == 0:
+            return np.zeros(0, dtype=np.float64)
         data = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
         with torch.no_grad():
             return predict_latency_array(self.model, data).astype(np.float64)
