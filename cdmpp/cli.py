@@ -217,6 +217,7 @@ def _cmd_train(args) -> int:
         Path(args.cache),
         use_wandb=not args.no_wandb,
         benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
+        cmd_target=Path(args.cmd_target) if args.cmd_target else None,
     )
     print(f"checkpoint written to {args.out}")
     if rows:
@@ -434,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--cmd-weight",
             type=float,
             default=None,
-            help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features",
+            help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features "
+            "(or, for train, those of --cmd-target)",
         )
 
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
@@ -444,6 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--no-wandb", action="store_true", help="do not log to wandb (offline by default)")
     s.add_argument("--benchmark-table", default=None, help="benchmark.md to embed in the model card")
+    s.add_argument(
+        "--cmd-target",
+        default=None,
+        metavar="DEVICE_DIR",
+        help="another device's folder whose programs (features only, never latencies) are the CMD term's target "
+        "domain: cross-device adaptation (needs --cmd-weight)",
+    )
     model_args(s)
     s.set_defaults(func=_cmd_train)
 

@@ -70,6 +70,40 @@ class FeaturizedPrograms:
             psf_sum=self.psf_sum[index],
         )
 
+    @staticmethod
+    def concat(parts: list["FeaturizedPrograms"]) -> "FeaturizedPrograms":
+        """The programs of ``parts`` one after the other (for example two devices' programs).
+
+        Program ``i`` of ``parts[k]`` becomes program ``sum(len(parts[:k])) + i``.
+        ``workload_keys`` is the union of the parts' keys in order of first appearance,
+        and each program's ``workload`` is remapped into it, so a workload measured on
+        two devices keeps one index.
+
+        Raises:
+            ValueError: no part.
+        """
+        if not parts:
+            raise ValueError("concat needs at least one FeaturizedPrograms")
+        keys: list[str] = []
+        index_of: dict[str, int] = {}
+        for p in parts:
+            for k in p.workload_keys:
+                index_of.setdefault(k, len(keys))
+                if len(keys) < len(index_of):
+                    keys.append(k)
+        workload = [np.asarray([index_of[k] for k in p.workload_keys], np.int64)[p.workload] for p in parts]
+        lens = np.concatenate([np.diff(p.ptr) for p in parts])
+        return FeaturizedPrograms(
+            x=np.concatenate([p.x for p in parts]),
+            pos=np.concatenate([p.pos for p in parts]),
+            ptr=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+            latency=np.concatenate([p.latency for p in parts]),
+            workload=np.concatenate(workload).astype(np.int64),
+            workload_keys=keys,
+            flops=np.concatenate([p.flops for p in parts]),
+            psf_sum=np.concatenate([p.psf_sum for p in parts]),
+        )
+
     def save(self, path: Path) -> None:
         """Write to an ``.npz`` file (no pickle)."""
         np.savez_compressed(

@@ -60,6 +60,24 @@ def test_train_with_cmd_needs_a_held_out_network(tiny_collection, tmp_path, caps
     assert "held-out network" in capsys.readouterr().err and not (tmp_path / "ckpt").exists()
 
 
+def test_train_with_cmd_toward_another_device(tiny_collection, tmp_path, capsys):
+    import json
+
+    cfg, summary = tiny_collection
+    out = tmp_path / "ckpt"
+    args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
+    args += ["--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--cmd-target", str(summary.device_dir)]
+    assert main(args) == 2  # a target device without a CMD weight
+    assert "cmd_weight > 0" in capsys.readouterr().err and not out.exists()
+    assert main(args + ["--cmd-weight", "0.5"]) == 0
+    meta = json.loads((out / "config.json").read_text())["metadata"]
+    assert meta["cmd_target_device"] == summary.device_dir.name and meta["train_config"]["cmd_weight"] == 0.5
+    assert f"all programs of device `{summary.device_dir.name}`" in (out / "README.md").read_text()
+    assert main(["train", "-d", str(cfg.out_dir), "-o", str(tmp_path / "x"), "--cmd-weight", "1",
+                 "--cmd-target", str(tmp_path / "nothing")]) == 2
+    assert not (tmp_path / "x").exists()
+
+
 def test_collect_on_a_gpu_needs_one(tmp_path, capsys):
     import tvm
 

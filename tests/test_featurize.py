@@ -79,6 +79,24 @@ def test_batches_of_ragged_trees_collate():
     assert len(sub) == 1 and sub.x.shape == (3, FEATURE_DIM) and sub.latency.tolist() == [2e-3]
 
 
+def test_concat_keeps_programs_and_merges_workload_keys():
+    from cdmpp.featurize.batch import FeaturizedPrograms
+
+    trees = featurize_many([vector_add, matmul_relu])
+    a = from_trees(trees, [1e-3, 2e-3], [0, 1], ["va", "mm"], [1.0, 2.0])
+    b = from_trees(trees[::-1], [5e-3, 4e-3], [0, 1], ["mm", "other"], [3.0, 4.0])
+    both = FeaturizedPrograms.concat([a, b])
+    assert len(both) == 4 and both.workload_keys == ["va", "mm", "other"]
+    # the matmul is workload 1 in both parts; b's second program keeps its own key
+    assert both.workload.tolist() == [0, 1, 1, 2]
+    assert both.latency.tolist() == [1e-3, 2e-3, 5e-3, 4e-3] and both.flops.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert np.diff(both.ptr).tolist() == [1, 3, 3, 1] and both.x.shape == (8, FEATURE_DIM)
+    np.testing.assert_array_equal(both.leaves(2)[0], a.leaves(1)[0])
+    np.testing.assert_array_equal(both.psf_sum[3], a.psf_sum[0])
+    with pytest.raises(ValueError, match="at least one"):
+        FeaturizedPrograms.concat([])
+
+
 def test_cuda_programs_featurize_with_thread_bindings(cuda_schedules):
     from cdmpp.featurize.ast import THREAD_BINDING
 

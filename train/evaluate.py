@@ -72,6 +72,7 @@ def train_and_compare(
     use_wandb: bool = True,
     progress: bool = True,
     benchmark_table: Path | None = None,
+    cmd_target: Path | None = None,
 ) -> dict[str, dict]:
     """Train the transformer and the tree baseline on one held-out-network split, save both.
 
@@ -79,27 +80,42 @@ def train_and_compare(
     the model card ``out/README.md`` (which embeds ``benchmark_table``, a markdown file
     written by ``cdmpp evaluate --benchmark``, when given).
 
-    With ``train_config.cmd_weight > 0`` the held-out network's programs are the CMD
-    term's unlabelled target domain (their features, never their latencies, are seen in
-    training: transductive, as in CDMPP section 5).
+    With ``train_config.cmd_weight > 0`` the CMD term's unlabelled target domain is the
+    held-out network's programs, or, with ``cmd_target`` (another device's folder), every
+    program of that device: cross-device adaptation (CDMPP, EuroSys 2024, section 5).
+    Either way only their features are seen in training, never their latencies
+    (transductive, as in the paper).
 
     Returns:
         Metric rows per model on the held-out network (empty when ``holdout`` is None).
 
     Raises:
-        ValueError: ``cmd_weight > 0`` without a held-out network.
+        ValueError: ``cmd_weight > 0`` with neither a held-out network nor ``cmd_target``,
+            or ``cmd_target`` without ``cmd_weight > 0``.
+        DatasetError: ``cmd_target`` is not a device folder with measured programs.
     """
     model_config = model_config or ModelConfig()
     train_config = train_config or TrainConfig()
+    if cmd_target is not None and train_config.cmd_weight <= 0:
+        raise ValueError("a CMD target device needs cmd_weight > 0")
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
-    if train_config.cmd_weight > 0 and len(split.test) == 0:
-        raise ValueError("cmd_weight > 0 needs a held-out network: its programs are the CMD term's target domain")
+    if train_config.cmd_weight > 0 and len(split.test) == 0 and cmd_target is None:
+        raise ValueError(
+            "cmd_weight > 0 needs a held-out network or a CMD target device: their programs are the CMD term's "
+            "target domain"
+        )
+    target, train_data, target_device = None, data, None
+    if cmd_target is not None:
+        # another device's programs follow this device's; the split's indices stay valid
+        tdb, tdata = load_featurized(Path(cmd_target), cache_dir, progress)
+        train_data = FeaturizedPrograms.concat([data, tdata])
+        target, target_device = np.arange(len(data), len(train_data)), tdb.device_id
+    elif train_config.cmd_weight > 0:
+        target = split.test  # the held-out network's programs (features only, never latencies)
     t0 = time.time()
-    # the CMD term's target domain: the held-out network's programs (features only, never latencies)
-    target = split.test if train_config.cmd_weight > 0 else None
     model = fit_transformer(
-        data, split, model_config, train_config, Path(out) / "logs", use_wandb, progress=progress, target=target
+        train_data, split, model_config, train_config, Path(out) / "logs", use_wandb, progress=progress, target=target
     )
     t_model = time.time() - t0
     t0 = time.time()
@@ -122,6 +138,7 @@ def train_and_compare(
         "val_programs": int(len(split.val)),
         "test_programs": int(len(split.test)),
         "train_config": asdict(train_config),
+        "cmd_target_device": target_device,
         "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
         "flops_baseline_throughput": flops.throughput_,
         "flops_baseline_floor": flops.floor_,
@@ -170,8 +187,13 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
             else ""
         )
         + (
-            f" plus {meta['train_config']['cmd_weight']} x CMD between the embeddings of training and held-out "
-            "programs (features only)"
+            f" plus {meta['train_config']['cmd_weight']} x CMD between the embeddings of training programs and "
+            + (
+                f"all programs of device `{meta['cmd_target_device']}`"
+                if meta.get("cmd_target_device")
+                else "held-out programs"
+            )
+            + " (features only)"
             if meta["train_config"].get("cmd_weight")
             else ""
         )
