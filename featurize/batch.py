@@ -88,8 +88,8 @@ class FeaturizedPrograms:
         index_of: dict[str, int] = {}
         for p in parts:
             for k in p.workload_keys:
-                index_of.setdefault(k, len(keys))
-                if len(keys) < len(index_of):
+                if k not in index_of:
+                    index_of[k] = len(keys)
                     keys.append(k)
         workload = [np.asarray([index_of[k] for k in p.workload_keys], np.int64)[p.workload] for p in parts]
         lens = np.concatenate([np.diff(p.ptr) for p in parts])
