@@ -161,6 +161,8 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         i = index_of.get(t["workload_key"])
         if i is not None:
             nets[t["network"]] = nets.get(t["network"], 0) + int(counts[i])
+    target_device = meta.get("cmd_target_device")
+    cmd_domain = f"all programs of device `{target_device}`" if target_device else "held-out programs"
     lines = [
         "# Model card: cdmpp latency transformer",
         "",
@@ -188,12 +190,7 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         )
         + (
             f" plus {meta['train_config']['cmd_weight']} x CMD between the embeddings of training programs and "
-            + (
-                f"all programs of device `{meta['cmd_target_device']}`"
-                if meta.get("cmd_target_device")
-                else "held-out programs"
-            )
-            + " (features only)"
+            f"{cmd_domain} (features only)"
             if meta["train_config"].get("cmd_weight")
             else ""
         )
