@@ -76,6 +76,7 @@ def _cmd_collect(args) -> int:
         evolutionary_population=args.evolutionary_population,
         measure=MeasureConfig(repeat=args.repeat),
         gpu=args.gpu,
+        pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
     )
     if args.gpu and args.disable_avx512:
         print("error: --disable-avx512 is a CPU device; it does not go with --gpu", file=sys.stderr)
@@ -395,6 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")
     s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
     s.add_argument("--gpu", action="store_true", help="measure CUDA programs on this host's NVIDIA GPU instead of its CPU")
+    s.add_argument(
+        "--pack-every",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="also keep the gzipped (committed) files up to date, between tasks at most every MIN minutes and at the end",
+    )
     s.set_defaults(func=_cmd_collect)
 
     s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")

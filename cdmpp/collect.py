@@ -109,6 +109,12 @@ class CollectConfig:
         rpc: measure through an RPC tracker (``None``: on this host, with ``LocalRunner``).
         gpu: measure on this host's NVIDIA GPU (CUDA target, device id ``gpu-<name>-sm<XY>``)
             instead of its CPU; the CPU cache flush is then switched off.
+        pack_every_s: when set, rewrite the gzipped copies of the device folder's files
+            (``cdmpp pack``) and the manifest's counts between tasks at most this often
+            (seconds), and once more at the end, so that a shipped, version-controlled
+            dataset holds every finished record even when the session running the
+            collection is cut off (the plain files it appends to are not committed).
+            ``None``: never (run ``cdmpp pack`` yourself).
     """
 
     networks: list[str]
@@ -124,6 +130,7 @@ class CollectConfig:
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RPCSettings | None = None
     gpu: bool = False
+    pack_every_s: float | None = None
 
 
 @dataclass
@@ -515,6 +522,18 @@ def collect(
         )
     measured = failed = dups = 0
     stopped = False
+    last_pack = time.time()
+
+    def checkpoint(final: bool) -> None:
+        """Write the manifest's counts so far and, when asked to, the packed files."""
+        entry = manifest["collections"][-1]
+        entry.update({"measured": measured, "failed": failed})
+        if final:
+            entry.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "stopped_early": stopped})
+        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+        if cfg.pack_every_s is not None:
+            ds.pack(device_dir)
+
     bar = tqdm(total=total, initial=already, disable=not progress, unit="prog", desc=device.device_id, smoothing=0.05)
     try:
         for key, task in todo.items():
@@ -605,6 +624,9 @@ def collect(
             if need > 0:  # the design space ran out of distinct programs
                 bar.total -= need
                 bar.refresh()
+            if cfg.pack_every_s is not None and time.time() - last_pack >= cfg.pack_every_s:
+                checkpoint(final=False)  # between tasks: no timing is in flight
+                last_pack = time.time()
     finally:
         bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -612,15 +634,7 @@ def collect(
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = old_tmpdir
-        manifest["collections"][-1].update(
-            {
-                "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "measured": measured,
-                "failed": failed,
-                "stopped_early": stopped,
-            }
-        )
-        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+        checkpoint(final=True)
     return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start, stopped)
 
 

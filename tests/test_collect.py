@@ -50,7 +50,13 @@ def test_resume_continues_without_duplicates(tiny_collection, tmp_path):
     assert stopped.stopped and stopped.measured <= cfg.batch_size
     m = json.loads((dev / ds.MANIFEST_FILE).read_text())
     assert m["collections"][-1]["stopped_early"] is True
-    more = collect(dataclasses.replace(cfg, out_dir=out, programs_per_task=4), progress=False)
+    # pack_every_s=0: the gzipped (committed) copies are rewritten after every task and at the end
+    more = collect(dataclasses.replace(cfg, out_dir=out, programs_per_task=4, pack_every_s=0.0), progress=False)
+    import gzip
+
+    for name in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
+        assert gzip.decompress((dev / (name + ".gz")).read_bytes()) == (dev / name).read_bytes()
+    assert json.loads((dev / ds.MANIFEST_FILE).read_text())["collections"][-1]["measured"] == more.measured
     more.measured += stopped.measured
     after, db = _program_keys(dev)
     assert after[: len(before)] == before  # nothing finished is lost
