@@ -474,6 +474,11 @@ def collect(
     for t in itertools.chain.from_iterable(per_network):  # every task is listed, measured or not
         wl, t.workload_key = store.workload(t.mod)
         workloads[t.workload_key] = wl
+        # Structural equality ignores block and buffer names, so tasks of two networks can
+        # share one workload whose module names its blocks differently (``lv229_red`` and
+        # ``lv239_red``).  Sample on the workload's own module, so that every stored schedule
+        # trace replays on the workload it is filed under.
+        t.mod = wl.mod
     manifest = _manifest(device, cfg, manifest, list(itertools.chain.from_iterable(per_network)))
     if cfg.max_tasks_per_network is not None:
         per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
