@@ -174,3 +174,65 @@ def test_gpu_collection_without_a_gpu_fails_first_and_writes_nothing(tmp_path):
     with pytest.raises(DeviceUnavailableError, match="timing them needs the GPU"):
         collect(CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path / "ds", gpu=True), progress=False)
     assert not (tmp_path / "ds").exists()
+
+
+def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monkeypatch):
+    """Two networks' tasks that are structurally equal but name their blocks differently
+    share one workload; every stored trace must replay on it (TVM's JSONDatabase opens
+    the files) and the evolutionary phase must not fail on the other task's names."""
+    from tvm.script import tirx as T
+
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import CollectConfig, MeasureConfig, _Task
+    from cdmpp.tvm_compat import IRModule, JSONDatabase
+
+    def rowsum(block: str):
+        @T.prim_func(s_tir=True)
+        def f(A: T.Buffer((64, 128), "float32"), S: T.Buffer((64,), "float32")):
+            for i, k in T.grid(64, 128):
+                with T.sblock(block):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    with T.init():
+                        S[vi] = T.float32(0)
+                    S[vi] = S[vi] + A[vi, vk]
+
+        return IRModule({"main": f.with_attr("global_symbol", "main")})
+
+    @T.prim_func(s_tir=True)
+    def scale(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64, 128), "float32")):
+        for i, j in T.grid(64, 128):
+            with T.sblock("B"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                B[vi, vj] = A[vi, vj] * T.float32(2)
+
+    tasks = {  # committed in network order (rowsum "red_a" first), visited round-robin ("red_b" first)
+        "dcgan-b1": [
+            _Task("dcgan-b1", "scale", 1, 8192.0, IRModule({"main": scale.with_attr("global_symbol", "main")})),
+            _Task("dcgan-b1", "rowsum", 1, 8192.0, rowsum("red_a")),
+        ],
+        "resnet_18-b1": [_Task("resnet_18-b1", "rowsum", 1, 8192.0, rowsum("red_b"))],
+    }
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _target: tasks[n])
+    cfg = CollectConfig(
+        networks=["dcgan-b1", "resnet_18-b1"],
+        out_dir=tmp_path,
+        programs_per_task=4,
+        batch_size=4,
+        evolutionary_fraction=0.5,
+        evolutionary_population=16,
+        measure=MeasureConfig(repeat=3),
+    )
+    summary = collect(cfg, progress=False)
+    dev = summary.device_dir
+    assert len((dev / ds.WORKLOAD_FILE).read_text().splitlines()) == 2  # the two rowsums are one workload
+    db = JSONDatabase(str(dev / ds.WORKLOAD_FILE), str(dev / ds.RECORD_FILE), allow_missing=False)
+    records = db.get_all_tuning_records()
+    assert len(records) == summary.measured
+    for r in records:  # each trace replays on the workload it is filed under
+        r.as_measure_candidate()
+    shared = [t for t in ds.read_manifest(dev)["tasks"] if t["task_name"] == "rowsum"]
+    assert len({t["workload_key"] for t in shared}) == 1
+    # the shared workload went through both phases: 2 random programs, then 2 from evolution
+    assert [t.get("random_programs") for t in shared] == [None, 2]
+    key = shared[0]["workload_key"]
+    assert sum(1 for r in records if str(r.workload.as_json()[0]) == key) == 4
