@@ -113,6 +113,12 @@ def _cmd_collect(args) -> int:
         f"{s.device_id}: {s.measured} measured, {s.failed} failed, {s.skipped_duplicates} duplicates skipped "
         f"in {s.seconds:.0f} s -> {s.device_dir}"
     )
+    if s.task_errors:
+        print(
+            f"{s.task_errors} task(s) skipped after an error (their messages are under 'task_errors' in the "
+            "manifest's last collection); run the same command to try them again",
+            file=sys.stderr,
+        )
     return 0
 
 

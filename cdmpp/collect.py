@@ -144,6 +144,7 @@ class CollectSummary:
     skipped_duplicates: int
     seconds: float
     stopped: bool = False
+    task_errors: int = 0  # tasks skipped after an error of TVM's (each in the manifest's ``task_errors``)
 
 
 @dataclass
@@ -525,7 +526,7 @@ def collect(
             evaluator_config=evaluator,
             max_workers=r.parallel_sessions,
         )
-    measured = failed = dups = 0
+    measured = failed = dups = task_errors = 0
     stopped = False
     last_pack = time.time()
 
@@ -554,75 +555,95 @@ def collect(
                 store.measured_program_keys(wl) if store.done.get(key) else set()
             )
             n_random = cfg.programs_per_task - round(cfg.programs_per_task * cfg.evolutionary_fraction)
-            exhausted = False
-            for phase in ("random", "evolutionary"):
-                if need <= 0 or exhausted or (should_stop is not None and should_stop()):
-                    break
-                done = store.done.get(key, 0)
-                if phase == "random":
-                    want = min(need, n_random - done)
-                    if want <= 0:
-                        continue
-                elif not done:  # nothing measured to learn from: the task cannot run here
-                    break
-                else:
-                    want = need
-                    _mark_phase(manifest, device_dir, task, done)
-                ctx, cost_model = _tune_context(
-                    task, target, device, phase, _task_seed(cfg.seed, key), store, wl, cfg.evolutionary_population
-                )
-                ctx.pre_tuning(
-                    max_trials=want * 4,
-                    num_trials_per_iter=cfg.batch_size,
-                    database=store.db if cost_model is not None else None,
-                    cost_model=cost_model,
-                )
-                attempts = 0
-                give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
-                while want > 0 and attempts < cfg.programs_per_task * 4:
-                    if should_stop is not None and should_stop():
+            try:
+                exhausted = False
+                for phase in ("random", "evolutionary"):
+                    if need <= 0 or exhausted or (should_stop is not None and should_stop()):
                         break
-                    if store.failed.get(key, 0) >= give_up and not store.done.get(key):
-                        break
-                    cands = ctx.generate_measure_candidates()
-                    if not cands:
-                        break
-                    attempts += len(cands)
-                    fresh = []
-                    for c in cands:
-                        pk = _program_key(c.sch.mod)
-                        if pk in seen:
-                            dups += 1
+                    done = store.done.get(key, 0)
+                    if phase == "random":
+                        want = min(need, n_random - done)
+                        if want <= 0:
                             continue
-                        seen.add(pk)
-                        fresh.append((c, pk))
-                    if not fresh:  # a whole round of programs already seen: the space is used up
-                        exhausted = True
+                    elif not done:  # nothing measured to learn from: the task cannot run here
                         break
-                    fresh = fresh[:want]
-                    results = {}
-                    batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv, dev_type)
-                    interrupted = should_stop is not None and should_stop()
-                    for c, pk, secs, stage, error in batch:
-                        record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
-                        if secs is None and interrupted:
-                            continue  # the stop signal may have killed its worker: measure it again next time
-                        if secs is None:
-                            store.add_failure(task, pk, stage, error, record)
-                            failed += 1
-                            continue
-                        store.add_record(record, key)
-                        measured += 1
-                        need -= 1
-                        want -= 1
-                        bar.update(1)
-                        results[id(c)] = ms.runner.RunnerResult(secs, None)
-                    outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
-                    ctx.notify_runner_results(cands, outcome)
-                    if cost_model is not None and results:  # only what was timed in this batch
-                        timed = [c for c in cands if id(c) in results]
-                        cost_model.update(ctx, timed, [results[id(c)] for c in timed])
-                ctx.post_tuning()
+                    else:
+                        want = need
+                        _mark_phase(manifest, device_dir, task, done)
+                    ctx, cost_model = _tune_context(
+                        task, target, device, phase, _task_seed(cfg.seed, key), store, wl, cfg.evolutionary_population
+                    )
+                    ctx.pre_tuning(
+                        max_trials=want * 4,
+                        num_trials_per_iter=cfg.batch_size,
+                        database=store.db if cost_model is not None else None,
+                        cost_model=cost_model,
+                    )
+                    attempts = 0
+                    give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
+                    while want > 0 and attempts < cfg.programs_per_task * 4:
+                        if should_stop is not None and should_stop():
+                            break
+                        if store.failed.get(key, 0) >= give_up and not store.done.get(key):
+                            break
+                        cands = ctx.generate_measure_candidates()
+                        if not cands:
+                            break
+                        attempts += len(cands)
+                        fresh = []
+                        for c in cands:
+                            pk = _program_key(c.sch.mod)
+                            if pk in seen:
+                                dups += 1
+                                continue
+                            seen.add(pk)
+                            fresh.append((c, pk))
+                        if not fresh:  # a whole round of programs already seen: the space is used up
+                            exhausted = True
+                            break
+                        fresh = fresh[:want]
+                        results = {}
+                        batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv, dev_type)
+                        interrupted = should_stop is not None and should_stop()
+                        for c, pk, secs, stage, error in batch:
+                            record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
+                            if secs is None and interrupted:
+                                continue  # the stop signal may have killed its worker: measure it again next time
+                            if secs is None:
+                                store.add_failure(task, pk, stage, error, record)
+                                failed += 1
+                                continue
+                            store.add_record(record, key)
+                            measured += 1
+                            need -= 1
+                            want -= 1
+                            bar.update(1)
+                            results[id(c)] = ms.runner.RunnerResult(secs, None)
+                        outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
+                        ctx.notify_runner_results(cands, outcome)
+                        if cost_model is not None and results:  # only what was timed in this batch
+                            timed = [c for c in cands if id(c) in results]
+                            cost_model.update(ctx, timed, [results[id(c)] for c in timed])
+                    ctx.post_tuning()
+            except Exception as err:  # noqa: BLE001  one task's TVM error must not end the collection
+                if should_stop is not None and should_stop():
+                    raise  # a stop signal that landed inside a TVM callback
+                task_errors += 1
+                message = f"{type(err).__name__}: {err}"
+                manifest["collections"][-1].setdefault("task_errors", []).append(
+                    {
+                        "network": task.network,
+                        "task_name": task.task_name,
+                        "workload_key": key,
+                        "error": message[-4000:],
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    }
+                )
+                ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+                tqdm.write(
+                    f"{task.network}:{task.task_name}: skipped after {message.splitlines()[0][:200]} "
+                    "(kept in the manifest; the next collection tries it again)"
+                )
             if should_stop is not None and should_stop():
                 stopped = True
                 break
@@ -640,7 +661,9 @@ def collect(
         else:
             os.environ["TMPDIR"] = old_tmpdir
         checkpoint(final=True)
-    return CollectSummary(device.device_id, device_dir, measured, failed, dups, time.time() - start, stopped)
+    return CollectSummary(
+        device.device_id, device_dir, measured, failed, dups, time.time() - start, stopped, task_errors
+    )
 
 
 def sample_schedules(mod, target, count: int, seed: int = 0) -> list:

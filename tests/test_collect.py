@@ -236,3 +236,39 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
     assert [t.get("random_programs") for t in shared] == [None, 2]
     key = shared[0]["workload_key"]
     assert sum(1 for r in records if str(r.workload.as_json()[0]) == key) == 4
+
+
+def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monkeypatch):
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import CollectConfig, MeasureConfig
+
+    real = collect_mod._tune_context
+    calls = []
+
+    def failing_first(task, *args, **kwargs):
+        calls.append(task.task_name)
+        if task.task_name == calls[0]:
+            raise RuntimeError("ScheduleError: boom in the first task")
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(collect_mod, "_tune_context", failing_first)
+    cfg = CollectConfig(
+        networks=["dcgan-b1"],
+        out_dir=tmp_path,
+        programs_per_task=2,
+        batch_size=4,
+        max_tasks_per_network=2,
+        evolutionary_fraction=0.0,
+        measure=MeasureConfig(repeat=3),
+    )
+    first = collect(cfg, progress=False)
+    assert first.task_errors == 1 and not first.stopped
+    entry = ds.read_manifest(first.device_dir)["collections"][-1]
+    (err,) = entry["task_errors"]
+    assert err["task_name"] == calls[0] and "boom in the first task" in err["error"]
+    assert entry["ended"] and entry["measured"] == first.measured == 2  # the second task was measured
+    monkeypatch.setattr(collect_mod, "_tune_context", real)
+    again = collect(cfg, progress=False)  # the next collection tries the skipped task again
+    assert again.task_errors == 0 and again.measured == 2
+    keys, db = _program_keys(first.device_dir)
+    assert len(db.programs) == 4 and len(set(keys)) == 4
