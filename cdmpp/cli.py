@@ -156,12 +156,17 @@ def _cmd_validate(args) -> int:
 
 
 def _database_args(args) -> None:
-    """Expand ``--work-dir`` into the MetaSchedule database file paths it holds."""
-    from .dataset import RECORD_FILE, WORKLOAD_FILE  # pylint: disable=import-outside-toplevel
+    """Expand ``--work-dir`` into the MetaSchedule database file paths it holds.
+
+    A file's gzipped form (``<name>.gz``, as a shipped dataset folder holds) is taken
+    when the plain file is absent.
+    """
+    from .dataset import RECORD_FILE, WORKLOAD_FILE, resolve  # pylint: disable=import-outside-toplevel
 
     if args.work_dir:
-        args.workload_db = str(Path(args.work_dir) / WORKLOAD_FILE)
-        args.record_db = str(Path(args.work_dir) / RECORD_FILE)
+        wl, rec = Path(args.work_dir) / WORKLOAD_FILE, Path(args.work_dir) / RECORD_FILE
+        args.workload_db = str(resolve(wl) or wl)
+        args.record_db = str(resolve(rec) or rec)
 
 
 def _cmd_import(args) -> int:

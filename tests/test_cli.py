@@ -86,3 +86,19 @@ def test_collect_on_a_gpu_needs_one(tmp_path, capsys):
     assert main(["collect", "-n", "dcgan-b1", "-o", str(tmp_path), "--gpu"]) == 2
     assert "no CUDA GPU 0 visible" in capsys.readouterr().err
     assert main(["collect", "-n", "dcgan-b1", "-o", str(tmp_path), "--gpu", "--disable-avx512"]) == 2
+
+
+def test_work_dir_of_a_shipped_folder_reads_its_gzipped_databases(tiny_collection, tmp_path, capsys):
+    import shutil
+
+    from cdmpp import dataset as ds
+
+    _, summary = tiny_collection
+    n = len(ds.load_device_dir(summary.device_dir).programs)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for gz in ds.pack(summary.device_dir):
+        shutil.move(gz, shipped / gz.name)  # only the .gz files, as a fresh clone has them
+    assert not (shipped / ds.RECORD_FILE).exists()
+    args = ["import", "--work-dir", str(shipped), "--device", "from-gz", "-o", str(tmp_path / "out")]
+    assert main(args) == 0 and f"{n} records added" in capsys.readouterr().out
