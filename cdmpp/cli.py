@@ -77,6 +77,7 @@ def _cmd_collect(args) -> int:
         measure=MeasureConfig(repeat=args.repeat),
         gpu=args.gpu,
         pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
+        retry_failed=args.retry_failed,
     )
     if args.gpu and args.disable_avx512:
         print("error: --disable-avx512 is a CPU device; it does not go with --gpu", file=sys.stderr)
@@ -413,6 +414,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MIN",
         help="also keep the gzipped (committed) files up to date, between tasks at most every MIN minutes and at the end",
+    )
+    s.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="time again the programs that failed before (their lines stay in failures.jsonl)",
     )
     s.set_defaults(func=_cmd_collect)
 

@@ -9,8 +9,12 @@ local CPU.  Every success is committed at once to the device's JSONDatabase; eve
 failed build or run goes to ``failures.jsonl`` with its error.
 
 Resuming: the database files are append-only and a program's structural hash is its
-identity, so a restarted collection skips the programs already measured (or failed)
-and continues until each task has ``programs_per_task`` measurements.
+identity, so a restarted collection skips the programs already measured (or failed,
+unless ``retry_failed``) and continues until each task has ``programs_per_task``
+measurements.
+
+Inputs: the runner fills every argument with TVM's random fill, except the integer
+index arguments of gathers (``take``), which get in-range indices (:func:`index_bounds`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ SAMPLING_POLICY = (
     "represented. evolutionary_fraction of programs_per_task come from the second phase; each task's "
     "manifest entry gives random_programs, the count of its records (in file order) sampled at random "
     "before the evolutionary phase began. Duplicates by structural hash are skipped."
+)
+INPUT_FILL = (
+    "TVM's random fill (values between 1 and 10) for every argument, except the integer index arguments "
+    "of gathers (take), which get indices drawn uniformly from [0, extent of the dimension they index) "
+    "with numpy default_rng(0) (cdmpp.collect.index_bounds)"
 )
 
 
@@ -109,6 +118,8 @@ class CollectConfig:
         rpc: measure through an RPC tracker (``None``: on this host, with ``LocalRunner``).
         gpu: measure on this host's NVIDIA GPU (CUDA target, device id ``gpu-<name>-sm<XY>``)
             instead of its CPU; the CPU cache flush is then switched off.
+        retry_failed: time again the programs that failed in an earlier collection (after
+            fixing what made them fail); their old lines stay in ``failures.jsonl``.
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -131,6 +142,7 @@ class CollectConfig:
     rpc: RPCSettings | None = None
     gpu: bool = False
     pack_every_s: float | None = None
+    retry_failed: bool = False
 
 
 @dataclass
@@ -284,6 +296,109 @@ class _Store:
         self.failed_keys.setdefault(task.workload_key, set()).add(program_key)
 
 
+_INDEX_DTYPES = ("int32", "int64")
+_CHILDREN = (
+    "body", "block", "init", "seq", "then_case", "else_case", "value", "indices", "condition",
+    "a", "b", "true_value", "false_value", "args", "base", "stride",
+)
+
+
+def index_bounds(mod) -> tuple[tuple[int, int], ...]:
+    """Where a program gathers by index, the range its integer inputs must keep to.
+
+    For each ``int32``/``int64`` tensor argument of the module's PrimFunc ``main`` (or
+    its only PrimFunc): ``(position, bound)``, where ``bound`` is the smallest extent of
+    a buffer dimension indexed directly by a load of that argument (``table[ids[i], j]``
+    gives ``table``'s first extent), or 1 when no such use is found (the argument is then
+    filled with zeros).  The runner fills these arguments with indices from
+    ``[0, bound)`` (:func:`cdmpp.tvm_compat.alloc_arguments_in_bounds`); TVM's default
+    fill would put out-of-range indices there, and the gather would crash the runner.
+
+    Args:
+        mod: an IRModule (scheduled or not) or a PrimFunc.
+
+    Returns:
+        ``(position, bound)`` pairs in argument order; empty for a program without
+        integer tensor arguments.
+    """
+    from .tvm_compat import PrimFunc  # pylint: disable=import-outside-toplevel
+
+    if isinstance(mod, PrimFunc):
+        func = mod
+    else:
+        funcs = [f for _, f in mod.functions.items() if isinstance(f, PrimFunc)]
+        func = mod["main"] if len(funcs) != 1 else funcs[0]
+    ints = []
+    buffer_map = getattr(func, "buffer_map", None)  # TVM 0.27's tirx: the parameters are the buffers
+    for pos, param in enumerate(func.params):
+        buf = buffer_map.get(param) if buffer_map is not None else param
+        if buf is not None and hasattr(buf, "shape") and str(buf.dtype) in _INDEX_DTYPES:
+            ints.append((pos, buf))
+    if not ints:
+        return ()
+    nodes, stack = [], [func.body]
+    while stack:  # every statement and expression of the body
+        node = stack.pop()
+        if node is None or isinstance(node, (int, float, str, bool)):
+            continue
+        if type(node).__name__ == "Array":
+            stack.extend(node)
+            continue
+        nodes.append(node)
+        for attr in _CHILDREN:
+            try:
+                child = getattr(node, attr)
+            except AttributeError:
+                continue
+            if child is not None and not isinstance(child, (int, float, str, bool)):
+                stack.append(child)
+
+    def buffer_of(node):
+        return node.buffer if hasattr(node, "buffer") else node.source
+
+    def index_source(e):
+        while type(e).__name__ == "Cast":
+            e = e.value
+        if type(e).__name__ not in ("BufferLoad", "TensorLoad"):
+            return None
+        buf = buffer_of(e)
+        return next((pos for pos, b in ints if b.same_as(buf)), None)
+
+    stores = [n for n in nodes if type(n).__name__ == "BufferStore"]
+    grew = True
+    while grew:  # a schedule may copy the indices into a cache buffer first (cache_read)
+        grew = False
+        for st in stores:
+            pos = index_source(st.value)
+            if pos is not None and not any(b.same_as(st.buffer) for _, b in ints):
+                ints.append((pos, st.buffer))
+                grew = True
+    bounds: dict[int, int | None] = {pos: None for pos, _ in ints}
+    for node in nodes:
+        if type(node).__name__ not in ("BufferLoad", "TensorLoad", "BufferStore"):
+            continue
+        shape = buffer_of(node).shape
+        for dim, idx in enumerate(node.indices):
+            pos = index_source(idx)
+            extent = shape[dim] if dim < len(shape) else None
+            if pos is not None and type(extent).__name__ == "IntImm":
+                old = bounds[pos]
+                bounds[pos] = int(extent.value) if old is None else min(old, int(extent.value))
+    return tuple((pos, max(1, b or 1)) for pos, b in sorted(bounds.items()))
+
+
+def _use_index_bounds(runner, bounds: tuple):
+    """The runner's ``f_alloc_argument`` for programs with ``bounds`` (see :func:`index_bounds`)."""
+    import functools  # pylint: disable=import-outside-toplevel
+
+    from .tvm_compat import RPCRunner, alloc_arguments_in_bounds, rpc_alloc_arguments_in_bounds  # pylint: disable=import-outside-toplevel
+
+    if not bounds:
+        return None
+    fill = rpc_alloc_arguments_in_bounds if isinstance(runner, RPCRunner) else alloc_arguments_in_bounds
+    return functools.partial(fill, index_bounds=bounds)
+
+
 def _repeat_cv(secs: list[float]) -> float:
     mean = sum(secs) / len(secs)
     return (sum((x - mean) ** 2 for x in secs) / len(secs)) ** 0.5 / mean if mean > 0 else 0.0
@@ -294,7 +409,8 @@ def _measure_batch(builder, runner, target, fresh: list, max_cv: float | None, d
     on the runner's ``dev_type`` device (``"cpu"`` or ``"cuda"``).
 
     A program whose repeats vary by more than ``max_cv`` (coefficient of variation) is
-    timed once more and the steadier of the two measurements is kept.
+    timed once more and the steadier of the two measurements is kept.  A program that
+    gathers by index gets in-range indices in its integer arguments (:func:`index_bounds`).
 
     Returns:
         ``(candidate, program_key, run_secs or None, stage, error)`` per program.
@@ -310,8 +426,23 @@ def _measure_batch(builder, runner, target, fresh: list, max_cv: float | None, d
         else:
             to_run.append((c, pk, b))
 
+    bounds = {}
+    for c, pk in fresh:
+        try:
+            bounds[pk] = index_bounds(c.sch.mod)
+        except Exception:  # noqa: BLE001  an unforeseen construct: TVM's own fill, as before
+            bounds[pk] = ()
+    default_alloc = runner.f_alloc_argument
+
     def run(items):
-        futures = runner.run([RunnerInput(b.artifact_path, dev_type, c.args_info) for c, _, b in items])
+        futures = []
+        for key, group in itertools.groupby(items, key=lambda it: bounds[it[1]]):
+            # a gather's integer inputs are filled with in-range indices (see index_bounds)
+            runner.f_alloc_argument = _use_index_bounds(runner, key) or default_alloc
+            try:
+                futures += runner.run([RunnerInput(b.artifact_path, dev_type, c.args_info) for c, _, b in group])
+            finally:
+                runner.f_alloc_argument = default_alloc
         return [f.result() for f in futures]
 
     timed = {}
@@ -360,6 +491,7 @@ def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: li
         "tvm_version": tvm_version(),
         "measurement": asdict(cfg.measure),
         "label": "median of run_secs (seconds); every repeat is kept in run_secs",
+        "inputs": INPUT_FILL,
         "sampling": {
             "policy": SAMPLING_POLICY,
             "seed": cfg.seed,
@@ -551,7 +683,8 @@ def collect(
                 break
             bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
             wl = workloads[key]
-            seen = store.failed_keys.get(key, set()) | (
+            earlier_failures = store.failed.get(key, 0) if cfg.retry_failed else 0
+            seen = (set() if cfg.retry_failed else store.failed_keys.get(key, set())) | (
                 store.measured_program_keys(wl) if store.done.get(key) else set()
             )
             n_random = cfg.programs_per_task - round(cfg.programs_per_task * cfg.evolutionary_fraction)
@@ -584,7 +717,7 @@ def collect(
                     while want > 0 and attempts < cfg.programs_per_task * 4:
                         if should_stop is not None and should_stop():
                             break
-                        if store.failed.get(key, 0) >= give_up and not store.done.get(key):
+                        if store.failed.get(key, 0) - earlier_failures >= give_up and not store.done.get(key):
                             break
                         cands = ctx.generate_measure_candidates()
                         if not cands:

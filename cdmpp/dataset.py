@@ -334,6 +334,7 @@ def card(device_dir: Path) -> str:
         f"TVM target `{json.dumps(dev.get('target', {}))}`",
         f"- TVM {m.get('tvm_version', '?')}; measurement {json.dumps(m.get('measurement', {}))}",
         f"- Sampling: {m.get('sampling', {}).get('policy', '?')}; seed {m.get('sampling', {}).get('seed', '?')}",
+        *([f"- Program inputs: {m['inputs']}"] if m.get("inputs") else []),
         f"- Measured programs: {len(db.programs)} over {int((per_wl > 0).sum())} workloads; "
         f"failed builds/runs kept in `{FAILURE_FILE}`: {failures}",
         f"- Latency (median of repeats): min {lat.min() * 1e6:.2f} us, median {np.median(lat) * 1e6:.1f} us, "

@@ -62,6 +62,8 @@ __all__ = [
     "configure_cuda_compiler",
     "imported_source",
     "lower_gpu_reductions",
+    "alloc_arguments_in_bounds",
+    "rpc_alloc_arguments_in_bounds",
 ]
 
 
@@ -210,3 +212,44 @@ def program_from_record(record) -> IRModule:
     sch = Schedule(record.workload.mod)
     record.trace.apply_to_schedule(sch, remove_postproc=False)
     return sch.mod
+
+
+def _fill_index_arguments(repeated_args: list, args_info, index_bounds, seed: int) -> list:
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    rng = np.random.default_rng(seed)
+    for args in repeated_args:
+        for pos, bound in index_bounds:
+            _, dtype, shape = args_info[pos]
+            args[pos].copyfrom(np.asarray(rng.integers(0, max(int(bound), 1), size=tuple(shape))).astype(str(dtype)))
+    return repeated_args
+
+
+def alloc_arguments_in_bounds(device, args_info, alloc_repeat: int, index_bounds=(), seed: int = 0) -> list:
+    """``f_alloc_argument`` of :class:`LocalRunner` for programs that gather by index.
+
+    TVM's default fill writes the bytes of floats between 1 and 10 into every tensor,
+    which in an ``int64`` index tensor is an index beyond any table, so the runner
+    crashes in a gather (``take``).  This keeps TVM's fill, then fills each integer
+    argument ``pos`` of ``index_bounds`` (``(pos, bound)`` pairs, see
+    :func:`cdmpp.collect.index_bounds`) with indices drawn uniformly from ``[0, bound)``
+    (NumPy ``default_rng(seed)``), as a real token-id or position input would be.
+
+    Returns:
+        ``alloc_repeat`` lists of argument tensors on ``device``.
+    """
+    from tvm.s_tir.meta_schedule.runner.local_runner import (  # pylint: disable=import-outside-toplevel
+        default_alloc_argument,
+    )
+
+    return _fill_index_arguments(default_alloc_argument(device, args_info, alloc_repeat), args_info, index_bounds, seed)
+
+
+def rpc_alloc_arguments_in_bounds(session, device, args_info, alloc_repeat: int, index_bounds=(), seed: int = 0) -> list:
+    """:func:`alloc_arguments_in_bounds` for :class:`RPCRunner` (tensors on the remote ``device``)."""
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import (  # pylint: disable=import-outside-toplevel
+        default_alloc_argument,
+    )
+
+    repeated = default_alloc_argument(session, device, args_info, alloc_repeat)
+    return _fill_index_arguments(repeated, args_info, index_bounds, seed)

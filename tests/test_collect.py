@@ -272,3 +272,75 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
     assert again.task_errors == 0 and again.measured == 2
     keys, db = _program_keys(first.device_dir)
     assert len(db.programs) == 4 and len(set(keys)) == 4
+
+
+def _gather_module(rows: int = 4096):
+    """``out[i, j] = table[ids[i], j]``: an embedding lookup (``take``) as Relax lowers it."""
+    from tvm.script import tirx as T
+
+    from cdmpp.tvm_compat import IRModule
+
+    @T.prim_func(s_tir=True)
+    def gather(
+        table: T.Buffer((rows, 64), "float32"), ids: T.Buffer((256,), "int64"), out: T.Buffer((256, 64), "float32")
+    ):
+        for i, j in T.grid(256, 64):
+            with T.sblock("T_take"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = table[ids[vi], vj]
+
+    return IRModule({"main": gather.with_attr("global_symbol", "main")})
+
+
+def test_index_bounds_are_the_extents_the_indices_address():
+    from tvm.script import tirx as T
+
+    from cdmpp.collect import index_bounds
+
+    from programs import vector_add
+
+    @T.prim_func(s_tir=True)
+    def class_token(x: T.Buffer((4, 197, 768), "float32"), k: T.Buffer((), "int64"), y: T.Buffer((4, 768), "float32")):
+        for a, b in T.grid(4, 768):
+            with T.sblock("T_take"):
+                va, vb = T.axis.remap("SS", [a, b])
+                y[va, vb] = x[va, k[()], vb]
+
+    assert index_bounds(_gather_module(4096)) == ((1, 4096),)
+    assert index_bounds(class_token) == ((1, 197),)  # the middle axis, not the batch of 4
+    assert index_bounds(vector_add) == ()  # no integer argument: TVM's own fill
+
+
+def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monkeypatch):
+    """TVM's default fill puts out-of-range indices in a gather's ``int64`` input and the
+    runner crashes; in-range indices make it a real measurement, and ``retry_failed``
+    times the programs that failed before."""
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import CollectConfig, MeasureConfig, _Task
+
+    monkeypatch.setattr(
+        collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "take", 1, 0.0, _gather_module())]
+    )
+    cfg = CollectConfig(
+        networks=["dcgan-b1"],
+        out_dir=tmp_path,
+        programs_per_task=2,
+        batch_size=2,
+        evolutionary_fraction=0.0,
+        measure=MeasureConfig(repeat=3),
+    )
+    real = collect_mod.index_bounds
+    monkeypatch.setattr(collect_mod, "index_bounds", lambda mod: ())  # as before: TVM's fill everywhere
+    crashed = collect(cfg, progress=False)
+    assert crashed.measured == 0 and crashed.failed >= 1
+    dev = crashed.device_dir
+    lines = [json.loads(s) for s in (dev / ds.FAILURE_FILE).read_text().splitlines()]
+    assert {o["stage"] for o in lines} == {"run"}
+    monkeypatch.setattr(collect_mod, "index_bounds", real)
+    assert collect(cfg, progress=False).measured == 0  # failed programs are not timed again by default
+    again = collect(dataclasses.replace(cfg, retry_failed=True), progress=False)
+    assert again.measured >= 1 and again.failed == 0
+    db = ds.load_device_dir(dev)
+    assert len(db.programs) == again.measured and all(np.all(p.run_secs > 0) for p in db.programs)
+    assert len((dev / ds.FAILURE_FILE).read_text().splitlines()) == len(lines)  # the history is kept
+    assert "[0, extent of the dimension they index)" in ds.read_manifest(dev)["inputs"]
