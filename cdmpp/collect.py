@@ -234,12 +234,7 @@ class _Store:
         self.dir = device_dir
         device_dir.mkdir(parents=True, exist_ok=True)
         for name in (ds.WORKLOAD_FILE, ds.RECORD_FILE, ds.FAILURE_FILE):
-            gz = device_dir / (name + ".gz")
-            if gz.exists() and not (device_dir / name).exists():  # continue a shipped dataset
-                import gzip  # pylint: disable=import-outside-toplevel
-
-                with gzip.open(gz, "rb") as src, open(device_dir / name, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+            ds.unpack(device_dir / name)  # continue a shipped dataset
             ds.repair_jsonl(device_dir / name)
         self.db = JSONDatabase(
             str(device_dir / ds.WORKLOAD_FILE), str(device_dir / ds.RECORD_FILE), allow_missing=True
@@ -951,6 +946,7 @@ def remeasure(
         configure_cuda_compiler()
     m = measure or MeasureConfig(**db.manifest.get("measurement", {}))
     out = Path(device_dir) / ds.REMEASURE_FILE
+    ds.unpack(out)  # keep the shipped re-measurements: pack rewrites the .gz from this file
     done = {o["program_key"] for _, o in ds.iter_json_lines(out)} if out.exists() else set()
     order = list(range(len(db.programs)))
     random.Random(seed).shuffle(order)

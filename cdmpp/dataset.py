@@ -19,6 +19,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -250,6 +251,27 @@ def repair_jsonl(path: Path) -> list[BadLine]:
         tmp.write_text("".join(good), encoding="utf-8")
         os.replace(tmp, path)
     return bad
+
+
+def unpack(path: Path) -> bool:
+    """Recreate the plain append-only file ``path`` from its shipped ``path.gz``.
+
+    Appending to a missing plain file while a ``.gz`` holds earlier lines would start
+    a file without them, and the next :func:`pack` would overwrite the ``.gz`` with
+    it, losing those lines; every writer calls this first.
+
+    Returns:
+        True when the plain file was written (it was missing and the ``.gz`` exists).
+    """
+    path = Path(path)
+    gz = path.with_name(path.name + ".gz")
+    if path.exists() or not gz.exists():
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.replace(tmp, path)
+    return True
 
 
 def pack(device_dir: Path) -> list[Path]:

@@ -138,6 +138,29 @@ def test_remeasure_a_sample_for_drift_and_resume(tiny_collection, tmp_path):
     assert "Run-to-run drift of the median, 2 programs" in ds.card(dev)
 
 
+def test_remeasure_on_a_shipped_folder_keeps_the_shipped_lines(tiny_collection, tmp_path):
+    """A fresh checkout has only the .gz files: new lines go after the shipped ones."""
+    import gzip
+    import shutil
+
+    from cdmpp.collect import remeasure
+
+    _, summary = tiny_collection
+    dev = tmp_path / summary.device_id
+    shutil.copytree(summary.device_dir, dev)
+    remeasure(dev, sample=2, progress=False)
+    ds.pack(dev)
+    for plain in dev.glob("*.json*"):
+        if plain.suffix != ".gz" and plain.name != ds.MANIFEST_FILE:
+            plain.unlink()  # as on a clean checkout of the shipped dataset
+    shipped = gzip.open(dev / (ds.REMEASURE_FILE + ".gz"), "rt").read().splitlines()
+    path = remeasure(dev, sample=3, progress=False)
+    lines = path.read_text().splitlines()
+    assert lines[:2] == shipped and len(lines) == 3
+    ds.pack(dev)
+    assert gzip.open(dev / (ds.REMEASURE_FILE + ".gz"), "rt").read().splitlines() == lines
+
+
 def test_cuda_programs_sample_and_build_to_source_without_a_gpu(cuda_schedules, tmp_path):
     """Issue 3: GPU programs are sampled and built here; only their timing needs the GPU."""
     import shutil
