@@ -231,6 +231,7 @@ def _cmd_train(args) -> int:
         use_wandb=not args.no_wandb,
         benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
         cmd_target=Path(args.cmd_target) if args.cmd_target else None,
+        pool=[Path(p) for p in args.pool or []],
     )
     print(f"checkpoint written to {args.out}")
     if rows:
@@ -477,6 +478,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DEVICE_DIR",
         help="another device's folder whose programs (features only, never latencies) are the CMD term's target "
         "domain: cross-device adaptation (needs --cmd-weight)",
+    )
+    s.add_argument(
+        "--pool",
+        nargs="+",
+        default=None,
+        metavar="DEVICE_DIR",
+        help="other devices' folders whose measured programs join training (labels as measured, no device "
+        "feature; their programs of the held-out and validation workloads left out): one model over several CPUs",
     )
     model_args(s)
     s.set_defaults(func=_cmd_train)

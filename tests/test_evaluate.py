@@ -14,3 +14,44 @@ def test_a_dataset_of_several_devices_needs_one_named(tiny_collection, tmp_path)
         load_featurized(tmp_path, None, progress=False)
     db, data = load_featurized(tmp_path / "cpu-b", None, progress=False)
     assert len(data) == len(db.programs) == summary.measured
+
+
+def test_pooled_programs_leave_out_held_out_and_validation_workloads():
+    import numpy as np
+
+    from cdmpp.train.evaluate import pooled_training_programs
+
+    workload = np.array([0, 0, 1, 2, 2, 3, 4])
+    keys = ["a", "b", "c", "d", "e"]
+    tasks = [{"network": "n1", "workload_key": "a"}, {"network": "n2", "workload_key": "e"}]
+    # b: the trained device's validation workload; e: the held-out network's, known only from this manifest
+    keep = pooled_training_programs(workload, keys, {"tasks": tasks}, {"b", "zz"}, "n2")
+    assert keep.tolist() == [0, 1, 3, 4, 5] and keep.dtype == np.int64
+    assert pooled_training_programs(workload, keys, {"tasks": tasks}, set(), None).tolist() == list(range(7))
+
+
+def test_train_pooled_with_another_device(tiny_collection, tmp_path, capsys):
+    import json
+
+    from cdmpp.cli import main
+    from cdmpp.dataset import load_device_dir
+
+    cfg, summary = tiny_collection
+    # the same real measurements, imported as a second device's
+    assert main(["import", "--work-dir", str(summary.device_dir), "--device", "other-cpu", "-o", str(tmp_path)]) == 0
+    other = tmp_path / "other-cpu"
+    out = tmp_path / "ckpt"
+    args = ["train", "-d", str(summary.device_dir), "--holdout", "none", "-o", str(out), "--no-wandb"]
+    args += ["--epochs", "1", "--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c")]
+    assert main(args + ["--pool", str(summary.device_dir)]) == 2  # the trained device itself
+    assert "already in training" in capsys.readouterr().err and not out.exists()
+    assert main(args + ["--pool", str(tmp_path / "nothing")]) == 2 and not out.exists()
+    assert main(args + ["--pool", str(other)]) == 0
+    meta = json.loads((out / "config.json").read_text())["metadata"]
+    db = load_device_dir(summary.device_dir)
+    n_val = meta["val_programs"]
+    # 2 tasks: one is the validation task, so the other device adds only the other task's programs
+    assert 0 < n_val < len(db.programs)
+    assert meta["pooled_devices"] == [{"device_id": "other-cpu", "dataset": str(other), "programs": len(db.programs) - n_val}]
+    assert meta["train_programs"] == 2 * (len(db.programs) - n_val)
+    assert "programs of device `other-cpu`" in (out / "README.md").read_text()

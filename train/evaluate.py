@@ -23,7 +23,7 @@ from .fit import fit_transformer, predict_latency_array
 from .lightning import TrainConfig
 from .metrics import summary
 from .model import ModelConfig, load_checkpoint, save_checkpoint
-from .splits import holdout_network
+from .splits import Split, holdout_network, networks_of
 
 BASELINE_FILE = "tree_baseline.json"
 CARD_FILE = "README.md"
@@ -73,6 +73,7 @@ def train_and_compare(
     progress: bool = True,
     benchmark_table: Path | None = None,
     cmd_target: Path | None = None,
+    pool: list[Path] | None = None,
 ) -> dict[str, dict]:
     """Train the transformer and the tree baseline on one held-out-network split, save both.
 
@@ -86,13 +87,22 @@ def train_and_compare(
     Either way only their features are seen in training, never their latencies
     (transductive, as in the paper).
 
+    ``pool`` lists other devices' folders whose measured programs join the training
+    set, labels as measured and no device feature: one model learns from several
+    CPUs, which helps on a CPU none of them is (RESULTS.md, pooling). Their programs of
+    the held-out network's workloads and of the validation workloads are left out
+    (:func:`pooled_training_programs`), so that no task is on both sides. The split,
+    the validation and the scores stay those of ``dataset``'s device; the FLOPs
+    baseline is fitted on that device alone.
+
     Returns:
         Metric rows per model on the held-out network (empty when ``holdout`` is None).
 
     Raises:
         ValueError: ``cmd_weight > 0`` with neither a held-out network nor ``cmd_target``,
             or ``cmd_target`` without ``cmd_weight > 0``.
-        DatasetError: ``cmd_target`` is not a device folder with measured programs.
+        DatasetError: ``cmd_target`` or a ``pool`` folder is not a device folder with
+            measured programs, or a pooled device is ``dataset``'s own or given twice.
     """
     model_config = model_config or ModelConfig()
     train_config = train_config or TrainConfig()
@@ -105,23 +115,35 @@ def train_and_compare(
             "cmd_weight > 0 needs a held-out network or a CMD target device: their programs are the CMD term's "
             "target domain"
         )
-    target, train_data, target_device = None, data, None
+    pooled_parts, pooled_meta = _pooled(db, data, split, holdout, pool or [], cache_dir, progress)
+    # other devices' programs follow this device's; the split's indices stay valid
+    train_data = FeaturizedPrograms.concat([data, *pooled_parts]) if pooled_parts else data
+    fit_split = Split(
+        np.concatenate([split.train, np.arange(len(data), len(train_data))]), split.val, split.test, split.holdout
+    )
+    target, target_device = None, None
     if cmd_target is not None:
-        # another device's programs follow this device's; the split's indices stay valid
         tdb, tdata = load_featurized(Path(cmd_target), cache_dir, progress)
-        train_data = FeaturizedPrograms.concat([data, tdata])
-        target, target_device = np.arange(len(data), len(train_data)), tdb.device_id
+        n = len(train_data)
+        train_data = FeaturizedPrograms.concat([train_data, tdata])
+        target, target_device = np.arange(n, len(train_data)), tdb.device_id
     elif train_config.cmd_weight > 0:
         target = split.test  # the held-out network's programs (features only, never latencies)
     t0 = time.time()
     model = fit_transformer(
-        train_data, split, model_config, train_config, Path(out) / "logs", use_wandb, progress=progress, target=target
+        train_data,
+        fit_split,
+        model_config,
+        train_config,
+        Path(out) / "logs",
+        use_wandb,
+        progress=progress,
+        target=target,
     )
     t_model = time.time() - t0
     t0 = time.time()
-    tree = TreeBaseline(seed=train_config.seed).fit(
-        data.psf_sum[np.concatenate([split.train, split.val])], data.latency[np.concatenate([split.train, split.val])]
-    )
+    tree_index = np.concatenate([fit_split.train, fit_split.val])
+    tree = TreeBaseline(seed=train_config.seed).fit(train_data.psf_sum[tree_index], train_data.latency[tree_index])
     t_tree = time.time() - t0
     fit_index = np.concatenate([split.train, split.val])
     flops = FlopsBaseline().fit(data.flops[fit_index], data.latency[fit_index])
@@ -134,7 +156,8 @@ def train_and_compare(
         "device_id": db.device_id,
         "device": db.manifest.get("device", {}),
         "holdout": holdout,
-        "train_programs": int(len(split.train)),
+        "train_programs": int(len(fit_split.train)),
+        "pooled_devices": pooled_meta,
         "val_programs": int(len(split.val)),
         "test_programs": int(len(split.test)),
         "train_config": asdict(train_config),
@@ -150,6 +173,55 @@ def train_and_compare(
     table = Path(benchmark_table).read_text(encoding="utf-8") if benchmark_table else None
     (Path(out) / CARD_FILE).write_text(model_card(model_config, meta, db, table), encoding="utf-8")
     return rows
+
+
+def pooled_training_programs(
+    workload: np.ndarray, workload_keys: list[str], manifest: dict, excluded_keys: set[str], holdout: str | None
+) -> np.ndarray:
+    """Indices of another device's programs that may join training.
+
+    Args:
+        workload: int64 ``(P,)`` workload index of each of that device's programs.
+        workload_keys: structural-hash key of each workload index.
+        manifest: that device's manifest (tasks with network and workload key).
+        excluded_keys: workload keys that must stay out of training (the trained
+            device's held-out and validation workloads).
+        holdout: the held-out network; its workloads in ``manifest`` stay out too
+            (tasks the trained device never measured).
+
+    Returns:
+        int64 ``(M,)``, sorted.
+    """
+    out = set(excluded_keys)
+    if holdout is not None:
+        out |= networks_of(manifest).get(holdout, set())
+    keys = np.asarray(workload_keys)[np.asarray(workload, dtype=np.int64)]
+    return np.flatnonzero(~np.isin(keys, list(out))).astype(np.int64)
+
+
+def _pooled(db, data, split, holdout, pool, cache_dir, progress) -> tuple[list[FeaturizedPrograms], list[dict]]:
+    """The programs other devices add to training, their workloads qualified by device.
+
+    Qualified keys (``<device_id>:<key>``) keep two devices' programs of one task in
+    separate groups, so within-task terms (ranking, task-group batches) never compare
+    latencies of two devices.
+    """
+    keys = np.asarray(data.workload_keys)
+    excluded = set(keys[data.workload[split.test]]) | set(keys[data.workload[split.val]])
+    seen = {db.device_id}
+    parts, meta = [], []
+    for folder in pool:
+        pdb, pdata = load_featurized(Path(folder), cache_dir, progress)
+        if pdb.device_id in seen:
+            raise ds.DatasetError(
+                f"pooled device folder {folder} is device {pdb.device_id!r}, which is already in training"
+            )
+        seen.add(pdb.device_id)
+        keep = pooled_training_programs(pdata.workload, pdata.workload_keys, pdb.manifest, excluded, holdout)
+        part = pdata.subset(keep)
+        parts.append(dataclasses.replace(part, workload_keys=[f"{pdb.device_id}:{k}" for k in part.workload_keys]))
+        meta.append({"device_id": pdb.device_id, "dataset": str(folder), "programs": int(len(keep))})
+    return parts, meta
 
 
 def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str | None = None) -> str:
@@ -176,6 +248,15 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         f"target `{json.dumps(meta['device'].get('target', {}))}`)",
         f"- Trained on {meta['train_programs']} programs, validated on {meta['val_programs']} "
         f"(held-out network: {meta['holdout'] or 'none'}, {meta['test_programs']} test programs)",
+        *(
+            [
+                "- Pooled into training, labels as measured and no device feature: "
+                + ", ".join(f"{p['programs']} programs of device `{p['device_id']}`" for p in meta["pooled_devices"])
+                + " (their programs of the held-out and validation workloads left out)"
+            ]
+            if meta.get("pooled_devices")
+            else []
+        ),
         "- Programs per network (a task shared by networks counts in each): "
         + ", ".join(f"{n} {c}" for n, c in nets.items()),
         "- Labels: median of 10 timing repeats, measured by `cdmpp collect` (see the dataset card)",
