@@ -38,7 +38,8 @@ SAMPLING_POLICY = (
     "cost model trained on the task's measurements so far, so that the fast programs a tuner asks about are "
     "represented. evolutionary_fraction of programs_per_task come from the second phase; each task's "
     "manifest entry gives random_programs, the count of its records (in file order) sampled at random "
-    "before the evolutionary phase began. Duplicates by structural hash are skipped."
+    "before the evolutionary phase began. Duplicates by structural hash are skipped. Each task's seed "
+    "derives from the base seed, its workload key and its count of programs measured before the visit."
 )
 INPUT_FILL = (
     "TVM's random fill (values between 1 and 10) for every argument, except the integer index arguments "
@@ -106,7 +107,9 @@ class CollectConfig:
         out_dir: dataset folder; records go to ``out_dir/<device_id>/``.
         programs_per_task: measured programs wanted per distinct workload.
         batch_size: candidates sampled, built and timed per round.
-        seed: base random seed (each task's seed is derived from it and its workload key).
+        seed: base random seed (each task's seed is derived from it, its workload key and
+            the count of its programs already measured, so that a later round samples new
+            programs).
         disable_avx512: measure as the AVX-512-off device of this CPU.
         num_cores: cores for generated code (``None``: all).
         max_tasks_per_network: cap on tasks per network (``None``: all), for tests.
@@ -221,8 +224,15 @@ def _program_key(mod) -> str:
     return str(structural_hash(mod))
 
 
-def _task_seed(seed: int, workload_key: str) -> int:
-    return (seed * 1_000_003 + int(workload_key) % 2_147_483_629) % 2_147_483_647
+def _task_seed(seed: int, workload_key: str, measured: int = 0) -> int:
+    """The sampling seed of a task: from the base seed, its workload key and its programs measured so far.
+
+    A first visit (``measured == 0``) keeps the seed it always had. A later round (a
+    larger ``programs_per_task``, or a resumed task) gets another seed, so that its
+    sampler draws new programs instead of replaying the ones already measured; a replay
+    fills whole rounds with duplicates, which reads as a used-up design space.
+    """
+    return (seed * 1_000_003 + int(workload_key) % 2_147_483_629 + 7_919 * measured) % 2_147_483_647
 
 
 class _Store:
@@ -618,6 +628,8 @@ def collect(
             "networks": cfg.networks,
             "measurement": asdict(cfg.measure),
             "seed": cfg.seed,
+            # runs without this field seeded each task from the base seed and its workload key only
+            "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
         }
     )
@@ -683,6 +695,7 @@ def collect(
                 store.measured_program_keys(wl) if store.done.get(key) else set()
             )
             n_random = cfg.programs_per_task - round(cfg.programs_per_task * cfg.evolutionary_fraction)
+            task_seed = _task_seed(cfg.seed, key, store.done.get(key, 0))
             try:
                 exhausted = False
                 for phase in ("random", "evolutionary"):
@@ -699,7 +712,7 @@ def collect(
                         want = need
                         _mark_phase(manifest, device_dir, task, done)
                     ctx, cost_model = _tune_context(
-                        task, target, device, phase, _task_seed(cfg.seed, key), store, wl, cfg.evolutionary_population
+                        task, target, device, phase, task_seed, store, wl, cfg.evolutionary_population
                     )
                     ctx.pre_tuning(
                         max_trials=want * 4,

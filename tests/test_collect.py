@@ -62,12 +62,32 @@ def test_resume_continues_without_duplicates(tiny_collection, tmp_path):
     assert after[: len(before)] == before  # nothing finished is lost
     assert len(after) == len(before) + more.measured
     assert len(set(after)) == len(after)  # nothing duplicated
-    assert more.skipped_duplicates >= 1  # the resumed sampler met the programs already measured
     per_task = {}
     for k, _ in after:
         per_task[k] = per_task.get(k, 0) + 1
     assert max(per_task.values()) <= 4  # programs_per_task is honoured
     assert (dev / (ds.RECORD_FILE + ".corrupt")).read_text().startswith('[0, [[["GetSBlock"')
+
+
+def test_a_later_round_with_more_programs_per_task_samples_new_ones(tiny_collection, tmp_path):
+    import shutil
+
+    cfg, summary = tiny_collection
+    out = tmp_path / "ds"
+    shutil.copytree(cfg.out_dir, out)
+    dev = out / summary.device_id
+    before, _ = _program_keys(dev)
+    # rounds smaller than the programs already measured: a sampler replaying the first
+    # round's seed would see only duplicates and take the design space for used up
+    more = collect(dataclasses.replace(cfg, out_dir=out, programs_per_task=6, batch_size=2), progress=False)
+    after, _ = _program_keys(dev)
+    per_task = {}
+    for k, _ in after:
+        per_task[k] = per_task.get(k, 0) + 1
+    assert sorted(per_task.values()) == [6, 6] and more.measured == 12 - len(before)
+    assert after[: len(before)] == before and len(set(after)) == len(after)
+    run = json.loads((dev / ds.MANIFEST_FILE).read_text())["collections"][-1]
+    assert "programs measured before the visit" in run["task_seed"]
 
 
 def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
