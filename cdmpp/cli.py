@@ -254,7 +254,7 @@ def _cmd_evaluate(args) -> int:
         dataset=Path(args.dataset) if args.dataset else None,
         workload_db=Path(args.workload_db) if args.workload_db else None,
         record_db=Path(args.record_db) if args.record_db else None,
-        holdout=args.holdout,
+        holdout=None if args.holdout == "none" else args.holdout,
         cache_dir=Path(args.cache),
     )
     print(format_table(rows, title))
@@ -493,7 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="score a checkpoint on a held-out network or any JSONDatabase")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("-d", "--dataset", default=None, help="cdmpp dataset folder")
-    s.add_argument("--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one)")
+    s.add_argument(
+        "--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one; 'none': every program)"
+    )
     s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
     s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")
     s.add_argument("--record-db", default=None, help="a MetaSchedule database_tuning_record.json")

@@ -55,3 +55,7 @@ def test_train_pooled_with_another_device(tiny_collection, tmp_path, capsys):
     assert meta["pooled_devices"] == [{"device_id": "other-cpu", "dataset": str(other), "programs": len(db.programs) - n_val}]
     assert meta["train_programs"] == 2 * (len(db.programs) - n_val)
     assert "programs of device `other-cpu`" in (out / "README.md").read_text()
+    capsys.readouterr()
+    # scored on every program of a device folder ('none': no held-out network)
+    assert main(["evaluate", "-c", str(out), "-d", str(other), "--holdout", "none", "--cache", str(tmp_path / "c")]) == 0
+    assert f"all {len(db.programs)} programs of {other}" in capsys.readouterr().out
