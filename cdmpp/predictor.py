@@ -70,17 +70,14 @@ class LatencyPredictor:
         """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
         (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``)."""
         # pylint: disable=import-outside-toplevel
-        import torch
-
         from cdmpp.featurize.batch import from_trees
-        from cdmpp.train.fit import predict_latency_array
+        from cdmpp.train.model import predict_latency_array
 
         n = len(trees)
         if n == 0:
             return np.zeros(0, dtype=np.float64)
         data = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
-        with torch.no_grad():
-            return predict_latency_array(self.model, data).astype(np.float64)
+        return predict_latency_array(self.model, data)
 
 
 @lru_cache(maxsize=4)

@@ -226,20 +226,33 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
 
 
 def dense(x: np.ndarray, pos: np.ndarray, ptr: np.ndarray):
-    """Pad a flat ``(sum L_i, F)`` batch into torch tensors.
+    """Pad a flat ``(sum L_i, F)`` batch into torch tensors (torch only, no PyG: the inference path).
 
     Returns:
         ``(x, pos, mask)``: float32 ``(B, L_max, F)``, int64 ``(B, L_max)``, bool
-        ``(B, L_max)`` (True on real leaves), via ``torch_geometric.utils.to_dense_batch``.
+        ``(B, L_max)`` (True on real leaves), as ``torch_geometric.utils.to_dense_batch`` pads.
     """
     import torch  # pylint: disable=import-outside-toplevel
-    from torch_geometric.utils import to_dense_batch  # pylint: disable=import-outside-toplevel
 
-    lens = torch.from_numpy(np.diff(ptr))
-    batch = torch.repeat_interleave(torch.arange(len(lens)), lens)
-    xd, mask = to_dense_batch(torch.from_numpy(np.ascontiguousarray(x)), batch, batch_size=len(lens))
-    pd, _ = to_dense_batch(torch.from_numpy(pos.astype(np.int64)), batch, batch_size=len(lens))
+    lens = np.diff(np.asarray(ptr, dtype=np.int64))
+    b, width = len(lens), int(lens.max()) if len(lens) else 0
+    row = np.repeat(np.arange(b), lens)
+    col = np.arange(int(lens.sum())) - np.repeat(np.asarray(ptr[:-1], dtype=np.int64), lens)
+    xd = torch.zeros((b, width, x.shape[1]), dtype=torch.float32)
+    pd = torch.zeros((b, width), dtype=torch.int64)
+    mask = torch.zeros((b, width), dtype=torch.bool)
+    xd[row, col] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    pd[row, col] = torch.from_numpy(pos.astype(np.int64))
+    mask[row, col] = True
     return xd, pd, mask
+
+
+def dense_programs(data: FeaturizedPrograms, idx: np.ndarray):
+    """:func:`dense` of the programs ``idx`` (int ``(B,)``) of ``data``, in that order."""
+    idx = np.asarray(idx, dtype=np.int64)
+    starts, ends = data.ptr[idx], data.ptr[idx + 1]
+    rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)]) if len(idx) else np.zeros(0, np.int64)
+    return dense(data.x[rows], data.pos[rows], np.concatenate([[0], np.cumsum(ends - starts)]))
 
 
 def collate(trees: list[ProgramAST]):

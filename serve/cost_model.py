@@ -1,9 +1,19 @@
 """A MetaSchedule cost-model plugin backed by cdmpp.
 
-``PyCostModel.predict`` must return scores where higher means faster; TVM's own
-XGBModel trains on ``min_cost / cost``.  :class:`CdmppCostModel` predicts latency
-and returns ``min(latency) / latency`` over the candidates of each call, so the
-predicted-fastest candidate scores 1.0.
+``PyCostModel.predict`` returns scores where higher means faster.  MetaSchedule's
+``EvolutionarySearch`` keeps every generation's candidates in one heap ordered by
+score and samples parents in proportion to it, so the scores of a whole task must be
+on one scale.  :class:`CdmppCostModel` scores a candidate ``1e-6 s / latency``: a
+candidate's score depends on its own predicted latency only, never on which other
+candidates share the call (TVM's ``XGBModel`` scores ``min_cost / cost`` with the task's
+best *measured* cost, also one scale per task).
+
+Online adaptation: ``update`` receives the task's measured trials.  The pretrained
+transformer's log-latency is the base margin of a small XGBoost over the same
+programs' ``PerStoreFeature`` rows summed per program (the features TVM's XGBModel
+uses), so the trees learn the transformer's residual on this device and task, and take
+over as trials accumulate (TenSet's transfer-tuning, NeurIPS 2021, section 6, fits
+the same residual idea with a local model).
 
     >>> from cdmpp.serve.cost_model import CdmppCostModel
     >>> ms.tune_tir(mod, target, work_dir, max_trials_global=64,
@@ -12,48 +22,240 @@ predicted-fastest candidate scores 1.0.
 
 from __future__ import annotations
 
+import json
+import logging
 import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from cdmpp.tvm_compat import derived_object, ms
+from cdmpp.tvm_compat import derived_object, ms, structural_hash
+
+logger = logging.getLogger(__name__)
+
+SCORE_REFERENCE_S = 1e-6
+"""A candidate's score is ``SCORE_REFERENCE_S / predicted latency`` (1.0 for a 1 us program)."""
+
+ONLINE_FILE = "online_trials.npz"
+ONLINE_CONFIG_FILE = "online.json"
+
+
+@dataclass
+class OnlineConfig:
+    """How :class:`CdmppCostModel` learns from a task's measured trials.
+
+    Attributes:
+        enabled: learn from ``update`` at all (``False``: the pretrained model only).
+        min_trials: measured trials before the residual trees are fitted (before that,
+            only the mean log residual shifts the level, which keeps the ranking).
+        rounds: boosting rounds of the residual trees.
+        max_depth: depth of each tree.
+        learning_rate: XGBoost's ``eta``.
+        seed: XGBoost's seed.
+    """
+
+    enabled: bool = True
+    min_trials: int = 8
+    rounds: int = 40
+    max_depth: int = 4
+    learning_rate: float = 0.2
+    seed: int = 0
+
+
+@dataclass
+class _Entry:
+    """What the model knows of one program: its transformer log-latency and summed ``PerStoreFeature`` row."""
+
+    base: float  # natural log of seconds
+    psf_sum: np.ndarray  # float32 (164,)
 
 
 @derived_object
 class CdmppCostModel(ms.cost_model.PyCostModel):
-    """cdmpp's latency predictor as a MetaSchedule cost model (no online update).
+    """cdmpp's latency predictor as a MetaSchedule cost model, adapted online to the trials.
+
+    Featurized programs are cached by structural hash, since the evolutionary search
+    scores the same schedules again and again.  A candidate that cannot be featurized
+    scores 0.0 (the lowest) and the log says why; it never fails the call.
 
     Args:
         checkpoint: checkpoint folder; ``None`` uses the shipped one.
+        online: how to learn from measured trials (default :class:`OnlineConfig`).
     """
 
-    def __init__(self, checkpoint: str | None = None):
+    def __init__(self, checkpoint: str | None = None, online: OnlineConfig | None = None):
         super().__init__()
-        from cdmpp.predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
-
         self.checkpoint = checkpoint
-        self.predictor = LatencyPredictor.load(checkpoint)
+        self.online = online or OnlineConfig()
+        self.predictor = None
+        self._cache: dict[str, _Entry | None] = {}
+        self._trials: dict[str, float] = {}  # program key -> measured log-latency (natural log of seconds)
+        self._offset = 0.0
+        self._booster = None
+        self._announced = False
+        self._load_predictor(checkpoint)
 
-    def load(self, path: str) -> None:
-        """Load a checkpoint folder."""
+    # -- persistence -------------------------------------------------------------------------
+    def _load_predictor(self, path: str | None) -> None:
         from cdmpp.predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
 
-        self.checkpoint = path
         self.predictor = LatencyPredictor.load(path)
 
+    def load(self, path: str) -> None:
+        """Load a folder written by :meth:`save` (or a plain checkpoint folder), adapted state included.
+
+        Raises:
+            CheckpointError: a missing or corrupt checkpoint file.
+            ValueError: a corrupt ``online_trials.npz``.
+        """
+        self.checkpoint = path
+        self._load_predictor(path)
+        self._cache.clear()
+        self._trials.clear()
+        folder = Path(path)
+        if (folder / ONLINE_CONFIG_FILE).exists():
+            self.online = OnlineConfig(**json.loads((folder / ONLINE_CONFIG_FILE).read_text(encoding="utf-8")))
+        if (folder / ONLINE_FILE).exists():
+            try:
+                with np.load(folder / ONLINE_FILE, allow_pickle=False) as z:
+                    keys, base, psf, y = z["keys"], z["base"], z["psf_sum"], z["log_latency"]
+            except (OSError, KeyError, ValueError) as err:
+                raise ValueError(f"corrupt adapted state {folder / ONLINE_FILE}: {err}") from err
+            for k, b, p, v in zip(keys, base, psf, y):
+                self._cache[str(k)] = _Entry(float(b), p.astype(np.float32))
+                self._trials[str(k)] = float(v)
+        self._refit()
+
     def save(self, path: str) -> None:
-        """Copy the checkpoint folder in use to ``path``."""
+        """Write the checkpoint in use and the adapted state (the measured trials) to ``path``."""
         from cdmpp.predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
 
-        shutil.copytree(Path(self.checkpoint or DEFAULT_CHECKPOINT), path, dirs_exist_ok=True)
+        folder = Path(path)
+        src = Path(self.checkpoint or DEFAULT_CHECKPOINT)
+        if src.resolve() != folder.resolve():
+            shutil.copytree(src, folder, dirs_exist_ok=True)
+        (folder / ONLINE_CONFIG_FILE).write_text(json.dumps(asdict(self.online)), encoding="utf-8")
+        keys = [k for k in self._trials if self._cache.get(k) is not None]
+        np.savez(
+            folder / ONLINE_FILE,
+            keys=np.asarray(keys, dtype=str),
+            base=np.asarray([self._cache[k].base for k in keys], dtype=np.float64),
+            psf_sum=np.stack([self._cache[k].psf_sum for k in keys]).astype(np.float32)
+            if keys
+            else np.zeros((0, 164), np.float32),
+            log_latency=np.asarray([self._trials[k] for k in keys], dtype=np.float64),
+        )
 
-    def update(self, context, candidates, results) -> None:
-        """Measured results are not used: the model is trained offline."""
+    # -- features ----------------------------------------------------------------------------
+    def _entries(self, mods: list, target) -> list[_Entry | None]:
+        """The cached entry of each program (featurized now when new; ``None``: cannot be featurized)."""
+        keys = [str(structural_hash(m)) for m in mods]
+        new = {}
+        for k, m in zip(keys, mods):
+            if k not in self._cache and k not in new:
+                new[k] = m
+        if new:
+            self._featurize(list(new), list(new.values()), target)
+        return [self._cache[k] for k in keys]
+
+    def _featurize(self, keys: list[str], mods: list, target) -> None:
+        # pylint: disable=import-outside-toplevel
+        from cdmpp.featurize import UnsupportedProgramError, featurize_many
+        from cdmpp.featurize.batch import from_trees
+
+        try:
+            trees = featurize_many(mods, target)
+        except UnsupportedProgramError:  # find the culprits one by one; the others are still scored
+            trees = []
+            for k, m in zip(keys, mods):
+                try:
+                    trees += featurize_many([m], target)
+                except UnsupportedProgramError as err:
+                    logger.warning("cdmpp cost model: candidate %s cannot be featurized, scored 0: %s", k, err)
+                    trees.append(None)
+        ok = [i for i, t in enumerate(trees) if t is not None]
+        for i, t in enumerate(trees):
+            if t is None:
+                self._cache[keys[i]] = None
+        if not ok:
+            return
+        n = len(ok)
+        data = from_trees([trees[i] for i in ok], np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
+        base = np.log(self.predictor.predict_trees([trees[i] for i in ok]))
+        for j, i in enumerate(ok):
+            self._cache[keys[i]] = _Entry(float(base[j]), data.psf_sum[j])
+
+    # -- the PyCostModel interface -----------------------------------------------------------
+    def _log_latency(self, entries: list[_Entry]) -> np.ndarray:
+        base = np.asarray([e.base for e in entries], dtype=np.float64) + self._offset
+        if self._booster is None or not entries:
+            return base
+        import xgboost as xgb  # pylint: disable=import-outside-toplevel
+
+        d = xgb.DMatrix(np.stack([e.psf_sum for e in entries]), base_margin=base)
+        return self._booster.predict(d, output_margin=True).astype(np.float64)
 
     def predict(self, context, candidates) -> np.ndarray:
-        """Scores, float64 ``(len(candidates),)``: ``min(latency) / latency`` (1.0 = fastest)."""
+        """Scores, float64 ``(len(candidates),)``: ``1e-6 s / predicted latency``, higher is faster.
+
+        A candidate's score depends only on that candidate (and on the trials learned so
+        far), so scores of one task compare across calls.  Unfeaturizable candidates
+        score 0.0.
+        """
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.float64)
-        lat = self.predictor.predict([c.sch.mod for c in candidates], context.target)
-        return lat.min() / lat
+        if not self._announced:
+            device = self.predictor.metadata.get("device_id") or "an unrecorded device"
+            logger.info("cdmpp cost model: scoring with checkpoint %s, trained on %s; tuning target %s",
+                        self.checkpoint or "(shipped)", device, context.target)
+            self._announced = True
+        entries = self._entries([c.sch.mod for c in candidates], context.target)
+        ok = [i for i, e in enumerate(entries) if e is not None]
+        scores = np.zeros(len(candidates), dtype=np.float64)
+        if ok:
+            scores[ok] = SCORE_REFERENCE_S / np.exp(self._log_latency([entries[i] for i in ok]))
+        return scores
+
+    def update(self, context, candidates, results) -> None:
+        """Learn from measured trials: each ``RunnerResult`` with ``run_secs`` (seconds) and no
+        error is a label (log of the mean of its repeats); failed trials are ignored."""
+        if not self.online.enabled or not candidates:
+            return
+        keep = []
+        for c, r in zip(candidates, results):
+            secs = [float(s) for s in (r.run_secs or [])]
+            if r.error_msg is None and secs and all(0 < s < 1e9 for s in secs):
+                keep.append((c.sch.mod, float(np.log(np.mean(secs)))))
+        if not keep:
+            return
+        entries = self._entries([m for m, _ in keep], context.target)
+        for (m, y), e in zip(keep, entries):
+            if e is not None:
+                self._trials[str(structural_hash(m))] = y
+        self._refit()
+
+    def _refit(self) -> None:
+        """Fit the level offset and, with enough trials, the residual trees."""
+        keys = [k for k in self._trials if self._cache.get(k) is not None]
+        self._booster = None
+        if not keys:
+            self._offset = 0.0
+            return
+        base = np.asarray([self._cache[k].base for k in keys])
+        y = np.asarray([self._trials[k] for k in keys])
+        self._offset = float(np.mean(y - base))
+        if len(keys) < self.online.min_trials:
+            return
+        import xgboost as xgb  # pylint: disable=import-outside-toplevel
+
+        o = self.online
+        d = xgb.DMatrix(np.stack([self._cache[k].psf_sum for k in keys]), label=y, base_margin=base + self._offset)
+        params = {"max_depth": o.max_depth, "eta": o.learning_rate, "seed": o.seed, "nthread": 1,
+                  "objective": "reg:squarederror", "base_score": 0.0}
+        self._booster = xgb.train(params, d, num_boost_round=o.rounds)
+
+    @property
+    def trials_seen(self) -> int:
+        """Measured trials learned from so far."""
+        return sum(1 for k in self._trials if self._cache.get(k) is not None)

@@ -11,7 +11,7 @@ import torch
 from cdmpp.featurize.batch import FeaturizedPrograms
 
 from .lightning import LatencyModule, ProgramDataModule, TrainConfig
-from .model import LatencyTransformer, ModelConfig
+from .model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 from .splits import Split
 
 
@@ -96,15 +96,3 @@ def fit_transformer(
     if logger:
         logger.experiment.finish()
     return module.model.eval()
-
-
-@torch.no_grad()
-def predict_latency_array(model: LatencyTransformer, data: FeaturizedPrograms, index=None, batch_size=512):
-    """Predicted latency in seconds, float64 ``(len(index),)``, of programs ``index`` (default all)."""
-    index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
-    dm = ProgramDataModule(data, [], [], index, batch_size)
-    model.eval()
-    out = [model.predict_log_latency(b["x"], b["pos"], b["mask"]) for b in dm.predict_dataloader()]
-    if not out:
-        return np.zeros(0, dtype=np.float64)
-    return np.exp(torch.cat(out).double().numpy())

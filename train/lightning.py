@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from cdmpp.featurize.batch import FeaturizedPrograms, dense
+from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
 
 from .model import LatencyTransformer, ModelConfig
 
@@ -151,13 +151,7 @@ class ProgramDataModule(L.LightningDataModule):
         self._target_rng = np.random.default_rng(seed + 1)
 
     def _leaves(self, idx: np.ndarray):
-        ptr, rows = [0], []
-        for i in idx:
-            a, b = int(self.data.ptr[i]), int(self.data.ptr[i + 1])
-            rows.append(np.arange(a, b))
-            ptr.append(ptr[-1] + b - a)
-        rows = np.concatenate(rows)
-        return dense(self.data.x[rows], self.data.pos[rows], np.asarray(ptr))
+        return dense_programs(self.data, idx)
 
     def collate(self, indices: list[int]) -> dict:
         """Pad the programs at ``indices`` into one batch (see the class docstring)."""

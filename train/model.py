@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -178,3 +179,23 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
     except RuntimeError as err:
         raise CheckpointError(f"weights in {folder / WEIGHTS_FILE} do not fit its config: {err}") from err
     return model.eval(), cfg.get("metadata", {})
+
+
+@torch.no_grad()
+def predict_latency_array(model: LatencyTransformer, data, index=None, batch_size: int = 512) -> np.ndarray:
+    """Predicted latency in seconds, float64 ``(len(index),)``, of the programs ``index`` (int
+    ``(K,)``, default all) of ``data`` (:class:`cdmpp.featurize.batch.FeaturizedPrograms`).
+
+    Torch only (no Lightning, no PyG), so that prediction imports neither.
+    """
+    from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
+
+    index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
+    model.eval()
+    out = [
+        model.predict_log_latency(*dense_programs(data, index[s : s + batch_size]))
+        for s in range(0, len(index), batch_size)
+    ]
+    if not out:
+        return np.zeros(0, dtype=np.float64)
+    return np.exp(torch.cat(out).double().numpy())
