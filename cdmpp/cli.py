@@ -11,6 +11,7 @@
     cdmpp measure-shots -d SRC -o DIR   measure only KMeans-chosen programs of SRC on this CPU
     cdmpp finetune -c CKPT -d DIR/DEV --all-shots -o OUT   adapt to those measurements
     cdmpp tune-benchmark -d DIR --network NET   MetaSchedule tuning: XGBoost vs the cdmpp plugin
+    cdmpp speed    -d DIR               time one 512-candidate predict call by stage, beside XGBModel
     cdmpp serve                         HTTP prediction service
 """
 
@@ -370,6 +371,12 @@ def _benchmark(args) -> int:
     return 0
 
 
+def _cmd_speed(args) -> int:
+    from .serve.speed import run  # pylint: disable=import-outside-toplevel
+
+    return run(args)
+
+
 def _cmd_serve(args) -> int:
     import uvicorn  # pylint: disable=import-outside-toplevel
 
@@ -561,6 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.set_defaults(func=_cmd_finetune)
+
+    s = sub.add_parser("speed", help="time one 512-candidate predict call by stage, beside TVM's XGBModel")
+    from .serve.speed import add_arguments as speed_arguments  # pylint: disable=import-outside-toplevel
+
+    speed_arguments(s)
+    s.set_defaults(func=_cmd_speed)
 
     s = sub.add_parser("serve", help="HTTP prediction service")
     s.add_argument("-c", "--checkpoint", default=None)

@@ -200,9 +200,14 @@ def feature_context(target: Target, num_threads: int | None = None):
 
 
 def per_store_features(target: Target, mods: list) -> list:
-    """TVM's ``PerStoreFeature`` rows (float32 ``(R_i, 164)`` each) of scheduled IRModules."""
+    """TVM's ``PerStoreFeature`` rows (float32 ``(R_i, 164)`` each) of scheduled IRModules
+    or Schedules (a Schedule is used as it is: building one from a module costs about as
+    much as half the extraction)."""
     ctx = feature_context(target)
-    cands = [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in mods]
+    cands = []
+    for m in mods:
+        sch = m if isinstance(m, Schedule) else Schedule(m)
+        cands.append(ms.MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod)))
     out = ms.feature_extractor.PerStoreFeature().extract_from(ctx, cands)
     return [o.numpy().astype("float32") for o in out]
 

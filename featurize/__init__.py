@@ -109,6 +109,8 @@ def featurize_many(programs, target=None) -> list[ProgramAST]:
     """
     from cdmpp.tvm_compat import lower_gpu_reductions, per_store_features  # pylint: disable=import-outside-toplevel
 
+    from cdmpp.tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
+
     target = _default_target(target)
     mods = []
     for i, p in enumerate(programs):
@@ -116,8 +118,10 @@ def featurize_many(programs, target=None) -> list[ProgramAST]:
             mods.append(as_module(p))
         except UnsupportedProgramError as err:
             raise UnsupportedProgramError(f"program {i}: {err}") from err
+    # a Schedule goes to PerStoreFeature as it is (no second Schedule built from its module)
+    sources = [p if isinstance(p, Schedule) else m for p, m in zip(programs, mods)]
     try:
-        rows = per_store_features(target, mods) if mods else []
+        rows = per_store_features(target, sources) if mods else []
     except Exception as err:  # noqa: BLE001
         raise UnsupportedProgramError(f"PerStoreFeature extraction failed: {str(err)[:300]}") from err
     trees = mods

@@ -148,29 +148,29 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         )
 
     # -- features ----------------------------------------------------------------------------
-    def _entries(self, mods: list, target) -> list[_Entry | None]:
-        """The cached entry of each program (featurized now when new; ``None``: cannot be featurized)."""
-        keys = [str(structural_hash(m)) for m in mods]
+    def _entries(self, schedules: list, target) -> list[_Entry | None]:
+        """The cached entry of each scheduled program (featurized now when new; ``None``: cannot be featurized)."""
+        keys = [str(structural_hash(s.mod)) for s in schedules]
         new = {}
-        for k, m in zip(keys, mods):
+        for k, sch in zip(keys, schedules):
             if k not in self._cache and k not in new:
-                new[k] = m
+                new[k] = sch
         if new:
             self._featurize(list(new), list(new.values()), target)
         return [self._cache[k] for k in keys]
 
-    def _featurize(self, keys: list[str], mods: list, target) -> None:
+    def _featurize(self, keys: list[str], schedules: list, target) -> None:
         # pylint: disable=import-outside-toplevel
         from cdmpp.featurize import UnsupportedProgramError, featurize_many
         from cdmpp.featurize.batch import from_trees
 
         try:
-            trees = featurize_many(mods, target)
+            trees = featurize_many(schedules, target)
         except UnsupportedProgramError:  # find the culprits one by one; the others are still scored
             trees = []
-            for k, m in zip(keys, mods):
+            for k, sch in zip(keys, schedules):
                 try:
-                    trees += featurize_many([m], target)
+                    trees += featurize_many([sch], target)
                 except UnsupportedProgramError as err:
                     logger.warning("cdmpp cost model: candidate %s cannot be featurized, scored 0: %s", k, err)
                     trees.append(None)
@@ -210,7 +210,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             logger.info("cdmpp cost model: scoring with checkpoint %s, trained on %s; tuning target %s",
                         self.checkpoint or "(shipped)", device, context.target)
             self._announced = True
-        entries = self._entries([c.sch.mod for c in candidates], context.target)
+        entries = self._entries([c.sch for c in candidates], context.target)
         ok = [i for i, e in enumerate(entries) if e is not None]
         scores = np.zeros(len(candidates), dtype=np.float64)
         if ok:
@@ -226,13 +226,13 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         for c, r in zip(candidates, results):
             secs = [float(s) for s in (r.run_secs or [])]
             if r.error_msg is None and secs and all(0 < s < 1e9 for s in secs):
-                keep.append((c.sch.mod, float(np.log(np.mean(secs)))))
+                keep.append((c.sch, float(np.log(np.mean(secs)))))
         if not keep:
             return
-        entries = self._entries([m for m, _ in keep], context.target)
-        for (m, y), e in zip(keep, entries):
+        entries = self._entries([sch for sch, _ in keep], context.target)
+        for (sch, y), e in zip(keep, entries):
             if e is not None:
-                self._trials[str(structural_hash(m))] = y
+                self._trials[str(structural_hash(sch.mod))] = y
         self._refit()
 
     def _refit(self) -> None:

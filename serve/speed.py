@@ -7,10 +7,16 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
 * ``PerStoreFeature``: TVM's 164 per-store features (TVM's XGBoost model pays this too);
 * ``compact AST``: the loop-nest walk that builds the leaves (:func:`cdmpp.featurize.build_tree`);
 * ``transformer``: collating the leaves and the model's forward pass;
-* ``predict (end to end)``: :meth:`LatencyPredictor.predict`, all of the above.
+* ``predict (end to end)``: :meth:`LatencyPredictor.predict`, all of the above;
+* ``XGBModel.predict (TVM)``: TVM's own cost model on the same candidates, fitted first on
+  other measured programs of the folder (it pays for ``PerStoreFeature`` too);
+* ``CdmppCostModel.predict, new candidates``: the MetaSchedule plugin on candidates it has
+  not seen (structural hash, featurization, transformer, scores);
+* ``CdmppCostModel.predict, seen candidates``: the same call again, as when the search
+  re-scores schedules it has scored before (the plugin's feature cache).
 
-Run it with ``python -m cdmpp.serve.speed -d datasets/slice``; it prints milliseconds per
-call and microseconds per candidate (best of ``--repeats``).  Rebuilding the programs from
+Run it with ``cdmpp speed -d datasets/slice``; it prints milliseconds per call and
+microseconds per candidate (best of ``--repeats``), every row measured in one run.  Rebuilding the programs from
 their tuning records is not timed: in a tuning loop the candidates arrive built.
 """
 
@@ -24,11 +30,13 @@ from pathlib import Path
 import numpy as np
 
 
-def _best_of(fn, repeats: int) -> float:
+def _best_of(fn, repeats: int, setup=None) -> float:
+    """Fastest of ``repeats`` timings of ``fn()`` (or ``fn(setup())``, with ``setup`` untimed), in seconds."""
     best = float("inf")
     for _ in range(repeats):
+        arg = setup() if setup is not None else None
         t0 = time.perf_counter()
-        fn()
+        fn() if setup is None else fn(arg)
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -46,8 +54,8 @@ def predict_call_seconds(
         seed: seed of the draw.
 
     Returns:
-        ``(programs per call, {"PerStoreFeature": s, "compact AST": s, "transformer": s,
-        "predict (end to end)": s})``, in seconds per call; fewer programs than
+        ``(programs per call, {stage: seconds per call})`` with the stages of the module
+        docstring, in seconds per call; fewer programs than
         ``candidates`` when the folder has fewer.
 
     Raises:
@@ -59,41 +67,62 @@ def predict_call_seconds(
     from cdmpp import dataset as ds
     from cdmpp.featurize import as_module, build_tree
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.tvm_compat import Target, per_store_features
+    from cdmpp.tvm_compat import ArgInfo, Schedule, Target, feature_context, ms, per_store_features
+
+    from .cost_model import CdmppCostModel
 
     db = ds.load_device_dir(ds.device_dirs(Path(dataset_dir))[0])
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    pick = np.random.default_rng(seed).choice(len(db.programs), size=min(candidates, len(db.programs)), replace=False)
+    order = np.random.default_rng(seed).permutation(len(db.programs))
+    pick, fit = order[:candidates], order[candidates : candidates + 256]
     mods = [as_module(db.programs[i].record) for i in pick]
     target = Target(db.manifest["device"]["target"])
     predictor = LatencyPredictor.load(checkpoint)
     rows = per_store_features(target, mods)
     trees = [build_tree(m, r) for m, r in zip(mods, rows)]
     n = len(trees)
+    ctx = feature_context(target)
+    cands = [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in mods]
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=1 << 30, num_tuning_cores=os.cpu_count() or 1)
+    fit = fit if len(fit) else pick
+    fit_mods = [as_module(db.programs[i].record) for i in fit]
+    xgb.update(
+        ctx,
+        [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in fit_mods],
+        [ms.runner.RunnerResult([float(x) for x in db.programs[i].run_secs], None) for i in fit],
+    )
+    plugin = CdmppCostModel(checkpoint)
+    plugin.predict(ctx, cands)  # fills its cache for the "seen" row
 
     return n, {
         "PerStoreFeature": _best_of(lambda: per_store_features(target, mods), repeats),
         "compact AST": _best_of(lambda: [build_tree(m, r) for m, r in zip(mods, rows)], repeats),
         "transformer": _best_of(lambda: predictor.predict_trees(trees), repeats),
         "predict (end to end)": _best_of(lambda: predictor.predict(mods, target), repeats),
+        "XGBModel.predict (TVM)": _best_of(lambda: xgb.predict(ctx, cands), repeats),
+        "CdmppCostModel.predict, new candidates": _best_of(
+            lambda model: model.predict(ctx, cands), repeats, setup=lambda: CdmppCostModel(checkpoint)
+        ),
+        "CdmppCostModel.predict, seen candidates": _best_of(lambda: plugin.predict(ctx, cands), repeats),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``cdmpp speed``."""
+    p.add_argument("-d", "--dataset", default="datasets/slice", help="dataset or device folder of the candidates")
+    p.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
+    p.add_argument("--candidates", type=int, default=512, help="programs per predict call")
+    p.add_argument("--repeats", type=int, default=3, help="timings per stage; the fastest is kept")
+
+
+def run(args) -> int:
     """Print the stage timings of one predict call (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m cdmpp.serve.speed", description=__doc__.split("\n\n")[0])
-    p.add_argument("-d", "--dataset", default="datasets/slice")
-    p.add_argument("-c", "--checkpoint", default=None)
-    p.add_argument("--candidates", type=int, default=512)
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args(argv)
     n, secs = predict_call_seconds(Path(args.dataset), args.checkpoint, args.candidates, args.repeats)
     print(f"one predict call on {n} candidates ({os.cpu_count()} cores, best of {args.repeats})")
-    print(f"{'stage':<24}{'ms / call':>12}{'us / candidate':>16}")
+    print(f"{'stage':<42}{'ms / call':>12}{'us / candidate':>16}")
     for name, s in secs.items():
-        print(f"{name:<24}{s * 1e3:>12.1f}{s * 1e6 / n:>16.1f}")
+        print(f"{name:<42}{s * 1e3:>12.1f}{s * 1e6 / n:>16.1f}")
+    xgb, new = secs["XGBModel.predict (TVM)"], secs["CdmppCostModel.predict, new candidates"]
+    print(f"plugin / XGBModel: {new / xgb:.2f}x on new candidates, "
+          f"{secs['CdmppCostModel.predict, seen candidates'] / xgb:.2f}x on seen ones")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

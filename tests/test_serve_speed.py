@@ -1,14 +1,24 @@
-from cdmpp.serve.speed import main, predict_call_seconds
+from cdmpp.cli import main
 
 
-def test_predict_call_stages_are_timed(tiny_collection, capsys):
+def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
+    from cdmpp.serve.speed import predict_call_seconds
+
     _, summary = tiny_collection
     n, secs = predict_call_seconds(summary.device_dir, candidates=4, repeats=1)
     assert n == 4
-    assert list(secs) == ["PerStoreFeature", "compact AST", "transformer", "predict (end to end)"]
+    assert list(secs) == [
+        "PerStoreFeature",
+        "compact AST",
+        "transformer",
+        "predict (end to end)",
+        "XGBModel.predict (TVM)",
+        "CdmppCostModel.predict, new candidates",
+        "CdmppCostModel.predict, seen candidates",
+    ]
     assert all(s > 0 for s in secs.values())
     # the end-to-end call does the work of the stages (timed separately, so only roughly)
     assert secs["predict (end to end)"] > 0.5 * secs["PerStoreFeature"]
-    assert main(["-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1"]) == 0
+    assert main(["speed", "-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "one predict call on 3 candidates" in out and "us / candidate" in out
+    assert "one predict call on 3 candidates" in out and "plugin / XGBModel" in out
