@@ -55,7 +55,8 @@ def _cmd_networks(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    from .collect import CollectConfig, MeasureConfig, RPCSettings, collect  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from .collect import CollectConfig, MeasureConfig, QuietConfig, RPCSettings, StageClock, collect
 
     rpc = None
     if args.rpc_tracker:
@@ -64,6 +65,14 @@ def _cmd_collect(args) -> int:
             print("error: --rpc-tracker takes HOST:PORT and needs --rpc-key", file=sys.stderr)
             return 2
         rpc = RPCSettings(host, int(port), args.rpc_key, parallel_sessions=args.rpc_sessions)
+    try:
+        rounds = tuple(int(x) for x in args.rounds.split(",")) if args.rounds else ()
+    except ValueError:
+        print(f"error: --rounds takes counts like 32,64,128, got {args.rounds!r}", file=sys.stderr)
+        return 2
+    if any(r < 1 for r in rounds) or list(rounds) != sorted(rounds):
+        print(f"error: --rounds must be positive and increasing, got {args.rounds!r}", file=sys.stderr)
+        return 2
     cfg = CollectConfig(
         rpc=rpc,
         networks=args.networks,
@@ -79,6 +88,9 @@ def _cmd_collect(args) -> int:
         gpu=args.gpu,
         pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
         retry_failed=args.retry_failed,
+        rounds=rounds,
+        retry_exhausted=args.retry_exhausted,
+        quiet=QuietConfig(enabled=not args.allow_busy, max_other_cores=args.busy_cores),
     )
     if args.gpu and args.disable_avx512:
         print("error: --disable-avx512 is a CPU device; it does not go with --gpu", file=sys.stderr)
@@ -104,6 +116,10 @@ def _cmd_collect(args) -> int:
         print(f"\ninterrupted ({err}): every finished record is on disk; run the same command to continue",
               file=sys.stderr)
         return 130
+    if args.profile:
+        clock = StageClock()
+        clock.seconds.update(s.stage_seconds)
+        print(clock.table(s.measured))
     if s.stopped:
         print(
             f"{s.device_id}: stopped after {s.measured} measured, {s.failed} failed; "
@@ -113,7 +129,7 @@ def _cmd_collect(args) -> int:
         return 130
     print(
         f"{s.device_id}: {s.measured} measured, {s.failed} failed, {s.skipped_duplicates} duplicates skipped "
-        f"in {s.seconds:.0f} s -> {s.device_dir}"
+        f"in {s.seconds:.0f} s ({60 * s.measured / max(s.seconds, 1e-9):.1f} programs/min) -> {s.device_dir}"
     )
     if s.task_errors:
         print(
@@ -428,6 +444,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time again the programs that failed before (their lines stay in failures.jsonl)",
     )
+    s.add_argument(
+        "--rounds",
+        default=None,
+        metavar="N,N,...",
+        help="grow every task round after round to each count, e.g. 32,64,128 (replaces --programs-per-task)",
+    )
+    s.add_argument(
+        "--retry-exhausted",
+        action="store_true",
+        help="visit tasks whose design space an earlier visit found used up (skipped by default)",
+    )
+    s.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="turn the quiet-machine guard off: time programs even while other processes use the CPU",
+    )
+    s.add_argument("--busy-cores", type=float, default=0.25,
+                   help="quiet-machine guard: CPU (in cores) other processes may use while a batch is timed")
+    s.add_argument("--profile", action="store_true",
+                   help="print the wall time of each stage at the end (it is in the manifest either way)")
     s.set_defaults(func=_cmd_collect)
 
     s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")

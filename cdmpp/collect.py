@@ -25,6 +25,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,29 @@ class MeasureConfig:
     run_timeout_s: float = 30.0
     build_workers: int | None = None
     max_repeat_cv: float | None = 0.2
+
+
+class MachineBusyError(RuntimeError):
+    """The quiet-machine guard waited longer than allowed for other processes to go idle."""
+
+
+@dataclass
+class QuietConfig:
+    """The quiet-machine guard: timings only while no other process is busy.
+
+    Attributes:
+        enabled: ``False`` (``--allow-busy``) times whatever else runs.
+        max_other_cores: the most CPU, in cores, that all processes outside the collector
+            (and its build and run workers) may use while a batch is timed.
+        settle_s: the window over which the load is checked before a batch.
+        max_wait_s: raise :class:`MachineBusyError` after waiting this long in one go
+            (``None``: wait as long as it takes).
+    """
+
+    enabled: bool = True
+    max_other_cores: float = 0.25
+    settle_s: float = 1.0
+    max_wait_s: float | None = None
 
 
 @dataclass
@@ -123,6 +147,12 @@ class CollectConfig:
             instead of its CPU; the CPU cache flush is then switched off.
         retry_failed: time again the programs that failed in an earlier collection (after
             fixing what made them fail); their old lines stay in ``failures.jsonl``.
+        rounds: grow every task in one run, round after round, to each of these counts
+            (e.g. ``(32, 64, 128)``); empty: one round to ``programs_per_task``.
+        retry_exhausted: visit tasks whose design space an earlier visit found used up
+            (marked ``space_exhausted_at`` in the manifest; skipped by default, except
+            with ``retry_failed``).
+        quiet: the quiet-machine guard around every timing batch.
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -146,6 +176,14 @@ class CollectConfig:
     gpu: bool = False
     pack_every_s: float | None = None
     retry_failed: bool = False
+    rounds: tuple[int, ...] = ()
+    retry_exhausted: bool = False
+    quiet: QuietConfig = field(default_factory=QuietConfig)
+
+    @property
+    def goals(self) -> tuple[int, ...]:
+        """Programs per task wanted after each round: ``rounds``, or ``(programs_per_task,)``."""
+        return tuple(self.rounds) or (self.programs_per_task,)
 
 
 @dataclass
@@ -160,6 +198,7 @@ class CollectSummary:
     seconds: float
     stopped: bool = False
     task_errors: int = 0  # tasks skipped after an error of TVM's (each in the manifest's ``task_errors``)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # wall seconds per stage (``STAGES``)
 
 
 @dataclass
@@ -392,16 +431,213 @@ def index_bounds(mod) -> tuple[tuple[int, int], ...]:
     return tuple((pos, max(1, b or 1)) for pos, b in sorted(bounds.items()))
 
 
-def _use_index_bounds(runner, bounds: tuple):
-    """The runner's ``f_alloc_argument`` for programs with ``bounds`` (see :func:`index_bounds`)."""
+STAGES = (
+    "task extraction",
+    "random sampling",
+    "evolutionary search",
+    "cost model training",
+    "de-duplication",
+    "building",
+    "argument allocation",
+    "cache flush",
+    "runner start-up",
+    "timing",
+    "writing",
+    "quiet-machine wait",
+)
+"""The collector's stages, in pipeline order (:class:`StageClock`).
+
+``timing`` is the kernels' own run time (``number * repeat`` runs of each program);
+``cache flush`` is the rest of the time evaluator's wall time (the flush of the inputs
+before each repeat, and the evaluator's own overhead); ``runner start-up`` is the rest
+of the runner's wall time (process hand-off, loading the built module).
+"""
+
+
+class StageClock:
+    """Wall seconds spent in each collection stage (:data:`STAGES`)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+
+    @contextmanager
+    def stage(self, name: str):
+        """Add the wall time of the ``with`` body to ``name``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] += max(0.0, seconds)
+
+    def to_json(self) -> dict[str, float]:
+        return {k: round(v, 6) for k, v in self.seconds.items()}
+
+    def table(self, programs: int) -> str:
+        """A plain-text table: seconds, share of the total and ms per measured program of each stage."""
+        total = sum(self.seconds.values()) or 1.0
+        lines = [f"{'stage':<22}{'s':>9}{'share':>8}{'ms/prog':>9}"]
+        for k, v in self.seconds.items():
+            lines.append(f"{k:<22}{v:>9.1f}{100 * v / total:>7.1f}%{1e3 * v / max(programs, 1):>9.1f}")
+        lines.append(f"{'total':<22}{total:>9.1f}{100.0:>7.1f}%{1e3 * total / max(programs, 1):>9.1f}")
+        return "\n".join(lines)
+
+
+class QuietGuard:
+    """Checks the CPU use of every process outside this one and its descendants.
+
+    Before a timing batch it waits until that load stays under the threshold over a
+    window; after the batch it measures the load over the batch, and the collector
+    times a disturbed batch again.  Load = the CPU seconds (user + system, ``psutil``)
+    that other processes used between two snapshots, per wall second, in cores; a
+    process started between the snapshots counts with all its CPU time.  The collector's
+    own build and run workers are its descendants and do not count.
+    """
+
+    def __init__(self, cfg: QuietConfig):
+        import psutil  # pylint: disable=import-outside-toplevel
+
+        self.cfg = cfg
+        self._psutil = psutil
+        self._me = psutil.Process()
+        self.waited_s = 0.0
+        self.retimed = 0
+        self.batches: list[tuple[float, float, bool]] = []  # (unix time at the start, load in cores, kept)
+        self.last: tuple[float, dict[int, float]] | None = None  # the end of the last timed batch
+
+    def snapshot(self) -> tuple[float, dict[int, float]]:
+        """``(wall s, {pid: CPU s})`` of every process outside this process tree."""
+        mine = {self._me.pid}
+        try:
+            mine.update(c.pid for c in self._me.children(recursive=True))
+        except self._psutil.Error:
+            pass
+        cpu = {}
+        for p in self._psutil.process_iter(["cpu_times"]):
+            t = p.info.get("cpu_times")
+            if p.pid not in mine and t is not None:
+                cpu[p.pid] = t.user + t.system
+        return time.perf_counter(), cpu
+
+    @staticmethod
+    def cores_between(start: tuple[float, dict[int, float]], end: tuple[float, dict[int, float]]) -> float:
+        """Cores used by other processes between two snapshots."""
+        wall = max(end[0] - start[0], 1e-3)
+        return sum(max(0.0, s - start[1].get(pid, 0.0)) for pid, s in end[1].items()) / wall
+
+    def other_cores(self, since: tuple[float, dict[int, float]]) -> float:
+        """Cores used by other processes since the snapshot ``since``."""
+        return self.cores_between(since, self.snapshot())
+
+    def wait_quiet(self, report: Callable[[str], None] | None = None) -> float:
+        """Block until other processes used at most ``max_other_cores`` over ``settle_s``.
+
+        Returns:
+            The load of the last window, in cores.
+
+        Raises:
+            MachineBusyError: still busy after ``max_wait_s``.
+        """
+        if not self.cfg.enabled:
+            return 0.0
+        start = time.perf_counter()
+        while True:
+            snap = self.snapshot()
+            time.sleep(self.cfg.settle_s)
+            load = self.other_cores(snap)
+            if load <= self.cfg.max_other_cores:
+                break
+            waited = time.perf_counter() - start
+            if self.cfg.max_wait_s is not None and waited > self.cfg.max_wait_s:
+                raise MachineBusyError(
+                    f"other processes used {load:.2f} cores (limit {self.cfg.max_other_cores}) for {waited:.0f} s; "
+                    "stop them, or pass --allow-busy to time anyway"
+                )
+            if report is not None:
+                report(f"waiting for a quiet machine: other processes use {load:.2f} cores")
+        self.waited_s += time.perf_counter() - start - self.cfg.settle_s
+        return load
+
+    def to_json(self) -> dict:
+        return {
+            "enabled": self.cfg.enabled,
+            "max_other_cores": self.cfg.max_other_cores,
+            "waited_s": round(self.waited_s, 1),
+            "retimed_batches": self.retimed,
+            "batches": "[unix time at the start, CPU of other processes in cores, kept (1) or timed again (0)] per timing",
+            "timings": [[round(t, 1), round(load, 3), int(kept)] for t, load, kept in self.batches],
+        }
+
+
+def _runner_probe(stage_file: str, stage: str, seconds: float) -> None:
+    """In a runner worker: append one stage time to the collector's probe file."""
+    with open(stage_file, "a", encoding="utf-8") as f:
+        f.write(f"{stage}\t{seconds:.6f}\n")
+
+
+def _probed_alloc(device, args_info, alloc_repeat, inner=None, stage_file: str = ""):
+    """``f_alloc_argument`` that times the allocation (in the runner worker)."""
+    if inner is None:
+        from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument as inner  # pylint: disable=import-outside-toplevel
+    t0 = time.perf_counter()
+    out = inner(device, args_info, alloc_repeat)
+    _runner_probe(stage_file, "argument allocation", time.perf_counter() - t0)
+    return out
+
+
+def _probed_evaluator(rt_mod, device, evaluator_config, repeated_args, stage_file: str = ""):
+    """``f_run_evaluator`` that splits the evaluator's wall time into kernel time and the rest."""
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common  # pylint: disable=import-outside-toplevel
+
+    t0 = time.perf_counter()
+    costs = run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+    wall = time.perf_counter() - t0
+    kernel = sum(costs) * evaluator_config.number
+    _runner_probe(stage_file, "timing", kernel)
+    _runner_probe(stage_file, "cache flush", wall - kernel)
+    return costs
+
+
+@contextmanager
+def _runner_functions(runner, bounds: tuple, stage_file: str | None):
+    """Set the runner's argument allocator (in-range indices for gathers, :func:`index_bounds`)
+    and, on a :class:`LocalRunner`, the stage probes; restore them afterwards."""
     import functools  # pylint: disable=import-outside-toplevel
 
     from .tvm_compat import RPCRunner, alloc_arguments_in_bounds, rpc_alloc_arguments_in_bounds  # pylint: disable=import-outside-toplevel
 
-    if not bounds:
-        return None
-    fill = rpc_alloc_arguments_in_bounds if isinstance(runner, RPCRunner) else alloc_arguments_in_bounds
-    return functools.partial(fill, index_bounds=bounds)
+    old = runner.f_alloc_argument, runner.f_run_evaluator
+    alloc = None
+    if bounds:
+        fill = rpc_alloc_arguments_in_bounds if isinstance(runner, RPCRunner) else alloc_arguments_in_bounds
+        alloc = functools.partial(fill, index_bounds=bounds)
+    try:
+        if stage_file is not None and not isinstance(runner, RPCRunner):
+            runner.f_alloc_argument = functools.partial(_probed_alloc, inner=alloc, stage_file=stage_file)
+            runner.f_run_evaluator = functools.partial(_probed_evaluator, stage_file=stage_file)
+        elif alloc is not None:
+            runner.f_alloc_argument = alloc
+        yield runner
+    finally:
+        runner.f_alloc_argument, runner.f_run_evaluator = old
+
+
+@contextmanager
+def _build_tmpdir(path: Path):
+    """Point ``TMPDIR`` (inherited by the build workers) at ``path`` and remove it afterwards."""
+    path.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
 
 
 def _repeat_cv(secs: list[float]) -> float:
@@ -409,56 +645,170 @@ def _repeat_cv(secs: list[float]) -> float:
     return (sum((x - mean) ** 2 for x in secs) / len(secs)) ** 0.5 / mean if mean > 0 else 0.0
 
 
-def _measure_batch(builder, runner, target, fresh: list, max_cv: float | None, dev_type: str = "cpu") -> list[tuple]:
-    """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at a time
-    on the runner's ``dev_type`` device (``"cpu"`` or ``"cuda"``).
+class PooledBuilder:
+    """MetaSchedule ``LocalBuilder``'s build, on worker processes kept from batch to batch.
 
-    A program whose repeats vary by more than ``max_cv`` (coefficient of variation) is
-    timed once more and the steadier of the two measurements is kept.  A program that
-    gathers by index gets in-range indices in its integer arguments (:func:`index_bounds`).
+    ``LocalBuilder.build`` starts a fresh process pool for every batch (TVM's guard
+    against a slow memory leak in long-lived workers); each start imports TVM again,
+    about 3 s per batch on 2 cores, which was the largest part of the build stage of
+    small batches.  This pool is restarted every ``recycle`` batches instead.  Results
+    are MetaSchedule ``BuilderResult``s, as from ``LocalBuilder.build``.
+    """
+
+    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 25):
+        self.max_workers, self.timeout_sec, self.f_build, self.recycle = max_workers, timeout_sec, f_build, recycle
+        self._pool = None
+        self._batches = 0
+
+    def build(self, build_inputs: list) -> list:
+        # pylint: disable=import-outside-toplevel
+        from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+        from .tvm_compat import ms
+
+        if self._pool is None or self._batches >= self.recycle:
+            self.close()
+            self._pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec)
+        self._batches += 1
+        args = [(self.f_build, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
+        results = []
+        for r in self._pool.map_with_error_catching(lambda x: _worker_func(*x), args):
+            if r.status == StatusKind.COMPLETE:
+                results.append(ms.builder.BuilderResult(r.value, None))
+            elif r.status == StatusKind.TIMEOUT:
+                results.append(ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec} s"))
+            else:
+                results.append(ms.builder.BuilderResult(None, f"build failed:\n{r.value}"))
+        return results
+
+    def close(self) -> None:
+        """Stop the worker processes (a later build starts new ones)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+        self._pool, self._batches = None, 0
+
+
+@dataclass
+class _Bench:
+    """What times a batch: the builder, the runner and what watches them."""
+
+    builder: object
+    runner: object
+    target: object
+    dev_type: str = "cpu"
+    max_cv: float | None = None
+    clock: StageClock = field(default_factory=StageClock)
+    guard: QuietGuard | None = None
+    probe_file: Path | None = None
+
+    def close(self) -> None:
+        """Stop the build workers."""
+        close = getattr(self.builder, "close", None)
+        if close is not None:
+            close()
+
+    def read_probe(self) -> float:
+        """Add the runner workers' stage times to the clock; returns their sum (seconds)."""
+        if self.probe_file is None or not self.probe_file.exists():
+            return 0.0
+        total = 0.0
+        for line in self.probe_file.read_text(encoding="utf-8").splitlines():
+            stage, _, secs = line.partition("\t")
+            if stage in self.clock.seconds:
+                self.clock.add(stage, float(secs))
+                total += max(0.0, float(secs))
+        self.probe_file.unlink()
+        return total
+
+
+def _run_batch(bench: _Bench, items: list, bounds: dict) -> list:
+    """Time built ``(candidate, program_key, build_result)`` items one at a time; runner results in order."""
+    from .tvm_compat import RunnerInput  # pylint: disable=import-outside-toplevel
+
+    futures = []
+    t0 = time.perf_counter()
+    probe = str(bench.probe_file) if bench.probe_file is not None else None
+    for key, group in itertools.groupby(items, key=lambda it: bounds[it[1]]):
+        with _runner_functions(bench.runner, key, probe) as runner:
+            futures += runner.run([RunnerInput(b.artifact_path, bench.dev_type, c.args_info) for c, _, b in group])
+    results = [f.result() for f in futures]
+    inside = bench.read_probe()
+    bench.clock.add("runner start-up", time.perf_counter() - t0 - inside)
+    return results
+
+
+def _timed_quietly(bench: _Bench, items: list, bounds: dict) -> list:
+    """:func:`_run_batch` on a quiet machine: wait for quiet, time, and time again when disturbed.
+
+    The machine counts as quiet before a batch when other processes stayed under the
+    threshold since the last batch ended (no extra wait); otherwise the guard waits
+    for a quiet window.
+    """
+    guard = bench.guard
+    if guard is None or not guard.cfg.enabled or not items:
+        return _run_batch(bench, items, bounds)
+    while True:
+        with bench.clock.stage("quiet-machine wait"):
+            if guard.last is None or guard.other_cores(guard.last) > guard.cfg.max_other_cores:
+                guard.wait_quiet(_note)
+        start, started_at = guard.snapshot(), time.time()
+        results = _run_batch(bench, items, bounds)
+        guard.last = guard.snapshot()
+        load = guard.cores_between(start, guard.last)
+        quiet = load <= guard.cfg.max_other_cores
+        guard.batches.append((started_at, load, quiet))
+        if quiet:
+            return results
+        guard.retimed += 1
+        _note(f"a batch was timed while other processes used {load:.2f} cores: timing it again")
+
+
+def _note(message: str) -> None:
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
+    tqdm.write(message)
+
+
+def _measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
+    """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at a time.
+
+    A program whose repeats vary by more than ``bench.max_cv`` (coefficient of
+    variation) is timed once more and the steadier of the two measurements is kept.  A
+    program that gathers by index gets in-range indices in its integer arguments
+    (:func:`index_bounds`).  With a guard, every timing batch runs on a quiet machine.
 
     Returns:
         ``(candidate, program_key, run_secs or None, stage, error)`` per program.
     """
-    from .tvm_compat import BuilderInput, RunnerInput  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import BuilderInput  # pylint: disable=import-outside-toplevel
 
     if not fresh:
         return []
     out, to_run = [], []
-    for (c, pk), b in zip(fresh, builder.build([BuilderInput(c.sch.mod, target) for c, _ in fresh])):
+    with bench.clock.stage("building"):
+        built = bench.builder.build([BuilderInput(c.sch.mod, bench.target) for c, _ in fresh])
+    for (c, pk), b in zip(fresh, built):
         if b.error_msg:
             out.append((c, pk, None, "build", str(b.error_msg)))
         else:
             to_run.append((c, pk, b))
-
     bounds = {}
     for c, pk in fresh:
         try:
             bounds[pk] = index_bounds(c.sch.mod)
         except Exception:  # noqa: BLE001  an unforeseen construct: TVM's own fill, as before
             bounds[pk] = ()
-    default_alloc = runner.f_alloc_argument
-
-    def run(items):
-        futures = []
-        for key, group in itertools.groupby(items, key=lambda it: bounds[it[1]]):
-            # a gather's integer inputs are filled with in-range indices (see index_bounds)
-            runner.f_alloc_argument = _use_index_bounds(runner, key) or default_alloc
-            try:
-                futures += runner.run([RunnerInput(b.artifact_path, dev_type, c.args_info) for c, _, b in group])
-            finally:
-                runner.f_alloc_argument = default_alloc
-        return [f.result() for f in futures]
 
     timed = {}
-    for item, res in zip(to_run, run(to_run)):
+    for item, res in zip(to_run, _timed_quietly(bench, to_run, bounds)):
         if res.error_msg or res.run_secs is None:
             timed[item[1]] = (None, "run", str(res.error_msg))
         else:
             timed[item[1]] = ([float(x) for x in res.run_secs], "run", "")
-    if max_cv is not None:
-        noisy = [it for it in to_run if timed[it[1]][0] is not None and _repeat_cv(timed[it[1]][0]) > max_cv]
-        for item, res in zip(noisy, run(noisy) if noisy else []):
+    if bench.max_cv is not None:
+        noisy = [it for it in to_run if timed[it[1]][0] is not None and _repeat_cv(timed[it[1]][0]) > bench.max_cv]
+        for item, res in zip(noisy, _timed_quietly(bench, noisy, bounds) if noisy else []):
             if not res.error_msg and res.run_secs is not None:
                 again = [float(x) for x in res.run_secs]
                 if _repeat_cv(again) < _repeat_cv(timed[item[1]][0]):
@@ -500,13 +850,24 @@ def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: li
         "sampling": {
             "policy": SAMPLING_POLICY,
             "seed": cfg.seed,
-            "programs_per_task": cfg.programs_per_task,
+            "programs_per_task": cfg.goals[-1],
             "evolutionary_fraction": cfg.evolutionary_fraction,
         },
         "collections": runs,
         "networks": networks,
         "tasks": list(entries.values()),
     }
+
+
+def _mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name: str, value, overwrite: bool) -> None:
+    """Set ``field_name`` on every manifest task of the workload (once unless ``overwrite``), then save."""
+    changed = False
+    for t in manifest["tasks"]:
+        if t.get("workload_key") == workload_key and (overwrite or field_name not in t):
+            t[field_name] = value
+            changed = True
+    if changed:
+        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
 
 def _mark_phase(manifest: dict, device_dir: Path, task: _Task, random_programs: int) -> None:
@@ -546,6 +907,272 @@ def _tune_context(
     return ctx, cost_model
 
 
+def _plan_tasks(cfg: CollectConfig, device_dir: Path, store: _Store, target, clock: StageClock):
+    """Every task of the networks (from the manifest, or extracted), filed under its workload.
+
+    Returns:
+        ``(tasks of all networks, the tasks to visit in round-robin order over networks,
+        workload by key)``.
+    """
+    per_network = []
+    known = _known_tasks(ds.read_manifest(device_dir), device_dir)
+    with clock.stage("task extraction"):
+        for n in cfg.networks:
+            per_network.append(known.get(n) or extract_network_tasks(n, target))
+    workloads = {}
+    with clock.stage("writing"):
+        for t in itertools.chain.from_iterable(per_network):  # every task is listed, measured or not
+            wl, t.workload_key = store.workload(t.mod)
+            workloads[t.workload_key] = wl
+            # Structural equality ignores block and buffer names, so tasks of two networks can
+            # share one workload whose module names its blocks differently (``lv229_red`` and
+            # ``lv239_red``).  Sample on the workload's own module, so that every stored schedule
+            # trace replays on the workload it is filed under.
+            t.mod = wl.mod
+    every = list(itertools.chain.from_iterable(per_network))
+    if cfg.max_tasks_per_network is not None:
+        per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
+    # round-robin over networks, so that a collection stopped early covers every network
+    visit = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
+    return every, visit, workloads
+
+
+def _local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | None, probe_file: Path | None = None,
+                 clock: StageClock | None = None) -> _Bench:
+    """A builder on all cores, a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is
+    ``None``, the quiet-machine guard."""
+    from .tvm_compat import EvaluatorConfig, LocalRunner, build_for_measurement  # pylint: disable=import-outside-toplevel
+
+    builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement)
+    evaluator = EvaluatorConfig(
+        number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
+    )
+    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    guard = QuietGuard(quiet) if quiet is not None else None
+    return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file)
+
+
+def _make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: StageClock, tmp: Path) -> _Bench:
+    """The collection's builder and runner (local, or through an RPC tracker) and its guard."""
+    from .tvm_compat import EvaluatorConfig, RPCConfig, RPCRunner  # pylint: disable=import-outside-toplevel
+
+    dev_type = "cuda" if device.kind == "gpu" else "cpu"
+    bench = _local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock)
+    if cfg.rpc is not None:  # RPC boards are timed elsewhere: no guard on this host
+        m, r = cfg.measure, cfg.rpc
+        evaluator = EvaluatorConfig(
+            number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
+        )
+        bench.runner = RPCRunner(
+            RPCConfig(r.tracker_host, r.tracker_port, r.device_key, session_timeout_sec=r.session_timeout_s),
+            evaluator_config=evaluator,
+            max_workers=r.parallel_sessions,
+        )
+        bench.guard = None
+    return bench
+
+
+class _Collection:
+    """One ``collect`` call: its store, manifest, bench and counts; visits tasks one by one."""
+
+    def __init__(self, cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress=True):
+        self.cfg, self.device, self.dir, self.progress = cfg, device, device_dir, progress
+        self.store, self.manifest, self.bench, self.workloads = store, manifest, bench, workloads
+        self.should_stop = should_stop
+        self.measured = self.failed = self.dups = self.task_errors = 0
+        self.stopped = False
+        self.bar = None
+        self._last_pack = time.time()
+
+    def stop_requested(self) -> bool:
+        return self.should_stop is not None and bool(self.should_stop())
+
+    def exhausted(self, key: str) -> bool:
+        """Whether an earlier visit found this workload's design space used up."""
+        return any(t.get("workload_key") == key and "space_exhausted_at" in t for t in self.manifest["tasks"])
+
+    def visit(self, task: _Task, goal: int) -> None:
+        """Sample, measure and record programs of one task until it has ``goal`` (or its space runs out)."""
+        key, wl, cfg = task.workload_key, self.workloads[task.workload_key], self.cfg
+        need = goal - self.store.done.get(key, 0)
+        self.bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
+        earlier_failures = self.store.failed.get(key, 0) if cfg.retry_failed else 0
+        with self.bench.clock.stage("de-duplication"):
+            seen = (set() if cfg.retry_failed else set(self.store.failed_keys.get(key, set()))) | (
+                self.store.measured_program_keys(wl) if self.store.done.get(key) else set()
+            )
+        n_random = goal - round(goal * cfg.evolutionary_fraction)
+        seed = _task_seed(cfg.seed, key, self.store.done.get(key, 0))
+        for phase in ("random", "evolutionary"):
+            if need <= 0 or self.stop_requested():
+                break
+            done = self.store.done.get(key, 0)
+            if phase == "random":
+                want = min(need, n_random - done)
+                if want <= 0:
+                    continue
+            elif not done:  # nothing measured to learn from: the task cannot run here
+                break
+            else:
+                want = need
+                _mark_phase(self.manifest, self.dir, task, done)
+            if self._phase(task, wl, phase, want, seen, seed, goal, earlier_failures):
+                _mark_tasks(self.manifest, self.dir, key, "space_exhausted_at", self.store.done.get(key, 0), True)
+                break
+            need = goal - self.store.done.get(key, 0)
+        if need > 0 and not self.stop_requested():  # the design space ran out of distinct programs
+            self.bar.total -= need
+            self.bar.refresh()
+
+    def _phase(self, task, wl, phase, want, seen, seed, goal, earlier_failures) -> bool:
+        """One sampling phase of a task; returns whether a whole batch was already seen (space used up)."""
+        from .tvm_compat import TuningRecord, ms  # pylint: disable=import-outside-toplevel
+
+        cfg, key, clock = self.cfg, task.workload_key, self.bench.clock
+        sampling = "random sampling" if phase == "random" else "evolutionary search"
+        with clock.stage("cost model training" if phase != "random" else sampling):
+            ctx, cost_model = _tune_context(
+                task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population
+            )
+        with clock.stage(sampling):
+            ctx.pre_tuning(
+                max_trials=want * 4,
+                num_trials_per_iter=cfg.batch_size,
+                database=self.store.db if cost_model is not None else None,
+                cost_model=cost_model,
+            )
+        attempts, exhausted = 0, False
+        give_up = max(8, goal // 4)  # failures with no success: the task cannot run here
+        while want > 0 and attempts < goal * 4 and not self.stop_requested():
+            if self.store.failed.get(key, 0) - earlier_failures >= give_up and not self.store.done.get(key):
+                break
+            with clock.stage(sampling):
+                cands = ctx.generate_measure_candidates()
+            if not cands:
+                break
+            attempts += len(cands)
+            fresh = self._fresh(cands, seen)
+            if not fresh:  # a whole round of programs already seen: the space is used up
+                exhausted = True
+                break
+            batch = _measure_batch(self.bench, fresh[:want])
+            results = self._record(task, wl, batch, TuningRecord)
+            want -= len(results)
+            outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
+            with clock.stage(sampling):
+                ctx.notify_runner_results(cands, outcome)
+            if cost_model is not None and results:  # only what was timed in this batch
+                with clock.stage("cost model training"):
+                    timed = [c for c in cands if id(c) in results]
+                    cost_model.update(ctx, timed, [results[id(c)] for c in timed])
+        with clock.stage(sampling):
+            ctx.post_tuning()
+        return exhausted
+
+    def _fresh(self, cands: list, seen: set) -> list:
+        """The candidates not measured (or failed) before, with their program keys."""
+        fresh = []
+        with self.bench.clock.stage("de-duplication"):
+            for c in cands:
+                pk = _program_key(c.sch.mod)
+                if pk in seen:
+                    self.dups += 1
+                    continue
+                seen.add(pk)
+                fresh.append((c, pk))
+        return fresh
+
+    def _record(self, task: _Task, wl, batch: list, record_type) -> dict:
+        """Store a measured batch: records and failures; returns runner results of the successes by candidate id."""
+        from .tvm_compat import ms  # pylint: disable=import-outside-toplevel
+
+        results = {}
+        interrupted = self.stop_requested()
+        with self.bench.clock.stage("writing"):
+            for c, pk, secs, stage, error in batch:
+                record = record_type(c.sch.trace, wl, secs, self.bench.target, c.args_info)
+                if secs is None and interrupted:
+                    continue  # the stop signal may have killed its worker: measure it again next time
+                if secs is None:
+                    self.store.add_failure(task, pk, stage, error, record)
+                    self.failed += 1
+                    continue
+                self.store.add_record(record, task.workload_key)
+                self.measured += 1
+                self.bar.update(1)
+                results[id(c)] = ms.runner.RunnerResult(secs, None)
+        return results
+
+    def task_failed(self, task: _Task, err: Exception) -> None:
+        """Keep one task's TVM error in the manifest; the collection goes on."""
+        self.task_errors += 1
+        message = f"{type(err).__name__}: {err}"
+        self.manifest["collections"][-1].setdefault("task_errors", []).append(
+            {
+                "network": task.network,
+                "task_name": task.task_name,
+                "workload_key": task.workload_key,
+                "error": message[-4000:],
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        )
+        ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
+        _note(
+            f"{task.network}:{task.task_name}: skipped after {message.splitlines()[0][:200]} "
+            "(kept in the manifest; the next collection tries it again)"
+        )
+
+    def checkpoint(self, final: bool) -> None:
+        """Write the manifest's counts, stage times and guard figures so far and, when asked to, the packed files."""
+        entry = self.manifest["collections"][-1]
+        entry.update({"measured": self.measured, "failed": self.failed, "stage_seconds": self.bench.clock.to_json()})
+        if self.bench.guard is not None:
+            entry["quiet_machine"] = self.bench.guard.to_json()
+        if final:
+            entry.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "stopped_early": self.stopped})
+        ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
+        if self.cfg.pack_every_s is not None:
+            ds.pack(self.dir)
+
+    def maybe_pack(self) -> None:
+        """Between tasks (no timing in flight): the periodic checkpoint of ``pack_every_s``."""
+        if self.cfg.pack_every_s is not None and time.time() - self._last_pack >= self.cfg.pack_every_s:
+            self.checkpoint(final=False)
+            self._last_pack = time.time()
+
+    def run_round(self, tasks: list[_Task], goal: int) -> None:
+        """Visit every task once, towards ``goal`` programs each."""
+        from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
+        todo = {}
+        for t in tasks:
+            # a used-up space still holds the failed programs that retry_failed times again
+            if not self.exhausted(t.workload_key) or self.cfg.retry_exhausted or self.cfg.retry_failed:
+                todo.setdefault(t.workload_key, t)
+        total = len(todo) * goal
+        already = sum(min(self.store.done.get(k, 0), goal) for k in todo)
+        desc = f"{self.device.device_id} to {goal}/task"
+        self.bar = tqdm(total=total, initial=already, disable=not self.progress, unit="prog", desc=desc, smoothing=0.05)
+        try:
+            for key, task in todo.items():
+                if goal - self.store.done.get(key, 0) <= 0:
+                    continue
+                if self.stop_requested():
+                    break
+                try:
+                    self.visit(task, goal)
+                except Exception as err:  # noqa: BLE001  one task's TVM error must not end the collection
+                    if self.stop_requested():
+                        raise  # a stop signal that landed inside a TVM callback
+                    self.task_failed(task, err)
+                if self.stop_requested():
+                    break
+                self.maybe_pack()
+        finally:
+            self.bar.close()
+        self.stopped = self.stop_requested()
+
+
 def collect(
     cfg: CollectConfig, progress: bool = True, should_stop: Callable[[], bool] | None = None
 ) -> CollectSummary:
@@ -559,32 +1186,21 @@ def collect(
             (``cdmpp collect`` sets it on the first Ctrl-C).
 
     Returns:
-        Counts of what this call added (``stopped`` tells whether ``should_stop`` ended it).
+        Counts of what this call added (``stopped`` tells whether ``should_stop`` ended
+        it), and the wall seconds of each stage (``stage_seconds``).
 
     Raises:
         KeyError: an unknown network name.
         DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU, or no CUDA compiler (nvcc or
             NVRTC), on this host (nothing is written).
+        MachineBusyError: the quiet-machine guard waited longer than ``cfg.quiet.max_wait_s``
+            (every record finished before is stored).
     """
     # pylint: disable=import-outside-toplevel
     from dataclasses import replace
 
-    from tqdm import tqdm
-
     from . import networks as zoo
-    from .tvm_compat import (
-        EvaluatorConfig,
-        LocalBuilder,
-        LocalRunner,
-        RPCConfig,
-        RPCRunner,
-        Target,
-        TuningRecord,
-        load_tensor_intrinsics,
-        ms,
-        build_for_measurement,
-        configure_cuda_compiler,
-    )
+    from .tvm_compat import Target, configure_cuda_compiler, load_tensor_intrinsics
 
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name
@@ -598,212 +1214,40 @@ def collect(
         cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
     else:
         device = local_cpu(cfg.num_cores, cfg.disable_avx512)
-    dev_type = "cuda" if device.kind == "gpu" else "cpu"
     target = Target(device.target)
     device_dir = Path(cfg.out_dir) / device.device_id
     store = _Store(device_dir)
-    manifest = ds.read_manifest(device_dir)
-
-    per_network = []
-    known = _known_tasks(manifest, device_dir)
-    for n in cfg.networks:
-        per_network.append(known.get(n) or extract_network_tasks(n, target))
-    workloads = {}
-    for t in itertools.chain.from_iterable(per_network):  # every task is listed, measured or not
-        wl, t.workload_key = store.workload(t.mod)
-        workloads[t.workload_key] = wl
-        # Structural equality ignores block and buffer names, so tasks of two networks can
-        # share one workload whose module names its blocks differently (``lv229_red`` and
-        # ``lv239_red``).  Sample on the workload's own module, so that every stored schedule
-        # trace replays on the workload it is filed under.
-        t.mod = wl.mod
-    manifest = _manifest(device, cfg, manifest, list(itertools.chain.from_iterable(per_network)))
-    if cfg.max_tasks_per_network is not None:
-        per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
-    # round-robin over networks, so that a collection stopped early covers every network
-    tasks = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
+    clock = StageClock()
+    every, visit, workloads = _plan_tasks(cfg, device_dir, store, target, clock)
+    manifest = _manifest(device, cfg, ds.read_manifest(device_dir), every)
     manifest["collections"].append(
         {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "networks": cfg.networks,
             "measurement": asdict(cfg.measure),
             "seed": cfg.seed,
+            "rounds": list(cfg.goals),
             # runs without this field seeded each task from the base seed and its workload key only
             "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
         }
     )
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-
-    todo = {}
-    for t in tasks:
-        todo.setdefault(t.workload_key, t)
-    total = len(todo) * cfg.programs_per_task
-    already = sum(min(store.done.get(k, 0), cfg.programs_per_task) for k in todo)
-
-    tmp = device_dir / ".tmp"
-    tmp.mkdir(exist_ok=True)
-    old_tmpdir = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(tmp)  # build artifacts of the worker processes, removed at the end
-    load_tensor_intrinsics()
-    m = cfg.measure
-    builder = LocalBuilder(
-        max_workers=m.build_workers or os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement
-    )
-    evaluator = EvaluatorConfig(
-        number=m.number,
-        repeat=m.repeat,
-        min_repeat_ms=m.min_repeat_ms,
-        enable_cpu_cache_flush=m.enable_cpu_cache_flush,
-    )
-    if cfg.rpc is None:
-        runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
-    else:
-        r = cfg.rpc
-        runner = RPCRunner(
-            RPCConfig(r.tracker_host, r.tracker_port, r.device_key, session_timeout_sec=r.session_timeout_s),
-            evaluator_config=evaluator,
-            max_workers=r.parallel_sessions,
-        )
-    measured = failed = dups = task_errors = 0
-    stopped = False
-    last_pack = time.time()
-
-    def checkpoint(final: bool) -> None:
-        """Write the manifest's counts so far and, when asked to, the packed files."""
-        entry = manifest["collections"][-1]
-        entry.update({"measured": measured, "failed": failed})
-        if final:
-            entry.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "stopped_early": stopped})
-        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-        if cfg.pack_every_s is not None:
-            ds.pack(device_dir)
-
-    bar = tqdm(total=total, initial=already, disable=not progress, unit="prog", desc=device.device_id, smoothing=0.05)
-    try:
-        for key, task in todo.items():
-            need = cfg.programs_per_task - store.done.get(key, 0)
-            if need <= 0:
-                continue
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
-            wl = workloads[key]
-            earlier_failures = store.failed.get(key, 0) if cfg.retry_failed else 0
-            seen = (set() if cfg.retry_failed else store.failed_keys.get(key, set())) | (
-                store.measured_program_keys(wl) if store.done.get(key) else set()
-            )
-            n_random = cfg.programs_per_task - round(cfg.programs_per_task * cfg.evolutionary_fraction)
-            task_seed = _task_seed(cfg.seed, key, store.done.get(key, 0))
-            try:
-                exhausted = False
-                for phase in ("random", "evolutionary"):
-                    if need <= 0 or exhausted or (should_stop is not None and should_stop()):
-                        break
-                    done = store.done.get(key, 0)
-                    if phase == "random":
-                        want = min(need, n_random - done)
-                        if want <= 0:
-                            continue
-                    elif not done:  # nothing measured to learn from: the task cannot run here
-                        break
-                    else:
-                        want = need
-                        _mark_phase(manifest, device_dir, task, done)
-                    ctx, cost_model = _tune_context(
-                        task, target, device, phase, task_seed, store, wl, cfg.evolutionary_population
-                    )
-                    ctx.pre_tuning(
-                        max_trials=want * 4,
-                        num_trials_per_iter=cfg.batch_size,
-                        database=store.db if cost_model is not None else None,
-                        cost_model=cost_model,
-                    )
-                    attempts = 0
-                    give_up = max(8, cfg.programs_per_task // 4)  # failures with no success: the task cannot run here
-                    while want > 0 and attempts < cfg.programs_per_task * 4:
-                        if should_stop is not None and should_stop():
-                            break
-                        if store.failed.get(key, 0) - earlier_failures >= give_up and not store.done.get(key):
-                            break
-                        cands = ctx.generate_measure_candidates()
-                        if not cands:
-                            break
-                        attempts += len(cands)
-                        fresh = []
-                        for c in cands:
-                            pk = _program_key(c.sch.mod)
-                            if pk in seen:
-                                dups += 1
-                                continue
-                            seen.add(pk)
-                            fresh.append((c, pk))
-                        if not fresh:  # a whole round of programs already seen: the space is used up
-                            exhausted = True
-                            break
-                        fresh = fresh[:want]
-                        results = {}
-                        batch = _measure_batch(builder, runner, target, fresh, cfg.measure.max_repeat_cv, dev_type)
-                        interrupted = should_stop is not None and should_stop()
-                        for c, pk, secs, stage, error in batch:
-                            record = TuningRecord(c.sch.trace, wl, secs, target, c.args_info)
-                            if secs is None and interrupted:
-                                continue  # the stop signal may have killed its worker: measure it again next time
-                            if secs is None:
-                                store.add_failure(task, pk, stage, error, record)
-                                failed += 1
-                                continue
-                            store.add_record(record, key)
-                            measured += 1
-                            need -= 1
-                            want -= 1
-                            bar.update(1)
-                            results[id(c)] = ms.runner.RunnerResult(secs, None)
-                        outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
-                        ctx.notify_runner_results(cands, outcome)
-                        if cost_model is not None and results:  # only what was timed in this batch
-                            timed = [c for c in cands if id(c) in results]
-                            cost_model.update(ctx, timed, [results[id(c)] for c in timed])
-                    ctx.post_tuning()
-            except Exception as err:  # noqa: BLE001  one task's TVM error must not end the collection
-                if should_stop is not None and should_stop():
-                    raise  # a stop signal that landed inside a TVM callback
-                task_errors += 1
-                message = f"{type(err).__name__}: {err}"
-                manifest["collections"][-1].setdefault("task_errors", []).append(
-                    {
-                        "network": task.network,
-                        "task_name": task.task_name,
-                        "workload_key": key,
-                        "error": message[-4000:],
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    }
-                )
-                ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-                tqdm.write(
-                    f"{task.network}:{task.task_name}: skipped after {message.splitlines()[0][:200]} "
-                    "(kept in the manifest; the next collection tries it again)"
-                )
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            if need > 0:  # the design space ran out of distinct programs
-                bar.total -= need
-                bar.refresh()
-            if cfg.pack_every_s is not None and time.time() - last_pack >= cfg.pack_every_s:
-                checkpoint(final=False)  # between tasks: no timing is in flight
-                last_pack = time.time()
-    finally:
-        bar.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old_tmpdir is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old_tmpdir
-        checkpoint(final=True)
+    with _build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
+        load_tensor_intrinsics()
+        bench = _make_bench(cfg, device, target, clock, tmp)
+        run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
+        try:
+            for goal in cfg.goals:
+                run.run_round(visit, goal)
+                if run.stopped:
+                    break
+        finally:
+            bench.close()
+            run.checkpoint(final=True)
     return CollectSummary(
-        device.device_id, device_dir, measured, failed, dups, time.time() - start, stopped, task_errors
+        device.device_id, device_dir, run.measured, run.failed, run.dups, time.time() - start, run.stopped,
+        run.task_errors, clock.to_json(),
     )
 
 
@@ -906,7 +1350,12 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
 
 
 def remeasure(
-    device_dir: Path, sample: int = 100, seed: int = 0, measure: MeasureConfig | None = None, progress: bool = True
+    device_dir: Path,
+    sample: int = 100,
+    seed: int = 0,
+    measure: MeasureConfig | None = None,
+    progress: bool = True,
+    quiet: QuietConfig | None = None,
 ) -> Path:
     """Time a random sample of a device folder's measured programs again, to measure drift.
 
@@ -915,7 +1364,8 @@ def remeasure(
     measured the folder.  One JSON line per program is appended to
     ``remeasured.jsonl``: ``workload_key``, ``program_key``, ``run_secs`` (stored,
     seconds), ``again`` (the new repeats, seconds; empty on failure), ``error`` and
-    ``time``.  Programs already re-measured are skipped, so it resumes.
+    ``time``.  Programs already re-measured are skipped, so it resumes.  The
+    quiet-machine guard (``quiet``, default on) holds every timing batch.
 
     Returns:
         The path of ``remeasured.jsonl``.
@@ -931,11 +1381,7 @@ def remeasure(
     from tqdm import tqdm
 
     from .tvm_compat import (
-        EvaluatorConfig,
-        LocalBuilder,
-        LocalRunner,
         Target,
-        build_for_measurement,
         configure_cuda_compiler,
         program_from_record,
     )
@@ -970,16 +1416,14 @@ def remeasure(
         pk = _program_key(mod)
         if pk not in done:
             picked.append((p, mod, pk))
-    builder = LocalBuilder(max_workers=os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement)
-    evaluator = EvaluatorConfig(
-        number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
-    )
-    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    from dataclasses import replace  # pylint: disable=import-outside-toplevel
+
+    bench = _local_bench(replace(m, max_repeat_cv=None), target, dev_type, quiet or QuietConfig())
     bar = tqdm(total=len(picked), disable=not progress, unit="prog", desc="re-measuring")
     for s in range(0, len(picked), 16):
         chunk = picked[s : s + 16]
         fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk) for p, mod, pk in chunk]
-        timed = {pk: (secs, err) for _, pk, secs, _, err in _measure_batch(builder, runner, target, fresh, None, dev_type)}
+        timed = {pk: (secs, err) for _, pk, secs, _, err in _measure_batch(bench, fresh)}
         with open(out, "a", encoding="utf-8") as f:
             for p, _, pk in chunk:
                 secs, err = timed[pk]
@@ -995,6 +1439,7 @@ def remeasure(
                 f.flush()
         bar.update(len(chunk))
     bar.close()
+    bench.close()
     return out
 
 
@@ -1006,6 +1451,7 @@ def measure_programs(
     disable_avx512: bool = False,
     note: str = "",
     progress: bool = True,
+    quiet: QuietConfig | None = None,
 ) -> CollectSummary:
     """Time chosen programs of a device folder measured elsewhere, on this host.
 
@@ -1022,6 +1468,7 @@ def measure_programs(
     Args:
         index: int positions ``(K,)`` of the programs to measure.
         note: how the programs were chosen, recorded in the manifest.
+        quiet: the quiet-machine guard (default :class:`QuietConfig`: on).
 
     Returns:
         Counts of what this call added.
@@ -1036,12 +1483,8 @@ def measure_programs(
     from tqdm import tqdm
 
     from .tvm_compat import (
-        EvaluatorConfig,
-        LocalBuilder,
-        LocalRunner,
         Target,
         TuningRecord,
-        build_for_measurement,
         load_tensor_intrinsics,
         program_from_record,
         tvm_version,
@@ -1100,20 +1543,14 @@ def measure_programs(
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
     load_tensor_intrinsics()
-    builder = LocalBuilder(
-        max_workers=m.build_workers or os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement
-    )
-    evaluator = EvaluatorConfig(
-        number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
-    )
-    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    bench = _local_bench(m, target, "cpu", quiet or QuietConfig())
     measured = failed = 0
     bar = tqdm(total=len(todo), disable=not progress, unit="prog", desc=device.device_id)
     try:
         for s in range(0, len(todo), 16):
             chunk = todo[s : s + 16]
             fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk) for p, _, _, mod, pk in chunk]
-            timed = {pk: (secs, stage, err) for _, pk, secs, stage, err in _measure_batch(builder, runner, target, fresh, m.max_repeat_cv)}
+            timed = {pk: (secs, stage, err) for _, pk, secs, stage, err in _measure_batch(bench, fresh)}
             for p, wl, key, _, pk in chunk:
                 secs, stage, err = timed[pk]
                 record = TuningRecord(p.record.trace, wl, secs, target, p.record.args_info)
@@ -1128,6 +1565,7 @@ def measure_programs(
             bar.update(len(chunk))
     finally:
         bar.close()
+        bench.close()
         manifest["collections"][-1].update(
             {"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "measured": measured, "failed": failed}
         )

@@ -387,3 +387,105 @@ def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monk
     assert len(db.programs) == again.measured and all(np.all(p.run_secs > 0) for p in db.programs)
     assert len((dev / ds.FAILURE_FILE).read_text().splitlines()) == len(lines)  # the history is kept
     assert "[0, extent of the dimension they index)" in ds.read_manifest(dev)["inputs"]
+
+
+def _tiny_add_module():
+    """``B = A + 1`` on 4 floats: a design space with one distinct schedule."""
+    from tvm.script import tirx as T
+
+    from cdmpp.tvm_compat import IRModule
+
+    @T.prim_func(s_tir=True)
+    def add(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        for i in range(4):
+            with T.sblock("B"):
+                vi = T.axis.remap("S", [i])
+                B[vi] = A[vi] + T.float32(1)
+
+    return IRModule({"main": add.with_attr("global_symbol", "main")})
+
+
+def _matmul_module():
+    """A 32x32x32 matmul: a design space with many distinct schedules."""
+    from tvm.script import tirx as T
+
+    from cdmpp.tvm_compat import IRModule
+
+    @T.prim_func(s_tir=True)
+    def mm(A: T.Buffer((32, 32), "float32"), B: T.Buffer((32, 32), "float32"), C: T.Buffer((32, 32), "float32")):
+        for i, j, k in T.grid(32, 32, 32):
+            with T.sblock("C"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    C[vi, vj] = T.float32(0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+
+    return IRModule({"main": mm.with_attr("global_symbol", "main")})
+
+
+def _tiny_cfg(tmp_path, **kw):
+    from cdmpp.collect import CollectConfig, MeasureConfig
+
+    base = dict(networks=["dcgan-b1"], out_dir=tmp_path, programs_per_task=2, batch_size=2,
+                evolutionary_fraction=0.0, measure=MeasureConfig(repeat=3))
+    return CollectConfig(**{**base, **kw})
+
+
+def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, monkeypatch):
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import _Task
+
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "add", 1, 4.0, _tiny_add_module())])
+    first = collect(_tiny_cfg(tmp_path, programs_per_task=4), progress=False)
+    assert first.measured == 1  # the space has one program
+    (task,) = ds.read_manifest(first.device_dir)["tasks"]
+    assert task["space_exhausted_at"] == 1
+    real, visits = collect_mod._tune_context, []
+    monkeypatch.setattr(collect_mod, "_tune_context", lambda *a, **k: visits.append(a[0]) or real(*a, **k))
+    later = collect(_tiny_cfg(tmp_path, rounds=(8, 16)), progress=False)
+    assert later.measured == 0 and later.skipped_duplicates == 0 and visits == []
+    again = collect(_tiny_cfg(tmp_path, programs_per_task=8, retry_exhausted=True), progress=False)
+    assert again.measured == 0 and len(visits) >= 1  # visited on request, and found used up again
+
+
+def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, monkeypatch):
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import STAGES, _Task
+
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    summary = collect(_tiny_cfg(tmp_path, rounds=(1, 3)), progress=False)
+    assert summary.measured == 3
+    entry = ds.read_manifest(summary.device_dir)["collections"][-1]
+    assert entry["rounds"] == [1, 3] and entry["measured"] == 3
+    assert list(entry["stage_seconds"]) == list(STAGES) == list(summary.stage_seconds)
+    for stage in ("building", "timing", "random sampling", "argument allocation", "runner start-up"):
+        assert entry["stage_seconds"][stage] > 0, stage
+    timed = [t for t in entry["quiet_machine"]["timings"] if t[2]]
+    assert len(timed) >= 2 and entry["quiet_machine"]["retimed_batches"] == 0
+
+
+def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monkeypatch):
+    """A busy loop outside the collector's process tree holds every timing until it ends."""
+    import subprocess
+    import sys
+    import time
+
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import QuietConfig, _Task
+
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "take", 1, 0.0, _gather_module())])
+    busy_s = 8.0
+    # started through a shell that exits at once, so the loop is no descendant of this process
+    loop = f"import time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass"
+    start = time.time()
+    pid = subprocess.run(["bash", "-c", f"{sys.executable} -c '{loop}' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert pid.isdigit()
+    summary = collect(_tiny_cfg(tmp_path, quiet=QuietConfig(settle_s=0.5, max_wait_s=120)), progress=False)
+    ended = start + busy_s
+    assert summary.measured == 2
+    q = ds.read_manifest(summary.device_dir)["collections"][-1]["quiet_machine"]
+    kept = [t for t, _, k in q["timings"] if k]
+    assert kept and min(kept) >= ended - 1.0  # every kept timing started after the loop ended
+    assert q["waited_s"] + sum(1 for *_, k in q["timings"] if not k) > 0
+    assert summary.stage_seconds["quiet-machine wait"] > 0.5 * (ended - time.time() + summary.seconds) or q["retimed_batches"]
