@@ -11,6 +11,7 @@
     cdmpp measure-shots -d SRC -o DIR   measure only KMeans-chosen programs of SRC on this CPU
     cdmpp finetune -c CKPT -d DIR/DEV --all-shots -o OUT   adapt to those measurements
     cdmpp tune-benchmark -d DIR --network NET   MetaSchedule tuning: XGBoost vs the cdmpp plugin
+    cdmpp collect-benchmark --baseline-rev REV   programs/min: plain TVM, an earlier collector, this one
     cdmpp speed    -d DIR               time one 512-candidate predict call by stage, beside XGBModel
     cdmpp serve                         HTTP prediction service
 """
@@ -387,6 +388,23 @@ def _benchmark(args) -> int:
     return 0
 
 
+def _cmd_collect_benchmark(args) -> int:
+    import json  # pylint: disable=import-outside-toplevel
+
+    from .collect_benchmark import CollectBenchmarkConfig, format_collect_benchmark, run_collect_benchmark  # pylint: disable=import-outside-toplevel
+
+    paths = tuple(p for p in args.paths if p != "baseline" or args.baseline_rev)
+    cfg = CollectBenchmarkConfig(network=args.network, minutes=args.minutes, baseline_rev=args.baseline_rev,
+                                 programs_per_task=args.programs_per_task, remeasure=args.remeasure, paths=paths)
+    rows = run_collect_benchmark(cfg, Path(args.output))
+    table = format_collect_benchmark(rows)
+    print(table)
+    out = Path(args.output)
+    (out / "collect_benchmark.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    (out / "collect_benchmark.md").write_text(format_collect_benchmark(rows, markdown=True) + "\n", encoding="utf-8")
+    return 0
+
+
 def _cmd_speed(args) -> int:
     from .serve.speed import run  # pylint: disable=import-outside-toplevel
 
@@ -604,6 +622,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.set_defaults(func=_cmd_finetune)
+
+    s = sub.add_parser("collect-benchmark", help="programs per minute: plain TVM, an earlier collector and this one")
+    s.add_argument("-n", "--network", default="resnet_18-b1")
+    s.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
+    s.add_argument("--baseline-rev", default=None, help="git revision of the collector to compare with")
+    s.add_argument("--programs-per-task", type=int, default=32)
+    s.add_argument("--remeasure", type=int, default=40, help="programs of each collector's run timed again (drift)")
+    s.add_argument("--paths", nargs="+", default=["plain", "baseline", "current"],
+                   choices=["plain", "baseline", "current"])
+    s.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
+    s.set_defaults(func=_cmd_collect_benchmark)
 
     s = sub.add_parser("speed", help="time one 512-candidate predict call by stage, beside TVM's XGBModel")
     from .serve.speed import add_arguments as speed_arguments  # pylint: disable=import-outside-toplevel

@@ -1,0 +1,237 @@
+"""``cdmpp collect-benchmark``: programs measured per minute, side by side in one run.
+
+Three ways to measure random and evolutionary samples of one network's tasks on this
+CPU, each for the same wall-clock budget, one after the other on a quiet machine:
+
+* ``plain TVM``: MetaSchedule's own pieces with the collector's timing protocol and
+  nothing else: ``ReplayTrace`` samples of each task in turn, ``LocalBuilder`` on all
+  cores, ``LocalRunner`` (random samples only, no de-duplication, no records kept);
+* ``baseline collector``: ``cdmpp collect`` of an earlier git revision (a worktree
+  of this repository, run with its own code);
+* ``this collector``: ``cdmpp collect`` of the working tree.
+
+Every run starts in a fresh process with a fresh dataset folder, so each pays for
+importing TVM's tensor intrinsics and extracting the network's tasks; the rate is
+measured programs / wall budget.  The noise of the two collectors' labels is reported
+beside the rates: the coefficient of variation of each program's repeats, and the
+run-to-run drift of a re-measured sample (``cdmpp remeasure``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import dataset as ds
+
+
+@dataclass
+class CollectBenchmarkConfig:
+    """What ``run_collect_benchmark`` compares.
+
+    Attributes:
+        network: the zoo network whose tasks are measured.
+        minutes: wall-clock budget of each run, in minutes.
+        baseline_rev: git revision of the baseline collector (``None``: skip it).
+        programs_per_task: ``--programs-per-task`` of both collectors (and the plain
+            path's samples per task).
+        collect_args: further ``cdmpp collect`` options given to both collectors.
+        remeasure: programs of each collector's run timed again for the drift.
+        paths: which of ``"plain"``, ``"baseline"``, ``"current"`` to run, in order.
+    """
+
+    network: str = "resnet_18-b1"
+    minutes: float = 5.0
+    baseline_rev: str | None = None
+    programs_per_task: int = 32
+    collect_args: list[str] = field(default_factory=list)
+    remeasure: int = 40
+    paths: tuple[str, ...] = ("plain", "baseline", "current")
+
+
+def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None:
+    """In a fresh process: ReplayTrace + LocalBuilder + LocalRunner until ``seconds`` pass;
+    writes ``{"measured": n, "cv": [...]}`` to ``out``."""
+    # pylint: disable=import-outside-toplevel
+    from .collect import MeasureConfig, extract_network_tasks
+    from .device import local_cpu
+    from .tvm_compat import (
+        EvaluatorConfig,
+        LocalBuilder,
+        LocalRunner,
+        Target,
+        build_for_measurement,
+        load_tensor_intrinsics,
+        ms,
+    )
+
+    start = time.perf_counter()
+    device = local_cpu()
+    target = Target(device.target)
+    m = MeasureConfig()
+    load_tensor_intrinsics()
+    tasks = extract_network_tasks(network, target)
+    builder = LocalBuilder(max_workers=os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement)
+    runner = LocalRunner(
+        timeout_sec=m.run_timeout_s,
+        evaluator_config=EvaluatorConfig(number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms,
+                                         enable_cpu_cache_flush=m.enable_cpu_cache_flush),
+    )
+    measured, cvs = 0, []
+    for t in tasks:
+        if time.perf_counter() - start > seconds:
+            break
+        ctx = ms.TuneContext(t.mod, target=target, space_generator="post-order-apply",
+                             search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=64),
+                             task_name=t.task_name, rand_state=0, num_threads=device.cores)
+        ctx.pre_tuning(max_trials=per_task, num_trials_per_iter=per_task, database=None, cost_model=None)
+        cands = ctx.generate_measure_candidates() or []
+        ctx.post_tuning()
+        built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+        ok = [(c, b) for c, b in zip(cands, built) if not b.error_msg]
+        futures = runner.run([ms.runner.RunnerInput(b.artifact_path, "cpu", c.args_info) for c, b in ok])
+        for f in futures:
+            r = f.result()
+            if time.perf_counter() - start > seconds:
+                break
+            if r.run_secs and not r.error_msg:
+                measured += 1
+                secs = np.asarray([float(x) for x in r.run_secs])
+                cvs.append(float(secs.std() / secs.mean()))
+        for _, b in ok:
+            shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
+    Path(out).write_text(json.dumps({"measured": measured, "cv": cvs}), encoding="utf-8")
+
+
+def _run_collector(python_path: str | None, network: str, out_dir: Path, seconds: float, args: list[str]) -> None:
+    """``cdmpp collect`` in a fresh process (``python_path``: that checkout's code), stopped with
+    SIGINT after ``seconds`` (it finishes the batch in flight, as a user's Ctrl-C would)."""
+    env = dict(os.environ)
+    if python_path is not None:
+        env["PYTHONPATH"] = python_path
+    cmd = [sys.executable, "-c", "import sys; from cdmpp.cli import main; sys.exit(main())",
+           "collect", "-n", network, "-o", str(out_dir), *args]
+    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _noise(device_dir: Path, sample: int) -> dict:
+    """Repeat CV (median, p90) of a folder's programs and the drift of ``sample`` of them timed again."""
+    from .collect import remeasure  # pylint: disable=import-outside-toplevel
+
+    db = ds.load_device_dir(device_dir)
+    cv = np.asarray([p.run_secs.std() / p.run_secs.mean() for p in db.programs]) if db.programs else np.zeros(0)
+    out = {"cv_median": float(np.median(cv)) if cv.size else float("nan"),
+           "cv_p90": float(np.quantile(cv, 0.9)) if cv.size else float("nan")}
+    if sample and db.programs:
+        path = remeasure(device_dir, sample=sample, progress=False)
+        drift = []
+        for _, o in ds.iter_json_lines(path):
+            if o["again"]:
+                a, b = float(np.median(o["run_secs"])), float(np.median(o["again"]))
+                drift.append(abs(b - a) / a)
+        out["drift_median"] = float(np.median(drift)) if drift else float("nan")
+        out["drift_p90"] = float(np.quantile(drift, 0.9)) if drift else float("nan")
+        out["remeasured"] = len(drift)
+    return out
+
+
+def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Path | None = None) -> list[dict]:
+    """Run each path of ``cfg.paths`` for ``cfg.minutes`` and return one row per path.
+
+    Returns:
+        Rows with ``path``, ``measured`` (programs), ``minutes``, ``per_min``
+        (programs per minute) and the noise figures ``cv_median``, ``cv_p90`` and, for
+        the collectors, ``drift_median``, ``drift_p90`` (fractions) and their
+        ``stage_seconds`` when the collector records them.
+
+    Raises:
+        ValueError: ``"baseline"`` asked for without ``baseline_rev``, or an unknown path.
+    """
+    bad = [p for p in cfg.paths if p not in ("plain", "baseline", "current")]
+    if bad or ("baseline" in cfg.paths and not cfg.baseline_rev):
+        raise ValueError(f"paths must be plain, baseline (with a baseline revision) or current; got {cfg.paths}")
+    repo = Path(repo or Path(__file__).resolve().parent.parent)
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    seconds = 60.0 * cfg.minutes
+    args = ["--programs-per-task", str(cfg.programs_per_task), *cfg.collect_args]
+    rows = []
+    for path in cfg.paths:
+        out = work_dir / path
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        if path == "plain":
+            out.mkdir(parents=True)
+            code = ("import sys; from cdmpp.collect_benchmark import _plain_worker; "
+                    f"_plain_worker({cfg.network!r}, {str(out / 'plain.json')!r}, {seconds}, {cfg.programs_per_task})")
+            subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=seconds + 300)
+            res = json.loads((out / "plain.json").read_text(encoding="utf-8"))
+            cv = np.asarray(res["cv"])
+            row = {"path": "plain TVM", "measured": res["measured"],
+                   "cv_median": float(np.median(cv)) if cv.size else float("nan"),
+                   "cv_p90": float(np.quantile(cv, 0.9)) if cv.size else float("nan")}
+        else:
+            code_path = None
+            if path == "baseline":
+                code_path = str(work_dir / "baseline-src")
+                shutil.rmtree(code_path, ignore_errors=True)
+                subprocess.run(["git", "-C", str(repo), "worktree", "add", "-f", "--detach", code_path,
+                                cfg.baseline_rev], check=True, capture_output=True)
+            try:
+                _run_collector(code_path, cfg.network, out, seconds, args)
+            finally:
+                if code_path is not None:
+                    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", code_path],
+                                   check=False, capture_output=True)
+            (dev,) = ds.device_dirs(out)
+            m = ds.read_manifest(dev)
+            entry = m.get("collections", [{}])[-1]
+            row = {"path": f"baseline collector ({cfg.baseline_rev})" if path == "baseline" else "this collector",
+                   "measured": len(ds.load_device_dir(dev).programs)}
+            row.update(_noise(dev, cfg.remeasure))
+            if "stage_seconds" in entry:
+                row["stage_seconds"] = entry["stage_seconds"]
+        row["minutes"] = round((time.perf_counter() - t0) / 60.0, 2)
+        row["per_min"] = row["measured"] / cfg.minutes
+        rows.append(row)
+    return rows
+
+
+def format_collect_benchmark(rows: list[dict], markdown: bool = False) -> str:
+    """The rows as a table: programs per minute, the ratio to each other path, and the noise."""
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    def pct(r, k):
+        v = r.get(k)
+        return "-" if v is None or v != v else f"{100 * v:.1f}%"
+
+    head = ["path", "programs", "programs/min", "repeat CV median", "repeat CV p90", "drift median", "drift p90"]
+    body = [[r["path"], str(r["measured"]), f"{r['per_min']:.1f}", pct(r, "cv_median"), pct(r, "cv_p90"),
+             pct(r, "drift_median"), pct(r, "drift_p90")] for r in rows]
+    lines = [render_table(head, body, markdown)]
+    now = next((r for r in rows if r["path"] == "this collector"), None)
+    for r in rows:
+        if now is not None and r is not now and r["per_min"] > 0:
+            lines.append(f"this collector / {r['path']}: {now['per_min'] / r['per_min']:.2f}x")
+    return "\n".join(lines)
