@@ -414,9 +414,15 @@ def _cmd_speed(args) -> int:
 def _cmd_serve(args) -> int:
     import uvicorn  # pylint: disable=import-outside-toplevel
 
-    from .serve.app import create_app  # pylint: disable=import-outside-toplevel
+    from .serve.app import ServeConfig, create_app, is_loopback  # pylint: disable=import-outside-toplevel
 
-    uvicorn.run(create_app(args.checkpoint), host=args.host, port=args.port)
+    if args.unsafe_execute_client_tvmscript and not is_loopback(args.host):
+        print(f"error: --unsafe-execute-client-tvmscript runs client code; it is allowed on a loopback address "
+              f"only, not {args.host}", file=sys.stderr)
+        return 2
+    cfg = ServeConfig(max_body_bytes=args.max_body_bytes, max_programs=args.max_programs, timeout_s=args.timeout,
+                      workers=args.workers, execute_tvmscript=args.unsafe_execute_client_tvmscript)
+    uvicorn.run(create_app(args.checkpoint, cfg), host=args.host, port=args.port)
     return 0
 
 
@@ -644,6 +650,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-c", "--checkpoint", default=None)
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body (HTTP 413)")
+    s.add_argument("--max-programs", type=int, default=1024, help="most programs per request (HTTP 422)")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds per request (HTTP 504)")
+    s.add_argument("--workers", type=int, default=1, help="worker processes that parse, featurize and predict")
+    s.add_argument(
+        "--unsafe-execute-client-tvmscript",
+        action="store_true",
+        help="UNSAFE: also accept TVMScript programs, which executes the client's Python code on this machine "
+             "(loopback addresses only)",
+    )
     s.set_defaults(func=_cmd_serve)
     return p
 

@@ -121,8 +121,8 @@ def _run_collector(python_path: str | None, network: str, out_dir: Path, seconds
         env["PYTHONPATH"] = python_path
     cmd = [sys.executable, "-c", "import sys; from cdmpp.cli import main; sys.exit(main())",
            "collect", "-n", network, "-o", str(out_dir), *args]
-    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = open(out_dir.parent / f"{out_dir.name}.log", "w", encoding="utf-8")  # noqa: SIM115  closed below
+    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=log, stderr=subprocess.STDOUT)
     try:
         proc.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
@@ -132,6 +132,8 @@ def _run_collector(python_path: str | None, network: str, out_dir: Path, seconds
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    finally:
+        log.close()
 
 
 def _noise(device_dir: Path, sample: int) -> dict:
@@ -171,7 +173,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
     if bad or ("baseline" in cfg.paths and not cfg.baseline_rev):
         raise ValueError(f"paths must be plain, baseline (with a baseline revision) or current; got {cfg.paths}")
     repo = Path(repo or Path(__file__).resolve().parent.parent)
-    work_dir = Path(work_dir)
+    work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     seconds = 60.0 * cfg.minutes
     args = ["--programs-per-task", str(cfg.programs_per_task), *cfg.collect_args]

@@ -1,20 +1,87 @@
 """A small HTTP latency-prediction service (FastAPI).
 
-``POST /predict`` with ``{"programs": [TVMScript, ...], "target": {...} | null}``
-returns ``{"latency_s": [float, ...]}`` (seconds).  ``GET /health`` reports the
-loaded checkpoint.  A program that does not parse or is unsupported gets HTTP 422
-with a message naming the program and the problem.
+``POST /predict`` takes a batch of scheduled programs as TVM JSON, never as code:
+
+* ``{"mod": <tvm.ir.save_json of a scheduled IRModule>}``, or
+* ``{"workload": <tvm.ir.save_json of the workload IRModule>, "trace": <the schedule
+  trace as a MetaSchedule tuning record holds it (``Trace.as_json``)>}``, what a
+  JSONDatabase line holds, with the workload inline.
+
+It returns ``{"latency_s": [...]}`` (seconds, one per program).  ``GET /health`` reports
+the loaded checkpoint.
+
+Trust model: a request is data.  ``tvm.ir.load_json`` builds TVM objects without
+evaluating anything, and parsing, featurizing and predicting run in a worker process:
+a crash inside TVM on a crafted JSON costs that request an HTTP 500 that names the
+crash, the worker is replaced, and the server goes on.  TVMScript (``{"tvmscript":
+...}``) is Python that ``tvm.script.from_source`` evaluates, so it is refused (HTTP
+403) unless the app is created with ``execute_tvmscript=True`` (``cdmpp serve
+--unsafe-execute-client-tvmscript``), which is allowed on a loopback address only.
+
+Limits (:class:`ServeConfig`): request body size (HTTP 413), programs per request (422),
+and a time limit per request (504, and the worker is replaced).  Requests are queued
+to a pool of ``workers`` processes (default 1), so the cores are never oversubscribed;
+each worker loads the predictor once.  A malformed program gets HTTP 422 with a
+message naming the program and the problem.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import ipaddress
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+@dataclass
+class ServeConfig:
+    """Limits and workers of the service.
+
+    Attributes:
+        max_body_bytes: largest request body accepted (HTTP 413 above it).
+        max_programs: most programs in one request (HTTP 422 above it).
+        timeout_s: seconds one request may take in the worker (HTTP 504 after it).
+        workers: worker processes that parse, featurize and predict (requests queue for them).
+        execute_tvmscript: accept TVMScript programs, which run client code in the
+            worker (loopback addresses only; see the module docstring).
+    """
+
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_programs: int = 1024
+    timeout_s: float = 120.0
+    workers: int = 1
+    execute_tvmscript: bool = False
+
+
+class Program(BaseModel):
+    """One scheduled program: ``mod``, or ``workload`` + ``trace``, or (unsafe servers only) ``tvmscript``."""
+
+    model_config = ConfigDict(extra="forbid")
+    mod: str | None = Field(None, description="tvm.ir.save_json of a scheduled IRModule with one PrimFunc")
+    workload: str | None = Field(None, description="tvm.ir.save_json of the workload IRModule")
+    trace: list[Any] | None = Field(None, description="the schedule trace, as in a MetaSchedule tuning record")
+    tvmscript: str | None = Field(None, description="TVMScript; refused unless the server executes client code")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Program":
+        forms = [self.mod is not None, self.workload is not None or self.trace is not None, self.tvmscript is not None]
+        if sum(forms) != 1:
+            raise ValueError("give exactly one of: 'mod'; 'workload' with 'trace'; 'tvmscript'")
+        if (self.workload is None) != (self.trace is None):
+            raise ValueError("'workload' and 'trace' go together")
+        return self
 
 
 class PredictRequest(BaseModel):
     """Body of ``POST /predict``."""
 
-    programs: list[str] = Field(..., min_length=1, description="scheduled PrimFuncs/IRModules as TVMScript")
+    model_config = ConfigDict(extra="forbid")
+    programs: list[Program] = Field(..., min_length=1, description="scheduled programs as TVM JSON")
     target: dict | None = Field(None, description="TVM target as a dict; default: the checkpoint's device")
 
 
@@ -24,47 +91,171 @@ class PredictResponse(BaseModel):
     latency_s: list[float]
 
 
-def parse_program(text: str):
-    """Parse TVMScript into an IRModule or PrimFunc.
+class ProgramError(ValueError):
+    """A program that cannot be read or featurized (HTTP 422)."""
+
+
+def parse_program(program: dict):
+    """A scheduled IRModule from one :class:`Program` (as a dict), without evaluating any code
+    except for ``tvmscript``, which callers must have allowed.
 
     Raises:
-        ValueError: the text is not valid TVMScript.
+        ProgramError: malformed JSON, a JSON that is no IRModule, or a trace that does not
+            replay on its workload.
     """
-    from tvm.script import from_source  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import IRModule, Schedule, load_json
+
+    if program.get("tvmscript") is not None:
+        from tvm.script import from_source
+
+        try:
+            return from_source(program["tvmscript"])
+        except Exception as err:  # noqa: BLE001  the TVMScript parser raises several error types
+            raise ProgramError(f"malformed TVMScript: {str(err).strip()[:300]}") from err
+    text = program.get("mod") if program.get("mod") is not None else program.get("workload")
+    try:
+        mod = load_json(text)
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        raise ProgramError(f"malformed TVM JSON: {str(err).strip()[:300]}") from err
+    if not isinstance(mod, IRModule):
+        raise ProgramError(f"the JSON holds a {type(mod).__name__}, not an IRModule")
+    if program.get("trace") is None:
+        return mod
+    from tvm.s_tir.schedule import Trace
 
     try:
-        return from_source(text)
-    except Exception as err:  # noqa: BLE001  the TVMScript parser raises several error types
-        raise ValueError(f"malformed TVMScript: {str(err).strip()[:500]}") from err
+        sch = Schedule(mod)
+        Trace.apply_json_to_schedule(program["trace"], sch)
+    except Exception as err:  # noqa: BLE001
+        raise ProgramError(f"the trace does not replay on the workload: {str(err).strip()[:300]}") from err
+    return sch.mod
 
 
-def create_app(checkpoint: str | None = None):
-    """The FastAPI application serving one checkpoint (default: the shipped one)."""
+_WORKER_PREDICTOR = None
+
+
+def _worker_init(checkpoint: str | None) -> None:
+    global _WORKER_PREDICTOR  # pylint: disable=global-statement  one predictor per worker process
+    from cdmpp.predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
+
+    _WORKER_PREDICTOR = LatencyPredictor.load(checkpoint)
+
+
+def _worker_predict(programs: list[dict], target: dict | None) -> list[float] | tuple[int, str]:
+    """In the worker: parse, featurize and predict; ``(status, message)`` for a bad program."""
+    from cdmpp.featurize import UnsupportedProgramError  # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import Target  # pylint: disable=import-outside-toplevel
+
+    if target is not None:
+        try:
+            target = Target(target)
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            return 422, f"target: not a TVM target: {str(err).strip()[:300]}"
+    mods = []
+    for i, p in enumerate(programs):
+        try:
+            mods.append(parse_program(p))
+        except ProgramError as err:
+            return 422, f"programs[{i}]: {err}"
+    try:
+        return [float(v) for v in _WORKER_PREDICTOR.predict(mods, target)]
+    except (UnsupportedProgramError, ValueError) as err:
+        return 422, str(err)
+
+
+class _Workers:
+    """A process pool that is replaced when a worker dies or a request runs out of time."""
+
+    def __init__(self, checkpoint: str | None, workers: int):
+        import multiprocessing  # pylint: disable=import-outside-toplevel
+
+        self._args = (checkpoint, workers)
+        self._ctx = multiprocessing.get_context("spawn")
+        self._lock = threading.Lock()
+        self._pool = self._new()
+
+    def _new(self) -> ProcessPoolExecutor:
+        checkpoint, workers = self._args
+        return ProcessPoolExecutor(workers, mp_context=self._ctx, initializer=_worker_init, initargs=(checkpoint,))
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is broken:
+                for proc in list(getattr(broken, "_processes", {}).values()):
+                    proc.kill()
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._new()
+
+    def run(self, timeout_s: float, fn, *args):
+        """``fn(*args)`` in a worker; ``(status, message)`` when it crashed the worker or ran out of time."""
+        pool = self._pool
+        try:
+            return pool.submit(fn, *args).result(timeout=timeout_s)
+        except FutureTimeout:
+            self._replace(pool)
+            return 504, f"the request took longer than {timeout_s:g} s"
+        except BrokenProcessPool:
+            self._replace(pool)
+            return 500, "the worker process crashed on this request (a TVM crash on the input); it was replaced"
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(checkpoint: str | None = None, config: ServeConfig | None = None):
+    """The FastAPI application serving one checkpoint (default: the shipped one).
+
+    Raises:
+        CheckpointError: a missing or corrupt checkpoint (checked here, before serving).
+    """
     # pylint: disable=import-outside-toplevel
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.responses import JSONResponse
 
-    from cdmpp.featurize import UnsupportedProgramError
     from cdmpp.predictor import LatencyPredictor
 
-    predictor = LatencyPredictor.load(checkpoint)
+    cfg = config or ServeConfig()
+    meta = LatencyPredictor.load(checkpoint).metadata  # fail before serving on a bad checkpoint
+    workers = _Workers(checkpoint, cfg.workers)
     app = FastAPI(title="cdmpp latency prediction")
+    app.state.workers = workers
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > cfg.max_body_bytes):
+            return JSONResponse({"detail": f"the body is larger than {cfg.max_body_bytes} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.on_event("shutdown")
+    def stop_workers() -> None:
+        workers.shutdown()
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "device_id": predictor.metadata.get("device_id"), "holdout": predictor.metadata.get("holdout")}
+        return {"status": "ok", "device_id": meta.get("device_id"), "holdout": meta.get("holdout")}
 
     @app.post("/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> PredictResponse:
-        mods = []
-        for i, text in enumerate(req.programs):
-            try:
-                mods.append(parse_program(text))
-            except ValueError as err:
-                raise HTTPException(status_code=422, detail=f"program {i}: {err}") from err
-        try:
-            out = predictor.predict(mods, req.target)
-        except (UnsupportedProgramError, ValueError) as err:
-            raise HTTPException(status_code=422, detail=str(err)) from err
-        return PredictResponse(latency_s=[float(v) for v in out])
+        if len(req.programs) > cfg.max_programs:
+            raise HTTPException(422, f"programs: {len(req.programs)} programs, more than the limit of {cfg.max_programs}")
+        if any(p.tvmscript is not None for p in req.programs) and not cfg.execute_tvmscript:
+            raise HTTPException(403, "programs: TVMScript is refused: it is code, and this server does not run "
+                                     "client code; send {'mod': tvm.ir.save_json(mod)} instead")
+        out = workers.run(cfg.timeout_s, _worker_predict, [p.model_dump() for p in req.programs], req.target)
+        if isinstance(out, tuple):
+            raise HTTPException(out[0], out[1])
+        return PredictResponse(latency_s=out)
 
     return app
