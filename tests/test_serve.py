@@ -39,7 +39,9 @@ def test_a_workload_and_its_trace_as_a_jsondatabase_line_holds_them(client, tiny
     _, summary = tiny_collection
     db = ds.load_device_dir(summary.device_dir)
     rec = db.programs[0].record
-    body = {"programs": [{"workload": save_json(rec.workload.mod), "trace": rec.trace.as_json()}],
+    # the first line of the record file: [workload index, [trace, run_secs, target, args_info]]
+    _, line = next(iter(ds.iter_json_lines(summary.device_dir / ds.RECORD_FILE)))
+    body = {"programs": [{"workload": save_json(rec.workload.mod), "trace": line[1][0]}],
             "target": db.manifest["device"]["target"]}
     r = client.post("/predict", json=body)
     assert r.status_code == 200, r.text
