@@ -74,6 +74,13 @@ class MeasureConfig:
     build_workers: int | None = None
     max_repeat_cv: float | None = 0.2
 
+    def evaluator_config(self):
+        """MetaSchedule's ``EvaluatorConfig`` of this protocol."""
+        from .tvm_compat import EvaluatorConfig  # pylint: disable=import-outside-toplevel
+
+        return EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                               enable_cpu_cache_flush=self.enable_cpu_cache_flush)
+
 
 class MachineBusyError(RuntimeError):
     """The quiet-machine guard waited longer than allowed for other processes to go idle."""
@@ -941,31 +948,25 @@ def _local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | N
                  clock: StageClock | None = None) -> _Bench:
     """A builder on all cores, a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is
     ``None``, the quiet-machine guard."""
-    from .tvm_compat import EvaluatorConfig, LocalRunner, build_for_measurement  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import LocalRunner, build_for_measurement  # pylint: disable=import-outside-toplevel
 
     builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement)
-    evaluator = EvaluatorConfig(
-        number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
-    )
-    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator)
+    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config())
     guard = QuietGuard(quiet) if quiet is not None else None
     return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file)
 
 
 def _make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: StageClock, tmp: Path) -> _Bench:
     """The collection's builder and runner (local, or through an RPC tracker) and its guard."""
-    from .tvm_compat import EvaluatorConfig, RPCConfig, RPCRunner  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import RPCConfig, RPCRunner  # pylint: disable=import-outside-toplevel
 
     dev_type = "cuda" if device.kind == "gpu" else "cpu"
     bench = _local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock)
     if cfg.rpc is not None:  # RPC boards are timed elsewhere: no guard on this host
         m, r = cfg.measure, cfg.rpc
-        evaluator = EvaluatorConfig(
-            number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms, enable_cpu_cache_flush=m.enable_cpu_cache_flush
-        )
         bench.runner = RPCRunner(
             RPCConfig(r.tracker_host, r.tracker_port, r.device_key, session_timeout_sec=r.session_timeout_s),
-            evaluator_config=evaluator,
+            evaluator_config=m.evaluator_config(),
             max_workers=r.parallel_sessions,
         )
         bench.guard = None

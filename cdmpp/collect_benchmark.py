@@ -66,7 +66,6 @@ def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None
     from .collect import MeasureConfig, extract_network_tasks
     from .device import local_cpu
     from .tvm_compat import (
-        EvaluatorConfig,
         LocalBuilder,
         LocalRunner,
         Target,
@@ -84,8 +83,7 @@ def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None
     builder = LocalBuilder(max_workers=os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement)
     runner = LocalRunner(
         timeout_sec=m.run_timeout_s,
-        evaluator_config=EvaluatorConfig(number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms,
-                                         enable_cpu_cache_flush=m.enable_cpu_cache_flush),
+        evaluator_config=m.evaluator_config(),
     )
     measured, cvs = 0, []
     for t in tasks:

@@ -123,7 +123,6 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     from cdmpp.collect import MeasureConfig
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import (
-        EvaluatorConfig,
         LocalBuilder,
         LocalRunner,
         Target,
@@ -155,10 +154,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
                 if progress:
                     print(f"tuning {name} with {model_name} ({cfg.trials} trials)", flush=True)
                 cost_model = CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None) if model_name == "cdmpp" else model_name
-                evaluator = EvaluatorConfig(
-                    number=m.number, repeat=m.repeat, min_repeat_ms=m.min_repeat_ms,
-                    enable_cpu_cache_flush=m.enable_cpu_cache_flush,
-                )
+                evaluator = m.evaluator_config()
                 t0 = time.perf_counter()
                 old_tmp = os.environ.get("TMPDIR")
                 os.environ["TMPDIR"] = str(work_dir)
