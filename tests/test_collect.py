@@ -487,5 +487,5 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     q = ds.read_manifest(summary.device_dir)["collections"][-1]["quiet_machine"]
     kept = [t for t, _, k in q["timings"] if k]
     assert kept and min(kept) >= ended - 1.0  # every kept timing started after the loop ended
-    assert q["waited_s"] + sum(1 for *_, k in q["timings"] if not k) > 0
-    assert summary.stage_seconds["quiet-machine wait"] > 0.5 * (ended - time.time() + summary.seconds) or q["retimed_batches"]
+    # it waited, or timed a disturbed batch again (the loop may have started after a quiet check)
+    assert summary.stage_seconds["quiet-machine wait"] > 1.0 or q["retimed_batches"] >= 1
