@@ -15,6 +15,10 @@ measurements.
 
 Inputs: the runner fills every argument with TVM's random fill, except the integer
 index arguments of gathers (``take``), which get in-range indices (:func:`index_bounds`).
+
+Quiet machine: every timing batch waits until no process outside the collector uses
+the CPU, and is timed again when one did meanwhile (:class:`QuietGuard`).  The wall
+time of each stage is recorded in the manifest (:class:`StageClock`).
 """
 
 from __future__ import annotations
@@ -1162,6 +1166,8 @@ class _Collection:
                     break
                 try:
                     self.visit(task, goal)
+                except MachineBusyError:
+                    raise  # the machine, not the task: stop, every finished record is stored
                 except Exception as err:  # noqa: BLE001  one task's TVM error must not end the collection
                     if self.stop_requested():
                         raise  # a stop signal that landed inside a TVM callback
