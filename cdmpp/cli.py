@@ -57,7 +57,7 @@ def _cmd_networks(args) -> int:
 
 def _cmd_collect(args) -> int:
     # pylint: disable=import-outside-toplevel
-    from .collect import CollectConfig, MeasureConfig, QuietConfig, RPCSettings, StageClock, collect
+    from .collect import CollectConfig, MachineBusyError, MeasureConfig, QuietConfig, RPCSettings, StageClock, collect
 
     rpc = None
     if args.rpc_tracker:
@@ -112,7 +112,7 @@ def _cmd_collect(args) -> int:
         s = collect(cfg, should_stop=lambda: bool(requests))
     except (KeyboardInterrupt, RuntimeError) as err:
         # a signal that lands inside a TVM callback comes back as a RuntimeError
-        if not requests:
+        if not requests or isinstance(err, MachineBusyError):
             raise
         print(f"\ninterrupted ({err}): every finished record is on disk; run the same command to continue",
               file=sys.stderr)
@@ -669,10 +669,12 @@ def main(argv: list[str] | None = None) -> int:
     from .dataset import DatasetError  # pylint: disable=import-outside-toplevel
     from .device import DeviceUnavailableError  # pylint: disable=import-outside-toplevel
 
+    from .collect import MachineBusyError  # pylint: disable=import-outside-toplevel
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (DatasetError, DeviceUnavailableError, KeyError, ValueError, FileNotFoundError) as err:
+    except (DatasetError, DeviceUnavailableError, MachineBusyError, KeyError, ValueError, FileNotFoundError) as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"cdmpp {args.command}: error: {msg}", file=sys.stderr)
         return 2
