@@ -473,7 +473,7 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     from cdmpp import collect as collect_mod
     from cdmpp.collect import QuietConfig, _Task
 
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "take", 1, 0.0, _gather_module())])
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
     from cdmpp.tvm_compat import load_tensor_intrinsics
 
     load_tensor_intrinsics()  # 35-45 s on a first call: before the loop, so the collection reaches a timing inside it
