@@ -11,12 +11,40 @@ cheap; TVM and torch load on first use.
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["LatencyPredictor", "predict_latency", "__version__"]
+__all__ = [
+    "LatencyPredictor",
+    "predict_latency",
+    "CdmppError",
+    "CheckpointError",
+    "DatasetError",
+    "DeviceUnavailableError",
+    "InputError",
+    "UnknownNetworkError",
+    "MachineBusyError",
+    "UnknownDeviceError",
+    "UnsupportedProgramError",
+    "__version__",
+]
+
+# where each lazily imported name lives (importing cdmpp stays cheap: no TVM, no torch)
+_LAZY = {
+    "LatencyPredictor": "cdmpp.predictor",
+    "predict_latency": "cdmpp.predictor",
+    "CdmppError": "cdmpp.errors",
+    "UnknownDeviceError": "cdmpp.errors",
+    "CheckpointError": "cdmpp.errors",
+    "InputError": "cdmpp.errors",
+    "UnknownNetworkError": "cdmpp.errors",
+    "DatasetError": "cdmpp.dataset",
+    "DeviceUnavailableError": "cdmpp.device",
+    "MachineBusyError": "cdmpp.collect",
+    "UnsupportedProgramError": "cdmpp.featurize.ast",
+}
 
 
 def __getattr__(name):
-    if name in ("LatencyPredictor", "predict_latency"):
-        from . import predictor  # pylint: disable=import-outside-toplevel
+    if name in _LAZY:
+        import importlib  # pylint: disable=import-outside-toplevel
 
-        return getattr(predictor, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cdmpp' has no attribute {name!r}")

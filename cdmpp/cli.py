@@ -234,11 +234,40 @@ def _model_configs(args):
     return model, train
 
 
+def _several_devices(dataset: Path) -> bool:
+    from .dataset import device_dirs  # pylint: disable=import-outside-toplevel
+
+    return len(device_dirs(dataset)) > 1
+
+
 def _cmd_train(args) -> int:
     from .train.evaluate import format_table, train_and_compare  # pylint: disable=import-outside-toplevel
 
     holdout = None if args.holdout in (None, "none") else args.holdout
     mcfg, tcfg = _model_configs(args)
+    if _several_devices(Path(args.dataset)):
+        from .train.devices import format_device_table, train_device_model  # pylint: disable=import-outside-toplevel
+
+        if args.pool or args.cmd_target or args.benchmark_table:
+            print("error: --pool, --cmd-target and --benchmark-table take one device folder as --dataset", file=sys.stderr)
+            return 2
+        rows = train_device_model(
+            Path(args.dataset),
+            holdout,
+            Path(args.out),
+            mcfg,
+            tcfg,
+            Path(args.cache),
+            tuple(args.exclude_device or ()),
+            use_wandb=not args.no_wandb,
+        )
+        print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
+        if rows:
+            print(format_device_table(rows, f"held-out network {holdout} ({args.dataset})"))
+        return 0
+    if args.exclude_device:
+        print("error: --exclude-device needs a dataset with several device folders", file=sys.stderr)
+        return 2
     rows = train_and_compare(
         Path(args.dataset),
         holdout,
@@ -267,6 +296,17 @@ def _cmd_evaluate(args) -> int:
     if not args.dataset and not args.record_db:
         print("error: give --dataset DIR, --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
         return 2
+    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    if args.dataset and _several_devices(Path(args.dataset)):
+        from .train.devices import evaluate_devices, format_device_table  # pylint: disable=import-outside-toplevel
+
+        rows, title = evaluate_devices(
+            checkpoint, Path(args.dataset), None if args.holdout == "none" else args.holdout, Path(args.cache)
+        )
+        print(format_device_table(rows, title))
+        if args.output:
+            write_rows(rows, Path(args.output))
+        return 0
     rows, title = evaluate_checkpoint(
         Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
         dataset=Path(args.dataset) if args.dataset else None,
@@ -335,6 +375,57 @@ def _cmd_measure_shots(args) -> int:
         f"{summary.skipped_duplicates} already there ({summary.seconds:.0f} s)"
     )
     print(f"next: cdmpp finetune -c {checkpoint} -d {summary.device_dir} --all-shots -o OUT")
+    return 0
+
+
+def _cmd_adapt(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .predictor import DEFAULT_CHECKPOINT
+    from .train.adapt import AdaptConfig, adapt_local
+
+    cfg = AdaptConfig(shots=args.shots, selection=args.selection, seed=args.seed)
+    res = adapt_local(
+        Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
+        Path(args.source),
+        Path(args.out),
+        Path(args.measured),
+        cfg,
+        candidates=args.candidates,
+        cache_dir=Path(args.cache),
+        disable_avx512=args.disable_avx512,
+    )
+    verb = "added" if res.new_device else "refitted"
+    print(
+        f"{res.device_id}: {verb} as row {res.row} from {res.shots} programs timed here ({res.measured_dir}); "
+        f"RMSE(log) on them {res.rmse_log_before:.3f} -> {res.rmse_log_after:.3f}; "
+        f"select {res.seconds['select']} s, measure {res.seconds['measure']} s, fit {res.seconds['fit']} s"
+    )
+    print(f"checkpoint written to {args.out}; use it with LatencyPredictor.load({str(args.out)!r})")
+    return 0
+
+
+def _cmd_adapt_table(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from . import dataset as ds
+    from .train.adapt import adapt_table
+    from .train.devices import device_of_manifest
+    from .train.evaluate import format_table, load_featurized, task_weights, write_rows
+    from .train.model import load_checkpoint
+
+    model, meta = load_checkpoint(Path(args.checkpoint))
+    db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
+    device = device_of_manifest(db.manifest, Path(args.dataset))
+    if any(d["device_id"] == device.device_id for d in meta.get("devices", [])):
+        raise ds.DatasetError(
+            f"{args.checkpoint} was trained on {device.device_id}; train one with --exclude-device {device.device_id}"
+        )
+    rows = adapt_table(
+        model, meta, data, device, task_weights(db.manifest, data.workload_keys, None),
+        tuple(args.shots), tuple(args.selection), args.seed,
+    )
+    print(format_table(rows, f"device {device.device_id}, unseen by {args.checkpoint}: zero-shot and after shots"))
+    if args.output:
+        write_rows(rows, Path(args.output))
     return 0
 
 
@@ -429,6 +520,7 @@ def _cmd_serve(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``cdmpp``."""
     p = argparse.ArgumentParser(prog="cdmpp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of cdmpp's own errors too")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("networks", help="list the network zoo")
@@ -554,6 +646,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="other devices' folders whose measured programs join training (labels as measured, no device "
         "feature; their programs of the held-out and validation workloads left out): one model over several CPUs",
     )
+    s.add_argument(
+        "--exclude-device",
+        nargs="+",
+        default=None,
+        metavar="DEVICE_ID",
+        help="with a dataset of several device folders (one model over every device): leave these devices out "
+        "(leave-one-device-out)",
+    )
     model_args(s)
     s.set_defaults(func=_cmd_train)
 
@@ -605,6 +705,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
     s.set_defaults(func=_cmd_measure_shots)
+
+    s = sub.add_parser("adapt", help="teach a checkpoint this machine: time <= 64 KMeans-chosen programs, fit its device row")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint with a device table (default: the shipped one)")
+    s.add_argument("-s", "--source", required=True, help="a measured device folder whose programs are the candidates")
+    s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
+    s.add_argument("--measured", default="datasets/adapt", help="dataset folder for this machine's timings")
+    s.add_argument("--shots", type=int, default=64, help="programs to time here (at most)")
+    s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans")
+    s.add_argument("--candidates", type=int, default=2000, help="programs of --source drawn for the KMeans choice")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--disable-avx512", action="store_true", help="adapt to the AVX-512-off device of this CPU")
+    s.set_defaults(func=_cmd_adapt)
+
+    s = sub.add_parser(
+        "adapt-table", help="leave-one-device-out: a device the checkpoint never saw, zero-shot and after 16-64 shots"
+    )
+    s.add_argument("-c", "--checkpoint", required=True, help="a checkpoint trained with --exclude-device DEVICE")
+    s.add_argument("-d", "--dataset", required=True, help="DEVICE's folder (its measured programs are the shots)")
+    s.add_argument("--shots", type=int, nargs="+", default=[16, 32, 64])
+    s.add_argument("--selection", nargs="+", choices=["kmeans", "random"], default=["kmeans", "random"])
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--output", default=None, help="also write the rows as JSON here")
+    s.set_defaults(func=_cmd_adapt_table)
 
     s = sub.add_parser("finetune", help="few-shot transfer of a checkpoint to another device's dataset")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
@@ -665,18 +790,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``cdmpp`` console script; returns the exit status."""
-    from .dataset import DatasetError  # pylint: disable=import-outside-toplevel
-    from .device import DeviceUnavailableError  # pylint: disable=import-outside-toplevel
+    """Entry point of the ``cdmpp`` console script; returns the exit status.
 
-    from .collect import MachineBusyError  # pylint: disable=import-outside-toplevel
+    The project's own errors (:class:`cdmpp.CdmppError`: bad input, corrupt files, an
+    unknown device, a busy machine) print as one line and exit 2; ``--debug`` shows
+    their traceback too.  Any other exception is a bug and keeps its traceback.
+    """
+    from .errors import CdmppError  # pylint: disable=import-outside-toplevel
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (DatasetError, DeviceUnavailableError, MachineBusyError, KeyError, ValueError, FileNotFoundError) as err:
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"cdmpp {args.command}: error: {msg}", file=sys.stderr)
+    except CdmppError as err:
+        if args.debug:
+            raise
+        print(f"cdmpp {args.command}: error: {err}", file=sys.stderr)
         return 2
 
 

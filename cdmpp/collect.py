@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cdmpp.errors import CdmppError, InputError
 from . import dataset as ds
 from .device import DeviceDescriptor, DeviceUnavailableError, local_cpu, local_gpu
 
@@ -86,7 +87,7 @@ class MeasureConfig:
                                enable_cpu_cache_flush=self.enable_cpu_cache_flush)
 
 
-class MachineBusyError(RuntimeError):
+class MachineBusyError(CdmppError, RuntimeError):
     """The quiet-machine guard waited longer than allowed for other processes to go idle."""
 
 
@@ -1312,7 +1313,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
     from .tvm_compat import TuningRecord, estimate_tir_flops, tvm_version  # pylint: disable=import-outside-toplevel
 
     if not device_id or "/" in device_id or device_id.startswith("."):
-        raise ValueError(f"device id {device_id!r} must be a plain folder name")
+        raise InputError(f"device id {device_id!r} must be a plain folder name")
     src = ds.load_database(Path(workload_db), Path(record_db), device_id)
     device_dir = Path(out_dir) / device_id
     store = _Store(device_dir)
@@ -1404,7 +1405,7 @@ def remeasure(
         except DeviceUnavailableError:
             pass
     if db.device_id not in devices:
-        raise ValueError(f"this host is {', '.join(devices)}, not {db.device_id}: it cannot re-measure that folder")
+        raise InputError(f"this host is {', '.join(devices)}, not {db.device_id}: it cannot re-measure that folder")
     device = devices[db.device_id]
     target = Target(device.target)
     dev_type = "cuda" if device.kind == "gpu" else "cpu"
@@ -1504,7 +1505,7 @@ def measure_programs(
     index = [int(i) for i in index]
     bad = [i for i in index if not 0 <= i < len(src.programs)]
     if bad:
-        raise IndexError(f"program positions {bad[:5]} are outside the {len(src.programs)} programs of {source_dir}")
+        raise InputError(f"program positions {bad[:5]} are outside the {len(src.programs)} programs of {source_dir}")
     device = local_cpu(disable_avx512=disable_avx512)
     target = Target(device.target)
     m = measure or MeasureConfig()

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.errors import InputError
 from . import dataset as ds
 
 
@@ -169,7 +170,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
     """
     bad = [p for p in cfg.paths if p not in ("plain", "baseline", "current")]
     if bad or ("baseline" in cfg.paths and not cfg.baseline_rev):
-        raise ValueError(f"paths must be plain, baseline (with a baseline revision) or current; got {cfg.paths}")
+        raise InputError(f"paths must be plain, baseline (with a baseline revision) or current; got {cfg.paths}")
     repo = Path(repo or Path(__file__).resolve().parent.parent)
     work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,8 @@ from typing import Iterator
 
 import numpy as np
 
+from cdmpp.errors import CdmppError
+
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 FAILURE_FILE = "failures.jsonl"
@@ -33,7 +35,7 @@ MANIFEST_FILE = "manifest.json"
 REMEASURE_FILE = "remeasured.jsonl"
 
 
-class DatasetError(ValueError):
+class DatasetError(CdmppError, ValueError):
     """A dataset file is missing, empty or malformed."""
 
 

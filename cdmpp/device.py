@@ -14,10 +14,12 @@ import platform
 import re
 from dataclasses import asdict, dataclass, field
 
+from cdmpp.errors import CdmppError, InputError
+
 _ISA_ORDER = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
 
 
-class DeviceUnavailableError(RuntimeError):
+class DeviceUnavailableError(CdmppError, RuntimeError):
     """The measuring device asked for is not present on this host (the message names it)."""
 
 
@@ -195,7 +197,149 @@ def gpu_from_tag(tag: str = "nvidia/nvidia-h100", num_cores: int | None = None) 
     try:
         t = dict(Target(tag).export())
     except Exception as err:  # noqa: BLE001  TVM raises its own error types
-        raise ValueError(f"{tag!r} is not a TVM target tag: {err}") from err
+        raise InputError(f"{tag!r} is not a TVM target tag: {err}") from err
     if str(t.get("kind")) != "cuda":
-        raise ValueError(f"{tag!r} is a {t.get('kind')} target, not a CUDA GPU")
+        raise InputError(f"{tag!r} is a {t.get('kind')} target, not a CUDA GPU")
     return _gpu_descriptor(tag.rsplit("/", 1)[-1], tag, str(t.get("arch", "sm_80")), t, num_cores)
+
+
+# -- device descriptors as model input, and matching a device to the known ones --------------
+
+DESCRIPTOR_FEATURES = (
+    "kind_cpu",
+    "kind_gpu",
+    "vendor_intel",
+    "vendor_amd",
+    "vendor_nvidia",
+    "isa_avx512",
+    "isa_avx2",
+    "isa_other",
+    "flag_avx512_vnni",
+    "flag_avx512_bf16",
+    "flag_avx512_fp16",
+    "flag_avx_vnni",
+    "flag_amx",
+    "log2_cores",
+)
+"""Names of the entries of :func:`descriptor_vector`, in order."""
+
+DESCRIPTOR_DIM = len(DESCRIPTOR_FEATURES)
+
+
+def descriptor_vector(device: DeviceDescriptor):
+    """A device as a fixed-width numeric vector, the model's device input.
+
+    What a device record holds on every measured device: its kind, vendor, the
+    widest vector ISA its generated code may use, a few ISA extensions that change
+    what the code generator emits, and its core count (cache sizes and clocks are
+    not recorded by the older device folders, so they are left out).
+
+    Returns:
+        float32 ``(DESCRIPTOR_DIM,)``, entries named by :data:`DESCRIPTOR_FEATURES`.
+    """
+    import math  # pylint: disable=import-outside-toplevel
+
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    model = device.model.lower()
+    flags = set(device.isa_flags)
+    values = {
+        "kind_cpu": device.kind == "cpu",
+        "kind_gpu": device.kind == "gpu",
+        "vendor_intel": "intel" in model,
+        "vendor_amd": "amd" in model,
+        "vendor_nvidia": device.kind == "gpu" or "nvidia" in model,
+        "isa_avx512": device.isa == "avx512",
+        "isa_avx2": device.isa == "avx2",
+        "isa_other": device.isa not in ("avx512", "avx2"),
+        "flag_avx512_vnni": "avx512_vnni" in flags,
+        "flag_avx512_bf16": "avx512_bf16" in flags,
+        "flag_avx512_fp16": "avx512_fp16" in flags,
+        "flag_avx_vnni": "avx_vnni" in flags,
+        "flag_amx": any(f.startswith("amx") for f in flags),
+        "log2_cores": math.log2(max(1, device.cores)),
+    }
+    return np.asarray([float(values[k]) for k in DESCRIPTOR_FEATURES], dtype=np.float32)
+
+
+def _target_dict(target) -> dict:
+    """A TVM target (``Target``, dict or tag string) as a plain dict."""
+    if isinstance(target, dict):
+        return dict(target)
+    if isinstance(target, str) and target.lstrip().startswith("{"):
+        import json  # pylint: disable=import-outside-toplevel
+
+        return json.loads(target)
+    from tvm.target import Target  # pylint: disable=import-outside-toplevel
+
+    return {str(k): v for k, v in dict(Target(target).export()).items()}
+
+
+def _avx512_off(target: dict) -> bool:
+    mattr = target.get("mattr") or []
+    if isinstance(mattr, str):
+        mattr = mattr.split(",")
+    return any(str(a).strip().startswith("-avx512") for a in mattr)
+
+
+def devices_for_target(target, known: list[DeviceDescriptor]) -> list[DeviceDescriptor]:
+    """The known devices whose target matches ``target``.
+
+    A CPU target matches a device with the same ``mcpu`` and the same AVX-512 switch
+    (``mattr=-avx512f`` or not); a CUDA target matches a device with the same ``arch``.
+    A target without ``mcpu`` (generic x86-64) or ``arch`` matches nothing.
+
+    Args:
+        target: TVM ``Target``, target dict, or tag / JSON string.
+        known: the candidate devices.
+
+    Returns:
+        The matching devices, in ``known``'s order (possibly empty).
+    """
+    t = _target_dict(target)
+    kind = str(t.get("kind", ""))
+    out = []
+    for dev in known:
+        d = dev.target or {}
+        if str(d.get("kind", "")) != kind:
+            continue
+        if kind == "cuda":
+            if t.get("arch") and str(t.get("arch")) == str(d.get("arch")):
+                out.append(dev)
+        elif t.get("mcpu") and str(t.get("mcpu")) == str(d.get("mcpu")) and _avx512_off(t) == _avx512_off(d):
+            out.append(dev)
+    return out
+
+
+def device_similarity(a: DeviceDescriptor, b: DeviceDescriptor) -> float:
+    """How alike two devices are, for choosing the nearest known device (higher is closer).
+
+    4 for the same LLVM CPU (or CUDA arch), 2 for the same vector ISA, 1 for the same
+    vendor, plus the Jaccard overlap of their ISA flags (0-1); ``-inf`` across kinds
+    (CPU against GPU).
+    """
+    if a.kind != b.kind:
+        return float("-inf")
+    ta, tb = a.target or {}, b.target or {}
+    same_cpu = (ta.get("mcpu") or ta.get("arch")) is not None and (ta.get("mcpu") or ta.get("arch")) == (
+        tb.get("mcpu") or tb.get("arch")
+    )
+    va, vb = descriptor_vector(a), descriptor_vector(b)
+    vendor = DESCRIPTOR_FEATURES.index("vendor_intel"), DESCRIPTOR_FEATURES.index("vendor_amd")
+    same_vendor = all(va[i] == vb[i] for i in vendor)
+    fa, fb = set(a.isa_flags), set(b.isa_flags)
+    jaccard = len(fa & fb) / len(fa | fb) if fa | fb else 1.0
+    return 4.0 * same_cpu + 2.0 * (a.isa == b.isa) + 1.0 * same_vendor + jaccard
+
+
+def nearest_device(device: DeviceDescriptor, known: list[DeviceDescriptor]) -> DeviceDescriptor:
+    """The known device most like ``device`` (:func:`device_similarity`; first on ties).
+
+    Raises:
+        ValueError: ``known`` is empty or holds no device of ``device``'s kind.
+    """
+    scored = [(device_similarity(device, k), -i, k) for i, k in enumerate(known)]
+    scored = [s for s in scored if s[0] != float("-inf")]
+    if not scored:
+        raise ValueError(f"no known {device.kind} device to stand in for {device.device_id}")
+    return max(scored, key=lambda s: (s[0], s[1]))[2]

@@ -13,6 +13,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from cdmpp.errors import UnknownNetworkError
+
 RESERVED_FAMILIES = ("convnext", "gpt2")
 
 
@@ -463,6 +465,6 @@ def get_network(name: str) -> NetworkSpec:
     zoo = _zoo()
     if name not in zoo:
         if any(name.lower().startswith(f) for f in RESERVED_FAMILIES):
-            raise KeyError(f"network {name!r} belongs to a family reserved for unseen-network tests")
-        raise KeyError(f"unknown network {name!r}; the zoo has: {', '.join(zoo)}")
+            raise UnknownNetworkError(f"network {name!r} belongs to a family reserved for unseen-network tests")
+        raise UnknownNetworkError(f"unknown network {name!r}; the zoo has: {', '.join(zoo)}")
     return zoo[name]

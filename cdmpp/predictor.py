@@ -1,25 +1,65 @@
-"""The prediction API: scheduled programs in, latencies in seconds out."""
+"""The prediction API: scheduled programs in, latencies in seconds out, for a named device.
+
+A checkpoint knows a list of devices (:attr:`LatencyPredictor.devices`).  Every
+prediction is for one of them, chosen by :meth:`LatencyPredictor.resolve_device`:
+
+1. ``device=`` names a device id the checkpoint knows (an unknown id raises
+   :class:`~cdmpp.errors.UnknownDeviceError`);
+2. otherwise a ``target=`` whose ``mcpu`` (and AVX-512 switch) or CUDA ``arch``
+   matches a known device's target picks that device;
+3. otherwise this machine's descriptor (:func:`cdmpp.device.local_cpu`) picks the
+   known device with the same id, or the nearest one
+   (:func:`cdmpp.device.nearest_device`), and a warning names it.
+"""
 
 from __future__ import annotations
 
+import logging
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from .errors import UnknownDeviceError
+
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
+
+log = logging.getLogger(__name__)
+
+
+class DeviceChoiceWarning(UserWarning):
+    """The predictor chose a device for the caller (from this machine's descriptor)."""
+
+
+def known_devices(metadata: dict) -> list[tuple[int, "DeviceDescriptor"]]:  # noqa: F821
+    """``(row, descriptor)`` of each device a checkpoint's metadata lists, in row order.
+
+    A checkpoint trained on one device folder (no device table) lists that device
+    with row 0.
+    """
+    from .device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
+
+    if metadata.get("devices"):
+        return [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in metadata["devices"]]
+    dev = metadata.get("device")
+    if dev:
+        return [(0, DeviceDescriptor.from_json(dev))]
+    return []
 
 
 class LatencyPredictor:
     """A trained latency model ready to predict.
 
     Build it with :meth:`load`.  ``metadata`` holds what the checkpoint recorded
-    (dataset, device, held-out network and its metrics).
+    (dataset, devices, held-out network and its metrics).
     """
 
     def __init__(self, model, metadata: dict):
         self.model = model
         self.metadata = metadata
+        self._known = known_devices(metadata)
+        self._warned: set[str] = set()
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "LatencyPredictor":
@@ -38,23 +78,106 @@ class LatencyPredictor:
         return cls(model, meta)
 
     @property
-    def default_target(self) -> dict | None:
-        """The TVM target (dict) of the device the checkpoint was trained on, if recorded."""
-        return self.metadata.get("device", {}).get("target")
+    def devices(self) -> list[str]:
+        """Ids of the devices this checkpoint predicts for, in table order."""
+        return [d.device_id for _, d in self._known]
 
-    def predict(self, mods, target=None) -> np.ndarray:
-        """Predict latencies.
+    def device(self, device_id: str):
+        """The :class:`~cdmpp.device.DeviceDescriptor` of a known device.
+
+        Raises:
+            UnknownDeviceError: ``device_id`` is not one of :attr:`devices`.
+        """
+        for _, d in self._known:
+            if d.device_id == device_id:
+                return d
+        raise UnknownDeviceError(
+            f"unknown device {device_id!r}: this checkpoint knows {', '.join(self.devices) or 'no device'}"
+            " (cdmpp adapt learns a new one)"
+        )
+
+    def _row(self, device_id: str) -> int:
+        return next(r for r, d in self._known if d.device_id == device_id)
+
+    @property
+    def default_target(self) -> dict | None:
+        """The TVM target (dict) of the device this machine resolves to, if any."""
+        if not self._known:
+            return None
+        return self.resolve_device().target or None
+
+    def resolve_device(self, device: str | None = None, target=None):
+        """The known device a prediction is for (the rules are in the module docstring).
+
+        Args:
+            device: a device id, or ``None``.
+            target: a TVM target (``Target``, dict, tag or JSON string), or ``None``.
+
+        Returns:
+            The device's :class:`~cdmpp.device.DeviceDescriptor`.
+
+        Raises:
+            UnknownDeviceError: ``device`` is not known, or the checkpoint lists no device.
+        """
+        # pylint: disable=import-outside-toplevel
+        from .device import devices_for_target, local_cpu, nearest_device
+
+        if device is not None:
+            return self.device(device)
+        if not self._known:
+            raise UnknownDeviceError("this checkpoint records no device")
+        known = [d for _, d in self._known]
+        kind = "cpu"
+        if target is not None:
+            matches = devices_for_target(target, known)
+            if matches:
+                return matches[0]
+            from .device import _target_dict  # pylint: disable=import-outside-toplevel
+
+            kind = "gpu" if str(_target_dict(target).get("kind")) == "cuda" else "cpu"
+        local = local_cpu()
+        if kind == "cpu":
+            exact = [d for d in known if d.device_id == local.device_id]
+            chosen = exact[0] if exact else None
+        else:
+            chosen = None
+        if chosen is None:
+            same_kind = [d for d in known if d.kind == kind] or known
+            chosen = nearest_device(local, same_kind) if kind == "cpu" else same_kind[0]
+            why = (
+                f"this machine ({local.device_id}) is not among them; the nearest known device is"
+                if kind == "cpu"
+                else "the target matches none of them; the first known GPU is"
+            )
+        else:
+            why = "this machine is"
+        key = f"{chosen.device_id}|{why}"
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(
+                f"no device or matching target given: predicting for {chosen.device_id} ({why} {chosen.device_id}; "
+                f"known: {', '.join(self.devices)}). Pass device= to choose.",
+                DeviceChoiceWarning,
+                stacklevel=3,
+            )
+        return chosen
+
+    def predict(self, mods, target=None, device: str | None = None) -> np.ndarray:
+        """Predict latencies on one device.
 
         Args:
             mods: a sequence of scheduled PrimFuncs, one-PrimFunc IRModules,
                 Schedules or TuningRecords (a single one is accepted too).
-            target: TVM target (``Target``, dict or tag) for feature extraction;
-                defaults to the checkpoint's device target.
+            target: TVM target (``Target``, dict or tag) for feature extraction, and
+                for choosing the device when ``device`` is not given; defaults to the
+                chosen device's target.
+            device: the id of a device the checkpoint knows (:attr:`devices`).
 
         Returns:
             float64 ``(len(mods),)``: predicted latency of each program in seconds.
 
         Raises:
+            UnknownDeviceError: ``device`` is not known to the checkpoint.
             UnsupportedProgramError: an input that is not a scheduled program, or
                 holds a construct the featurizer does not support.
         """
@@ -62,22 +185,32 @@ class LatencyPredictor:
 
         if not isinstance(mods, (list, tuple)):
             mods = [mods]
+        dev = self.resolve_device(device, target) if self._known else None
         if not mods:
             return np.zeros(0, dtype=np.float64)
-        return self.predict_trees(featurize_many(list(mods), target if target is not None else self.default_target))
+        feat_target = target if target is not None else (dev.target if dev is not None else None)
+        return self.predict_trees(featurize_many(list(mods), feat_target), dev.device_id if dev else None)
 
-    def predict_trees(self, trees) -> np.ndarray:
+    def predict_trees(self, trees, device: str | None = None) -> np.ndarray:
         """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
-        (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``)."""
+        (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``) on ``device``
+        (a known device id; ``None``: :meth:`resolve_device`'s choice).
+
+        Raises:
+            UnknownDeviceError: ``device`` is not known to the checkpoint.
+        """
         # pylint: disable=import-outside-toplevel
         from cdmpp.featurize.batch import from_trees
         from cdmpp.train.model import predict_latency_array
 
+        row = 0
+        if self._known:
+            row = self._row(self.resolve_device(device).device_id)
         n = len(trees)
         if n == 0:
             return np.zeros(0, dtype=np.float64)
         data = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
-        return predict_latency_array(self.model, data)
+        return predict_latency_array(self.model, data, device=row)
 
 
 @lru_cache(maxsize=4)
@@ -85,9 +218,14 @@ def _cached(path: str | None) -> LatencyPredictor:
     return LatencyPredictor.load(path)
 
 
-def predict_latency(mod, target=None, checkpoint: str | Path | None = None) -> float:
-    """Predicted latency in seconds of one scheduled program (see :meth:`LatencyPredictor.predict`).
+def predict_latency(mod, target=None, checkpoint: str | Path | None = None, device: str | None = None) -> float:
+    """Predicted latency in seconds of one scheduled program on one device (see
+    :meth:`LatencyPredictor.predict` for ``target`` and ``device``).
 
     The checkpoint (default: the shipped one) is loaded once and reused.
+
+    Raises:
+        UnknownDeviceError: ``device`` is not known to the checkpoint.
+        UnsupportedProgramError: ``mod`` is not a scheduled program the featurizer supports.
     """
-    return float(_cached(str(checkpoint) if checkpoint else None).predict([mod], target)[0])
+    return float(_cached(str(checkpoint) if checkpoint else None).predict([mod], target, device)[0])

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cdmpp.errors import CdmppError
+
 ROOT, SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING, LEAF = -1, 0, 1, 2, 3, 4, 5
 LOOP_KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 
@@ -59,7 +61,7 @@ FEATURE_DIM = len(OWN_FEATURES) + PSF_DIM + 1
 FEATURE_NAMES = OWN_FEATURES + tuple(f"psf_{i}" for i in range(PSF_DIM)) + ("psf_present",)
 
 
-class UnsupportedProgramError(ValueError):
+class UnsupportedProgramError(CdmppError, ValueError):
     """The program holds a construct the featurizer cannot represent (named in the message)."""
 
 

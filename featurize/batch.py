@@ -34,6 +34,9 @@ class FeaturizedPrograms:
         flops: float64 ``(P,)``: FLOPs of the program's workload (0 when unknown).
         psf_sum: float32 ``(P, 164)``: ``PerStoreFeature`` rows summed per program
             (the input of the gradient-boosted-tree baseline).
+        device: int64 ``(P,)``: each program's row in a model's device table (see
+            :class:`cdmpp.train.model.LatencyTransformer`), or ``None`` for programs
+            of one device (a single device folder).  Not saved by :meth:`save`.
     """
 
     x: np.ndarray
@@ -44,6 +47,7 @@ class FeaturizedPrograms:
     workload_keys: list[str]
     flops: np.ndarray
     psf_sum: np.ndarray
+    device: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.ptr.shape[0] - 1)
@@ -68,6 +72,7 @@ class FeaturizedPrograms:
             workload_keys=self.workload_keys,
             flops=self.flops[index],
             psf_sum=self.psf_sum[index],
+            device=None if self.device is None else self.device[index],
         )
 
     @staticmethod
@@ -79,11 +84,14 @@ class FeaturizedPrograms:
         and each program's ``workload`` is remapped into it, so a workload measured on
         two devices keeps one index.
 
+        ``device`` is kept when every part has one (``None`` otherwise).
+
         Raises:
             ValueError: no part.
         """
         if not parts:
             raise ValueError("concat needs at least one FeaturizedPrograms")
+        with_device = all(p.device is not None for p in parts)
         keys: list[str] = []
         index_of: dict[str, int] = {}
         for p in parts:
@@ -102,6 +110,7 @@ class FeaturizedPrograms:
             workload_keys=keys,
             flops=np.concatenate([p.flops for p in parts]),
             psf_sum=np.concatenate([p.psf_sum for p in parts]),
+            device=np.concatenate([p.device for p in parts]).astype(np.int64) if with_device else None,
         )
 
     def save(self, path: Path) -> None:

@@ -82,13 +82,28 @@ class PredictRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     programs: list[Program] = Field(..., min_length=1, description="scheduled programs as TVM JSON")
-    target: dict | None = Field(None, description="TVM target as a dict; default: the checkpoint's device")
+    device: str | None = Field(None, description="a device id the checkpoint knows (GET /devices)")
+    target: dict | None = Field(
+        None, description="TVM target as a dict; picks the known device with its mcpu (or CUDA arch) when no device"
+    )
 
 
 class PredictResponse(BaseModel):
-    """Predicted latency of each program, in seconds."""
+    """Predicted latency of each program, in seconds, and the device it is for."""
 
     latency_s: list[float]
+    device: str | None = Field(None, description="the device the latencies are for")
+
+
+class DeviceInfo(BaseModel):
+    """A device the checkpoint knows."""
+
+    device_id: str
+    kind: str
+    model: str
+    cores: int
+    isa: str
+    target: dict
 
 
 class ProgramError(ValueError):
@@ -142,11 +157,25 @@ def _worker_init(checkpoint: str | None) -> None:
     _WORKER_PREDICTOR = LatencyPredictor.load(checkpoint)
 
 
-def _worker_predict(programs: list[dict], target: dict | None) -> list[float] | tuple[int, str]:
-    """In the worker: parse, featurize and predict; ``(status, message)`` for a bad program."""
+def _worker_predict(
+    programs: list[dict], target: dict | None, device: str | None = None
+) -> tuple[list[float], str | None] | tuple[int, str]:
+    """In the worker: parse, featurize and predict; ``(latencies, device id)``, or
+    ``(status, message)`` for a bad request."""
+    import warnings  # pylint: disable=import-outside-toplevel
+
+    from cdmpp.errors import UnknownDeviceError  # pylint: disable=import-outside-toplevel
     from cdmpp.featurize import UnsupportedProgramError  # pylint: disable=import-outside-toplevel
     from cdmpp.tvm_compat import Target  # pylint: disable=import-outside-toplevel
 
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dev = _WORKER_PREDICTOR.resolve_device(device, target) if _WORKER_PREDICTOR.devices else None
+    except UnknownDeviceError as err:
+        return 422, f"device: {err}"
+    except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
+        return 422, f"target: not a TVM target: {str(err).strip()[:300]}"
     if target is not None:
         try:
             target = Target(target)
@@ -158,8 +187,9 @@ def _worker_predict(programs: list[dict], target: dict | None) -> list[float] | 
             mods.append(parse_program(p))
         except ProgramError as err:
             return 422, f"programs[{i}]: {err}"
+    dev_id = dev.device_id if dev is not None else None
     try:
-        return [float(v) for v in _WORKER_PREDICTOR.predict(mods, target)]
+        return [float(v) for v in _WORKER_PREDICTOR.predict(mods, target, dev_id)], dev_id
     except (UnsupportedProgramError, ValueError) as err:
         return 422, str(err)
 
@@ -226,7 +256,9 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
     from cdmpp.predictor import LatencyPredictor
 
     cfg = config or ServeConfig()
-    meta = LatencyPredictor.load(checkpoint).metadata  # fail before serving on a bad checkpoint
+    loaded = LatencyPredictor.load(checkpoint)  # fail before serving on a bad checkpoint
+    meta = loaded.metadata
+    known = [loaded.device(d) for d in loaded.devices]
     workers = _Workers(checkpoint, cfg.workers)
     app = FastAPI(title="cdmpp latency prediction")
     app.state.workers = workers
@@ -244,7 +276,14 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "device_id": meta.get("device_id"), "holdout": meta.get("holdout")}
+        return {"status": "ok", "devices": [d.device_id for d in known], "holdout": meta.get("holdout")}
+
+    @app.get("/devices", response_model=list[DeviceInfo])
+    def devices() -> list[DeviceInfo]:
+        return [
+            DeviceInfo(device_id=d.device_id, kind=d.kind, model=d.model, cores=d.cores, isa=d.isa, target=d.target)
+            for d in known
+        ]
 
     @app.post("/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> PredictResponse:
@@ -253,9 +292,15 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
         if any(p.tvmscript is not None for p in req.programs) and not cfg.execute_tvmscript:
             raise HTTPException(403, "programs: TVMScript is refused: it is code, and this server does not run "
                                      "client code; send {'mod': tvm.ir.save_json(mod)} instead")
-        out = workers.run(cfg.timeout_s, _worker_predict, [p.model_dump() for p in req.programs], req.target)
-        if isinstance(out, tuple):
+        if req.device is not None and req.device not in {d.device_id for d in known}:
+            raise HTTPException(
+                422, f"device: unknown device {req.device!r}; this server knows {', '.join(d.device_id for d in known)}"
+            )
+        out = workers.run(
+            cfg.timeout_s, _worker_predict, [p.model_dump() for p in req.programs], req.target, req.device
+        )
+        if isinstance(out[0], int):
             raise HTTPException(out[0], out[1])
-        return PredictResponse(latency_s=out)
+        return PredictResponse(latency_s=out[0], device=out[1])
 
     return app

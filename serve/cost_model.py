@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.errors import CheckpointError
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
 
 logger = logging.getLogger(__name__)
@@ -79,15 +80,26 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
     scores the same schedules again and again.  A candidate that cannot be featurized
     scores 0.0 (the lowest) and the log says why; it never fails the call.
 
+    The device it predicts for follows :class:`cdmpp.LatencyPredictor`'s rule: ``device``
+    when given, else the device whose target matches the tuning context's target
+    (``mcpu``), else this machine's nearest known device (with a warning).  It is
+    chosen at the first ``predict`` and logged.
+
     Args:
         checkpoint: checkpoint folder; ``None`` uses the shipped one.
         online: how to learn from measured trials (default :class:`OnlineConfig`).
+        device: a device id the checkpoint knows, or ``None``.
+
+    Raises:
+        UnknownDeviceError: ``device`` is not known to the checkpoint.
     """
 
-    def __init__(self, checkpoint: str | None = None, online: OnlineConfig | None = None):
+    def __init__(self, checkpoint: str | None = None, online: OnlineConfig | None = None, device: str | None = None):
         super().__init__()
         self.checkpoint = checkpoint
         self.online = online or OnlineConfig()
+        self.device = device
+        self.device_id: str | None = None  # the device predicted for, set at the first predict
         self.predictor = None
         self._cache: dict[str, _Entry | None] = {}
         self._trials: dict[str, float] = {}  # program key -> measured log-latency (natural log of seconds)
@@ -95,6 +107,8 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         self._booster = None
         self._announced = False
         self._load_predictor(checkpoint)
+        if device is not None:
+            self.predictor.device(device)  # an unknown id fails here, not in the middle of tuning
 
     # -- persistence -------------------------------------------------------------------------
     def _load_predictor(self, path: str | None) -> None:
@@ -121,7 +135,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                 with np.load(folder / ONLINE_FILE, allow_pickle=False) as z:
                     keys, base, psf, y = z["keys"], z["base"], z["psf_sum"], z["log_latency"]
             except (OSError, KeyError, ValueError) as err:
-                raise ValueError(f"corrupt adapted state {folder / ONLINE_FILE}: {err}") from err
+                raise CheckpointError(f"corrupt adapted state {folder / ONLINE_FILE}: {err}") from err
             for k, b, p, v in zip(keys, base, psf, y):
                 self._cache[str(k)] = _Entry(float(b), p.astype(np.float32))
                 self._trials[str(k)] = float(v)
@@ -182,7 +196,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             return
         n = len(ok)
         data = from_trees([trees[i] for i in ok], np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
-        base = np.log(self.predictor.predict_trees([trees[i] for i in ok]))
+        base = np.log(self.predictor.predict_trees([trees[i] for i in ok], self.device_id))
         for j, i in enumerate(ok):
             self._cache[keys[i]] = _Entry(float(base[j]), data.psf_sum[j])
 
@@ -206,9 +220,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         if len(candidates) == 0:
             return np.zeros(0, dtype=np.float64)
         if not self._announced:
-            device = self.predictor.metadata.get("device_id") or "an unrecorded device"
-            logger.info("cdmpp cost model: scoring with checkpoint %s, trained on %s; tuning target %s",
-                        self.checkpoint or "(shipped)", device, context.target)
+            self._choose_device(context.target)
             self._announced = True
         entries = self._entries([c.sch for c in candidates], context.target)
         ok = [i for i, e in enumerate(entries) if e is not None]
@@ -216,6 +228,12 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         if ok:
             scores[ok] = SCORE_REFERENCE_S / np.exp(self._log_latency([entries[i] for i in ok]))
         return scores
+
+    def _choose_device(self, target) -> None:
+        if self.predictor.devices:
+            self.device_id = self.predictor.resolve_device(self.device, target).device_id
+        logger.info("cdmpp cost model: scoring with checkpoint %s for device %s; tuning target %s",
+                    self.checkpoint or "(shipped)", self.device_id or "(unrecorded)", target)
 
     def update(self, context, candidates, results) -> None:
         """Learn from measured trials: each ``RunnerResult`` with ``run_secs`` (seconds) and no
@@ -229,6 +247,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                 keep.append((c.sch, float(np.log(np.mean(secs)))))
         if not keep:
             return
+        if not self._announced:
+            self._choose_device(context.target)
+            self._announced = True
         entries = self._entries([sch for sch, _ in keep], context.target)
         for (sch, y), e in zip(keep, entries):
             if e is not None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
 
 COST_MODELS = ("xgb", "cdmpp", "random")
@@ -52,9 +53,9 @@ class TuneBenchmarkConfig:
     def __post_init__(self):
         bad = [m for m in self.cost_models if m not in COST_MODELS]
         if bad:
-            raise ValueError(f"unknown cost models {bad}; choose from {COST_MODELS}")
+            raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
         if self.tasks < 1 or self.trials < 1 or self.trials_per_iter < 1:
-            raise ValueError(f"tasks, trials and trials_per_iter must be >= 1, got {self.tasks}, {self.trials}, "
+            raise InputError(f"tasks, trials and trials_per_iter must be >= 1, got {self.tasks}, {self.trials}, "
                              f"{self.trials_per_iter}")
 
 
@@ -70,7 +71,7 @@ def choose_tasks(db: ds.DeviceDatabase, network: str, count: int) -> list[tuple[
     tasks = [t for t in db.manifest.get("tasks", []) if t["network"] == network]
     if not tasks:
         nets = sorted({t["network"] for t in db.manifest.get("tasks", [])})
-        raise ValueError(f"network {network!r} is not in this dataset; it has: {', '.join(nets)}")
+        raise UnknownNetworkError(f"network {network!r} is not in this dataset; it has: {', '.join(nets)}")
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     tasks = [t for t in tasks if t["workload_key"] in index_of]
     tasks.sort(key=lambda t: -float(t["weight"]) * float(t.get("flops", 0.0)))

@@ -47,3 +47,60 @@ def cuda_schedules():
     target = Target(gpu_from_tag("nvidia/nvidia-h100").target)
     mod = IRModule({"main": matmul_rowsum_exp.with_attr("global_symbol", "main")})
     return target, sample_schedules(mod, target, 8, seed=0)
+
+
+def subset_device_folder(src: Path, dst: Path, workloads_per_network: int = 2, programs_per_workload: int = 8) -> Path:
+    """Copy part of a measured device folder: a few workloads of each network, a few of
+    their measured records each (real measurements, re-indexed JSONDatabase lines)."""
+    import json
+
+    from cdmpp import dataset as ds
+
+    manifest = json.loads((src / ds.MANIFEST_FILE).read_text())
+    with ds.open_text(ds.resolve(src / ds.WORKLOAD_FILE)) as f:
+        wl_lines = f.read().splitlines()
+    keys = [json.loads(line)[0] for line in wl_lines]
+    by_net: dict[str, list[str]] = {}
+    for t in manifest["tasks"]:
+        by_net.setdefault(t["network"], []).append(t["workload_key"])
+    with ds.open_text(ds.resolve(src / ds.RECORD_FILE)) as f:
+        rec_lines = f.read().splitlines()
+    measured: dict[int, list[str]] = {}
+    for line in rec_lines:
+        idx = json.loads(line)[0]
+        measured.setdefault(idx, []).append(line)
+    index_of = {k: i for i, k in enumerate(keys)}
+    keep: list[int] = []
+    for net_keys in by_net.values():
+        chosen = [index_of[k] for k in net_keys if k in index_of and len(measured.get(index_of[k], [])) >= 3]
+        keep += [i for i in chosen[:workloads_per_network] if i not in keep]
+    dst.mkdir(parents=True, exist_ok=True)
+    new_of = {old: new for new, old in enumerate(keep)}
+    (dst / ds.WORKLOAD_FILE).write_text("".join(wl_lines[i] + "\n" for i in keep))
+    out = []
+    for old in keep:
+        for line in measured[old][:programs_per_workload]:
+            rec = json.loads(line)
+            out.append(json.dumps([new_of[old], rec[1]]))
+    (dst / ds.RECORD_FILE).write_text("".join(line + "\n" for line in out))
+    kept_keys = {keys[i] for i in keep}
+    manifest["tasks"] = [t for t in manifest["tasks"] if t["workload_key"] in kept_keys]
+    manifest.pop("collections", None)
+    (dst / ds.MANIFEST_FILE).write_text(json.dumps(manifest))
+    return dst
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def two_device_dataset(tmp_path_factory):
+    """A dataset of two real device folders (subsets of the shipped Intel AVX-512 slice and
+    the Intel AVX2 corpus folder), a few workloads per network each."""
+    out = tmp_path_factory.mktemp("two-devices")
+    for src in (
+        ROOT / "datasets/slice/cpu-intel_xeon_processor-emeraldrapids-avx512",
+        ROOT / "datasets/corpus/cpu-intel_xeon_processor-emeraldrapids-avx2",
+    ):
+        subset_device_folder(src, out / src.name)
+    return out

@@ -102,3 +102,30 @@ def test_work_dir_of_a_shipped_folder_reads_its_gzipped_databases(tiny_collectio
     assert not (shipped / ds.RECORD_FILE).exists()
     args = ["import", "--work-dir", str(shipped), "--device", "from-gz", "-o", str(tmp_path / "out")]
     assert main(args) == 0 and f"{n} records added" in capsys.readouterr().out
+
+
+def test_cli_prints_its_own_errors_in_one_line_and_keeps_other_tracebacks(tmp_path, capsys, monkeypatch):
+    import pytest
+
+    import cdmpp
+    from cdmpp import cli
+
+    assert main(["evaluate", "--dataset", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cdmpp evaluate: error: dataset folder not found")
+    with pytest.raises(cdmpp.DatasetError):  # --debug shows the traceback of the project's own errors
+        main(["--debug", "evaluate", "--dataset", str(tmp_path / "nowhere")])
+    with pytest.raises(cdmpp.UnknownNetworkError, match="unknown network 'no_such_net'"):
+        main(["--debug", "collect", "-n", "no_such_net", "-o", str(tmp_path)])
+
+    def boom(_args):
+        raise RuntimeError("a bug")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["validate"].set_defaults(func=boom)  # pylint: disable=protected-access
+    with pytest.raises(RuntimeError, match="a bug"):  # not the project's error: traceback kept
+        main(["validate", str(tmp_path)])
+    for name in ("CdmppError", "CheckpointError", "DatasetError", "InputError", "UnknownDeviceError",
+                 "UnsupportedProgramError", "MachineBusyError", "DeviceUnavailableError"):
+        assert issubclass(getattr(cdmpp, name), cdmpp.CdmppError)

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.errors import CdmppError, CheckpointError
 
-class NotFittedError(RuntimeError):
+
+class NotFittedError(CdmppError, RuntimeError):
     """``predict`` was called before ``fit``."""
 
 
@@ -77,7 +79,7 @@ class TreeBaseline:
         try:
             booster.load_model(str(path))
         except (xgb.core.XGBoostError, OSError) as err:
-            raise ValueError(f"corrupt or missing tree-baseline model {path}: {err}") from err
+            raise CheckpointError(f"corrupt or missing tree-baseline model {path}: {err}") from err
         out.booster_ = booster
         return out
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.errors import InputError
 from cdmpp import dataset as ds
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
@@ -107,7 +108,7 @@ def train_and_compare(
     model_config = model_config or ModelConfig()
     train_config = train_config or TrainConfig()
     if cmd_target is not None and train_config.cmd_weight <= 0:
-        raise ValueError("a CMD target device needs cmd_weight > 0")
+        raise InputError("a CMD target device needs cmd_weight > 0")
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
     if train_config.cmd_weight > 0 and len(split.test) == 0 and cmd_target is None:
@@ -348,6 +349,7 @@ def evaluate_checkpoint(
     weights = None
     if dataset is not None:
         db, data = load_featurized(dataset, cache_dir, progress)
+        model, data = _for_device(model, meta, db, data)
         net = meta.get("holdout") if holdout == "auto" else holdout
         weights = task_weights(db.manifest, data.workload_keys, net)
         if net is None:
@@ -358,13 +360,35 @@ def evaluate_checkpoint(
             title = f"held-out network {net} of {dataset} (device {db.device_id})"
     else:
         if workload_db is None or record_db is None:
-            raise ValueError("give a dataset folder, or both a workload and a tuning-record file")
+            raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
+        model, data = _for_device(model, meta, db, data)
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
     return _score(model, extra, data, index, weights), title
+
+
+def _for_device(model, meta: dict, db, data: FeaturizedPrograms):
+    """``(model, data)`` set to predict for ``db``'s device: for a model with a device
+    table, its row when the checkpoint knows the device, else a new zero-shot row
+    from the device's descriptor (or the unknown row 0 when the folder records no
+    device)."""
+    if model.config.num_devices <= 0:
+        return model, data
+    from cdmpp.device import DeviceDescriptor, descriptor_vector  # pylint: disable=import-outside-toplevel
+
+    rows = {d["device_id"]: int(d["row"]) for d in meta.get("devices", [])}
+    if db.device_id in rows:
+        row = rows[db.device_id]
+    elif db.manifest.get("device"):
+        from .adapt import with_new_device  # pylint: disable=import-outside-toplevel
+
+        model, row = with_new_device(model, descriptor_vector(DeviceDescriptor.from_json(db.manifest["device"])))
+    else:
+        row = 0
+    return model, dataclasses.replace(data, device=np.full(len(data), row, dtype=np.int64))
 
 
 def finetune_and_compare(
@@ -402,7 +426,7 @@ def finetune_and_compare(
     shots = select_shots(model, data, np.arange(len(data)), config)
     rest = np.setdiff1d(np.arange(len(data)), shots)
     if rest.size == 0:
-        raise ValueError(f"{dataset} has only {len(data)} programs: none is left to score after {shots.size} shots")
+        raise InputError(f"{dataset} has only {len(data)} programs: none is left to score after {shots.size} shots")
     weights = task_weights(db.manifest, data.workload_keys, None)
     true, groups = data.latency[rest], data.workload[rest]
     adapted, seconds = {}, {}

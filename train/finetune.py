@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
 from .lightning import LatencyModule, ProgramDataModule, TrainConfig
@@ -66,11 +67,11 @@ class FineTuneConfig:
 
     def __post_init__(self):
         if self.selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+            raise InputError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+            raise InputError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.shots < 1 or self.epochs < 1:
-            raise ValueError(f"shots and epochs must be >= 1, got {self.shots} and {self.epochs}")
+            raise InputError(f"shots and epochs must be >= 1, got {self.shots} and {self.epochs}")
 
 
 @torch.no_grad()

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
 from .lightning import LatencyModule, ProgramDataModule, TrainConfig
@@ -25,6 +26,7 @@ def fit_transformer(
     fast_dev_run: bool = False,
     progress: bool = True,
     target: np.ndarray | None = None,
+    device_descriptors: np.ndarray | None = None,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
@@ -35,6 +37,9 @@ def fit_transformer(
             example the held-out network's) for the CMD term of
             ``train_config.cmd_weight``: only their features are used, never their
             latencies.  Ignored when ``cmd_weight`` is 0.
+        device_descriptors: float32 ``(num_devices + 1, DESCRIPTOR_DIM)``, the device
+            table's descriptors, for a model with device input (``data.device`` holds
+            each program's row).
 
     Returns:
         The trained model, in eval mode.
@@ -48,13 +53,17 @@ def fit_transformer(
     model_config = model_config or ModelConfig()
     train_config = train_config or TrainConfig()
     if len(split.train) == 0:
-        raise ValueError("the training split is empty")
+        raise InputError("the training split is empty")
     if train_config.cmd_weight > 0 and (target is None or len(target) == 0):
-        raise ValueError("cmd_weight > 0 needs target-domain programs (target=...) for the CMD term")
+        raise InputError("cmd_weight > 0 needs target-domain programs (target=...) for the CMD term")
     target = np.asarray(target if train_config.cmd_weight > 0 else [], dtype=np.int64)
     L.seed_everything(train_config.seed, workers=True, verbose=False)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     module = LatencyModule(model_config, train_config)
+    if model_config.num_devices > 0:
+        if device_descriptors is None or data.device is None:
+            raise ValueError("a model with device input needs data.device and device_descriptors")
+        module.model.set_device_descriptors(device_descriptors)
     rows = np.concatenate([np.arange(data.ptr[i], data.ptr[i + 1]) for i in split.train])
     module.model.set_normalization(
         torch.from_numpy(data.x[rows]), torch.from_numpy(np.log(data.latency[split.train]))

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
 
 from .model import LatencyTransformer, ModelConfig
@@ -48,6 +49,10 @@ class TrainConfig:
             EuroSys 2024, section 5: CMD-based regularisation).  0 trains without it;
             it needs target programs (``fit_transformer(target=...)``).
         cmd_moments: highest central moment the CMD term matches (``K``).
+        device_dropout: for a model with device input, the probability that a
+            training program's learned device embedding is replaced by the unknown
+            device's (row 0; its descriptor stays), so that row 0 plus a descriptor
+            learns to stand for a device never measured.
     """
 
     epochs: int = 40
@@ -60,6 +65,7 @@ class TrainConfig:
     task_group: int = 0
     cmd_weight: float = 0.0
     cmd_moments: int = 5
+    device_dropout: float = 0.1
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
@@ -67,8 +73,10 @@ class TrainConfig:
                 f"rank_weight, rank_margin, task_group and cmd_weight must be >= 0, got "
                 f"{self.rank_weight}, {self.rank_margin}, {self.task_group}, {self.cmd_weight}"
             )
+        if not 0 <= self.device_dropout < 1:
+            raise InputError(f"device_dropout must be in [0, 1), got {self.device_dropout}")
         if self.cmd_moments < 1:
-            raise ValueError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
+            raise InputError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
 
 
 class _Indices(Dataset):
@@ -121,8 +129,10 @@ class ProgramDataModule(L.LightningDataModule):
 
     Each batch is a dict: ``x`` float32 ``(B, L_max, F)``, ``pos`` int64 ``(B, L_max)``,
     ``mask`` bool ``(B, L_max)``, ``y`` float32 ``(B,)`` (natural log of seconds),
-    ``index`` int64 ``(B,)`` (program indices into ``data``) and ``workload`` int64
-    ``(B,)`` (each program's task).  With ``task_group > 0`` the training batches are
+    ``index`` int64 ``(B,)`` (program indices into ``data``), ``workload`` int64
+    ``(B,)`` (each program's task) and ``device`` int64 ``(B,)`` (each program's row
+    in the model's device table; zeros when ``data.device`` is ``None``).  With
+    ``task_group > 0`` the training batches are
     drawn by :class:`TaskGroupBatchSampler`.  With ``target`` (program indices of the
     target domain), every training batch also holds ``target_x``, ``target_pos`` and
     ``target_mask`` (same layout, ``B`` programs drawn uniformly from ``target``,
@@ -159,7 +169,16 @@ class ProgramDataModule(L.LightningDataModule):
         x, pos, mask = self._leaves(idx)
         y = torch.from_numpy(np.log(self.data.latency[idx]).astype(np.float32))
         workload = torch.from_numpy(np.asarray(self.data.workload[idx], dtype=np.int64))
-        return {"x": x, "pos": pos, "mask": mask, "y": y, "index": torch.from_numpy(idx), "workload": workload}
+        dev = self.data.device[idx] if self.data.device is not None else np.zeros(len(idx), np.int64)
+        return {
+            "x": x,
+            "pos": pos,
+            "mask": mask,
+            "y": y,
+            "index": torch.from_numpy(idx),
+            "workload": workload,
+            "device": torch.from_numpy(np.asarray(dev, dtype=np.int64)),
+        }
 
     def collate_train(self, indices: list[int]) -> dict:
         """:meth:`collate`, plus a batch of target-domain programs when ``target`` was given."""
@@ -270,7 +289,12 @@ class LatencyModule(L.LightningModule):
         """Loss of one batch, logged as ``<stage>_loss``."""
         target = (batch["y"] - self.model.label_mean) / self.model.label_std
         h = self.model.pooled(batch["x"], batch["pos"], batch["mask"])
-        pred = self.model.head(h).squeeze(-1)
+        device = batch.get("device")
+        row = None
+        if device is not None and stage == "train" and self.train_config.device_dropout > 0:
+            drop = torch.rand(device.shape, generator=None) < self.train_config.device_dropout
+            row = torch.where(drop, torch.zeros_like(device), device)
+        pred = self.model.head_output(h, device, row)
         loss = torch.nn.functional.mse_loss(pred, target)
         c = self.train_config
         if c.rank_weight > 0:
@@ -294,7 +318,7 @@ class LatencyModule(L.LightningModule):
         return self.shared_step(batch, "test")
 
     def predict_step(self, batch, batch_idx, dataloader_idx=0):
-        return self.model.predict_log_latency(batch["x"], batch["pos"], batch["mask"])
+        return self.model.predict_log_latency(batch["x"], batch["pos"], batch["mask"], batch.get("device"))
 
     def configure_optimizers(self):
         c = self.train_config

@@ -21,17 +21,22 @@ def rmse_log(pred: np.ndarray, true: np.ndarray) -> float:
 
 
 def mean_kendall_tau(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> float:
-    """Mean Kendall tau between predicted and measured latency within each task.
+    """Mean Kendall tau (tau-b) between predicted and measured latency within each task.
 
-    Tasks (``groups``) with fewer than 2 programs or constant latencies are skipped;
-    NaN when none is left.
+    Tasks (``groups``) with fewer than 2 programs or constant measured latencies are
+    skipped (no order to get right).  A task whose predictions are all equal ranks
+    nothing and counts as 0 (scipy gives NaN there; skipping it would reward a model
+    that cannot tell the task's programs apart).  NaN when no task is left.
     """
     from scipy.stats import kendalltau  # pylint: disable=import-outside-toplevel
 
     taus = []
     for g in np.unique(groups):
         sel = groups == g
-        if sel.sum() < 2:
+        if sel.sum() < 2 or np.all(true[sel] == true[sel][0]):
+            continue
+        if np.all(pred[sel] == pred[sel][0]):
+            taus.append(0.0)
             continue
         tau = kendalltau(pred[sel], true[sel]).statistic
         if np.isfinite(tau):

@@ -19,14 +19,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from cdmpp.device import DESCRIPTOR_DIM
+from cdmpp.errors import CheckpointError, InputError  # noqa: F401  (CheckpointError re-exported)
 from cdmpp.featurize import FEATURE_DIM
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder is missing a file, or a file is corrupt or does not match."""
 
 
 @dataclass
@@ -42,6 +40,13 @@ class ModelConfig:
         dropout: dropout rate.
         pooling: ``"sum"``, ``"mean"`` or ``"max"`` over the leaves.
         positional_encoding: add the sinusoidal pre-order positional encoding.
+        num_devices: devices the model knows (rows of its device table, besides row
+            0, the "unknown device" row).  0 makes a model without device input, which
+            predicts for the one device it was trained on.
+        device_dim: width of a device's vector: its learned embedding plus a linear
+            map of its descriptor (:func:`cdmpp.device.descriptor_vector`),
+            concatenated to the pooled program embedding before the head.
+        descriptor_dim: width of the device descriptor.
     """
 
     feature_dim: int = FEATURE_DIM
@@ -52,12 +57,15 @@ class ModelConfig:
     dropout: float = 0.1
     pooling: str = "mean"
     positional_encoding: bool = True
+    num_devices: int = 0
+    device_dim: int = 32
+    descriptor_dim: int = DESCRIPTOR_DIM
 
     def __post_init__(self):
         if self.pooling not in ("sum", "mean", "max"):
-            raise ValueError(f"pooling must be 'sum', 'mean' or 'max', got {self.pooling!r}")
+            raise InputError(f"pooling must be 'sum', 'mean' or 'max', got {self.pooling!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+            raise InputError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
 
     @staticmethod
     def from_json(obj: dict) -> "ModelConfig":
@@ -85,9 +93,19 @@ def sinusoidal_encoding(pos: torch.Tensor, dim: int) -> torch.Tensor:
 class LatencyTransformer(nn.Module):
     """Predicts standardised log-latency from a padded batch of leaf sequences.
 
-    ``forward(x, pos, mask)``: ``x`` float32 ``(B, L, F)``, ``pos`` int64 ``(B, L)``,
-    ``mask`` bool ``(B, L)`` (True on real leaves) -> float32 ``(B,)``.
+    ``forward(x, pos, mask, device)``: ``x`` float32 ``(B, L, F)``, ``pos`` int64
+    ``(B, L)``, ``mask`` bool ``(B, L)`` (True on real leaves), ``device`` int64
+    ``(B,)`` rows of the device table (``None``: row 0, the unknown device; ignored
+    by a model without devices) -> float32 ``(B,)``.
     :meth:`predict_log_latency` undoes the standardisation (natural log of seconds).
+
+    With ``config.num_devices > 0`` the model takes the device as input: row ``d`` of
+    the device table is a learned embedding plus a linear map of the device's
+    descriptor (``device_descriptor[d]``, a buffer), and the head reads the pooled
+    program embedding concatenated with it.  Row 0 is the unknown device: an
+    embedding trained by device dropout (:class:`~cdmpp.train.lightning.TrainConfig`)
+    that, with a device's descriptor, stands for a device never measured.
+    :meth:`add_device` appends a row.
     """
 
     def __init__(self, config: ModelConfig):
@@ -104,7 +122,67 @@ class LatencyTransformer(nn.Module):
         )
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(c.d_model)
-        self.head = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
+        head_in = c.d_model
+        if c.num_devices > 0:
+            self.device_embedding = nn.Embedding(c.num_devices + 1, c.device_dim)
+            nn.init.normal_(self.device_embedding.weight, std=0.02)
+            self.descriptor_proj = nn.Linear(c.descriptor_dim, c.device_dim)
+            self.register_buffer("device_descriptor", torch.zeros(c.num_devices + 1, c.descriptor_dim))
+            head_in += c.device_dim
+        self.head = nn.Sequential(nn.Linear(head_in, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
+
+    def device_vector(self, device: torch.Tensor, embedding_row: torch.Tensor | None = None) -> torch.Tensor:
+        """Device vectors, float32 ``(B, device_dim)``.
+
+        Args:
+            device: int64 ``(B,)`` rows whose descriptors are read.
+            embedding_row: int64 ``(B,)`` rows whose learned embeddings are read
+                (default ``device``); training passes 0 for dropped devices.
+        """
+        emb = self.device_embedding(device if embedding_row is None else embedding_row)
+        return emb + self.descriptor_proj(self.device_descriptor[device])
+
+    def head_output(self, pooled: torch.Tensor, device: torch.Tensor | None = None, embedding_row=None) -> torch.Tensor:
+        """The head on pooled embeddings ``(B, d_model)`` for devices ``device`` (int64
+        ``(B,)``; ``None``: unknown) -> standardised log-latency, float32 ``(B,)``."""
+        if self.config.num_devices > 0:
+            if device is None:
+                device = torch.zeros(pooled.shape[0], dtype=torch.int64, device=pooled.device)
+            pooled = torch.cat([pooled, self.device_vector(device, embedding_row)], dim=-1)
+        return self.head(pooled).squeeze(-1)
+
+    @torch.no_grad()
+    def set_device_descriptors(self, descriptors) -> None:
+        """Set the descriptor of every row: float32 ``(num_devices + 1, descriptor_dim)``
+        (row 0, the unknown device, is usually zeros)."""
+        d = torch.as_tensor(np.asarray(descriptors, dtype=np.float32))
+        if d.shape != self.device_descriptor.shape:
+            raise ValueError(f"descriptors of shape {tuple(d.shape)}, the table is {tuple(self.device_descriptor.shape)}")
+        self.device_descriptor.copy_(d)
+
+    @torch.no_grad()
+    def add_device(self, descriptor, init_row: int = 0) -> int:
+        """Append a device row; returns its index.
+
+        Args:
+            descriptor: float32 ``(descriptor_dim,)`` the new device's descriptor.
+            init_row: the row whose learned embedding the new row starts from (0, the
+                unknown device: the zero-shot guess from the descriptor alone).
+
+        Raises:
+            ValueError: the model has no device table.
+        """
+        if self.config.num_devices <= 0:
+            raise ValueError("this model has no device input (num_devices == 0): it cannot learn a new device")
+        old = self.device_embedding.weight.data
+        emb = nn.Embedding(old.shape[0] + 1, old.shape[1])
+        emb.weight.data[:-1] = old
+        emb.weight.data[-1] = old[init_row]
+        self.device_embedding = emb
+        desc = torch.as_tensor(np.asarray(descriptor, dtype=np.float32)).reshape(1, -1)
+        self.device_descriptor = torch.cat([self.device_descriptor, desc], dim=0)
+        self.config.num_devices += 1
+        return self.config.num_devices
 
     def set_normalization(self, x: torch.Tensor, log_latency: torch.Tensor) -> None:
         """Fit the input normalisation (``x`` ``(N, F)`` leaf rows) and label standardisation."""
@@ -126,12 +204,13 @@ class LatencyTransformer(nn.Module):
             return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
         return h.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.head(self.pooled(x, pos, mask)).squeeze(-1)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device=None) -> torch.Tensor:
+        return self.head_output(self.pooled(x, pos, mask), device)
 
-    def predict_log_latency(self, x, pos, mask) -> torch.Tensor:
-        """Natural log of the latency in seconds, float32 ``(B,)``."""
-        return self(x, pos, mask) * self.label_std + self.label_mean
+    def predict_log_latency(self, x, pos, mask, device=None) -> torch.Tensor:
+        """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device``
+        (int64 ``(B,)`` rows of the device table; ``None``: the unknown device)."""
+        return self(x, pos, mask, device) * self.label_std + self.label_mean
 
 
 def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | None = None) -> Path:
@@ -182,18 +261,28 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
 
 
 @torch.no_grad()
-def predict_latency_array(model: LatencyTransformer, data, index=None, batch_size: int = 512) -> np.ndarray:
+def predict_latency_array(
+    model: LatencyTransformer, data, index=None, batch_size: int = 512, device=None
+) -> np.ndarray:
     """Predicted latency in seconds, float64 ``(len(index),)``, of the programs ``index`` (int
     ``(K,)``, default all) of ``data`` (:class:`cdmpp.featurize.batch.FeaturizedPrograms`).
+
+    Args:
+        device: the device-table row to predict for: an int for all programs, or int
+            ``(K,)``; default ``data.device`` (each program's own device) when set, else
+            row 0.  Ignored by a model without devices.
 
     Torch only (no Lightning, no PyG), so that prediction imports neither.
     """
     from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
 
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
+    if device is None:
+        device = data.device[index] if getattr(data, "device", None) is not None else 0
+    dev = torch.as_tensor(np.broadcast_to(np.asarray(device, dtype=np.int64), index.shape).copy())
     model.eval()
     out = [
-        model.predict_log_latency(*dense_programs(data, index[s : s + batch_size]))
+        model.predict_log_latency(*dense_programs(data, index[s : s + batch_size]), dev[s : s + batch_size])
         for s in range(0, len(index), batch_size)
     ]
     if not out:

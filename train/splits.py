@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cdmpp.errors import InputError, UnknownNetworkError
+
 
 @dataclass
 class Split:
@@ -48,13 +50,13 @@ def holdout_network(
     """
     nets = networks_of(manifest)
     if network is not None and network not in nets:
-        raise ValueError(f"network {network!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
+        raise UnknownNetworkError(f"network {network!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
     test_keys = nets.get(network, set()) if network else set()
     keys = np.asarray(workload_keys)[workload]
     is_test = np.isin(keys, list(test_keys))
     train_w = np.unique(workload[~is_test])
     if train_w.size == 0:
-        raise ValueError(f"holding out {network!r} leaves no training program")
+        raise InputError(f"holding out {network!r} leaves no training program")
     rng = np.random.default_rng(seed)
     n_val = max(1, int(round(val_fraction * train_w.size))) if train_w.size > 1 else 0
     val_w = rng.choice(train_w, size=n_val, replace=False)

@@ -1,0 +1,191 @@
+"""One model over several devices: the device table, the API's device rule, adapt."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+AVX512 = "cpu-intel_xeon_processor-emeraldrapids-avx512"
+AVX2 = "cpu-intel_xeon_processor-emeraldrapids-avx2"
+
+
+@pytest.fixture(scope="module")
+def device_checkpoint(two_device_dataset, tmp_path_factory):
+    from cdmpp.train.devices import train_device_model
+    from cdmpp.train.lightning import TrainConfig
+    from cdmpp.train.model import ModelConfig
+
+    out = tmp_path_factory.mktemp("ckpt") / "two"
+    rows = train_device_model(
+        two_device_dataset,
+        "dcgan-b1",
+        out,
+        ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8),
+        TrainConfig(epochs=3, batch_size=16),
+        use_wandb=False,
+        progress=False,
+    )
+    return out, rows
+
+
+def test_descriptor_target_match_and_nearest_device():
+    from cdmpp.device import (
+        DESCRIPTOR_DIM,
+        DESCRIPTOR_FEATURES,
+        DeviceDescriptor,
+        descriptor_vector,
+        devices_for_target,
+        nearest_device,
+    )
+
+    def dev(i, model, mcpu, isa, flags, mattr=None):
+        t = {"kind": "llvm", "num-cores": 2, "mcpu": mcpu, **({"mattr": mattr} if mattr else {})}
+        return DeviceDescriptor(i, "cpu", model, 2, isa, tuple(flags), t)
+
+    zen3 = dev("z3", "AMD EPYC", "znver3", "avx2", ["avx2"])
+    zen4 = dev("z4", "AMD EPYC", "znver4", "avx512", ["avx2", "avx512f", "avx512_bf16"])
+    intel = dev("i5", "Intel(R) Xeon(R)", "emeraldrapids", "avx512", ["avx2", "avx512f", "avx512_fp16"])
+    intel2 = dev("i2", "Intel(R) Xeon(R)", "emeraldrapids", "avx2", ["avx2", "avx512f"], ["-avx512f"])
+    v = descriptor_vector(zen4)
+    assert v.shape == (DESCRIPTOR_DIM,) and v.dtype == np.float32
+    on = {DESCRIPTOR_FEATURES[i] for i in np.flatnonzero(v[:-1])}
+    assert on == {"kind_cpu", "vendor_amd", "isa_avx512", "flag_avx512_bf16"}
+    assert v[-1] == 1.0  # log2 of 2 cores
+    known = [zen3, zen4, intel, intel2]
+    assert devices_for_target({"kind": "llvm", "mcpu": "znver4"}, known) == [zen4]
+    assert devices_for_target({"kind": "llvm", "mcpu": "emeraldrapids", "mattr": ["-avx512f"]}, known) == [intel2]
+    assert devices_for_target({"kind": "llvm", "mcpu": "emeraldrapids"}, known) == [intel]
+    assert devices_for_target({"kind": "llvm"}, known) == []  # generic x86-64 names no CPU
+    zen5 = dev("z5", "AMD EPYC", "znver5", "avx512", ["avx2", "avx512f", "avx512_bf16"])
+    assert nearest_device(zen5, known) is zen4  # same vendor, ISA and flags
+    assert nearest_device(dev("x", "AMD EPYC", "znver3", "avx2", []), known) is zen3  # same LLVM CPU
+
+
+def test_strict_split_keeps_every_task_on_one_side(two_device_dataset):
+    from cdmpp.train.devices import load_corpus, split_corpus
+
+    corpus = load_corpus(two_device_dataset, None, progress=False)
+    assert [d.device_id for d in corpus.devices] == [AVX2, AVX512]
+    assert set(np.unique(corpus.data.device)) == {1, 2}
+    split = split_corpus(corpus, "dcgan-b1")
+    sides = [set(corpus.raw_keys[s]) for s in (split.train, split.val, split.test)]
+    assert not (sides[0] & sides[1]) and not (sides[0] & sides[2]) and not (sides[1] & sides[2])
+    assert sides[2] == corpus.networks()["dcgan-b1"] & set(corpus.raw_keys)
+    # the held-out network's workloads are test on both devices
+    assert set(corpus.data.device[split.test]) == {1, 2}
+    with pytest.raises(ValueError, match="not in this dataset"):
+        split_corpus(corpus, "no_such_net")
+
+
+def test_checkpoint_knows_its_devices_and_predicts_for_the_chosen_one(device_checkpoint, two_device_dataset):
+    import cdmpp
+    from cdmpp import dataset as ds
+    from cdmpp.predictor import DeviceChoiceWarning, LatencyPredictor
+
+    out, rows = device_checkpoint
+    assert set(rows) == {AVX2, AVX512}
+    p = LatencyPredictor.load(out)
+    assert p.devices == [AVX2, AVX512]
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["model"]["num_devices"] == 2
+    recs = [q.record for q in ds.load_device_dir(two_device_dataset / AVX512).programs[:4]]
+    a = p.predict(recs, device=AVX512)
+    b = p.predict(recs, device=AVX2)
+    assert a.shape == (4,) and np.all(a > 0) and not np.allclose(a, b)
+    # a target whose mcpu and AVX-512 switch match picks that device, without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t2 = {"kind": "llvm", "num-cores": 2, "mcpu": "emeraldrapids", "mattr": ["-avx512f"]}
+        np.testing.assert_allclose(p.predict(recs, target=t2), p.predict(recs, target=t2, device=AVX2))
+        assert p.resolve_device(target={"kind": "llvm", "mcpu": "emeraldrapids"}).device_id == AVX512
+    # neither: this machine's descriptor picks a device, and a warning names it
+    with pytest.warns(DeviceChoiceWarning, match="predicting for cpu-intel"):
+        chosen = p.resolve_device()
+    assert chosen.device_id in p.devices
+    with pytest.raises(cdmpp.UnknownDeviceError, match="unknown device 'cpu-nowhere'.*knows cpu-intel"):
+        p.predict(recs, device="cpu-nowhere")
+    assert issubclass(cdmpp.UnknownDeviceError, cdmpp.CdmppError)
+    card = (out / "README.md").read_text()
+    assert AVX2 in card and AVX512 in card and "Held-out network dcgan-b1" in card
+
+
+def test_a_new_device_row_learns_its_shots_and_leaves_the_others(device_checkpoint, two_device_dataset):
+    from cdmpp.device import DeviceDescriptor, descriptor_vector
+    from cdmpp.train.adapt import fit_device_row, with_new_device
+    from cdmpp.train.devices import load_corpus
+    from cdmpp.train.model import load_checkpoint, predict_latency_array, save_checkpoint
+
+    model, _ = load_checkpoint(device_checkpoint[0])
+    corpus = load_corpus(two_device_dataset, None, progress=False)
+    data = corpus.data
+    idx = np.flatnonzero(data.device == 1)
+    # pretend the AVX2 programs come from a new device whose latencies are 3x slower than measured
+    slow = type(data)(**{**data.__dict__, "latency": data.latency * 3.0})
+    desc = descriptor_vector(DeviceDescriptor.from_json(corpus.manifests[AVX2]["device"]))
+    grown, row = with_new_device(model, desc)
+    assert row == 3 and grown.config.num_devices == 3 and model.config.num_devices == 2
+    tuned = fit_device_row(grown, slow, idx, row)
+
+    def rmse(m):
+        pred = predict_latency_array(m, slow, idx, device=row)
+        return float(np.sqrt(np.mean((np.log(pred) - np.log(slow.latency[idx])) ** 2)))
+
+    assert rmse(tuned) < 0.7 * rmse(grown)
+    for r in (1, 2):  # the known devices' predictions do not move
+        np.testing.assert_allclose(
+            predict_latency_array(tuned, data, idx, device=r), predict_latency_array(model, data, idx, device=r), rtol=1e-5
+        )
+    folder = save_checkpoint(tuned, device_checkpoint[0].parent / "grown", {})
+    again, _ = load_checkpoint(folder)
+    np.testing.assert_allclose(
+        predict_latency_array(again, slow, idx, device=row), predict_latency_array(tuned, slow, idx, device=row), rtol=1e-6
+    )
+
+
+def test_cli_evaluate_prints_one_table_per_device(device_checkpoint, two_device_dataset, tmp_path, capsys):
+    from cdmpp.cli import main
+
+    assert main(["evaluate", "-c", str(device_checkpoint[0]), "-d", str(two_device_dataset), "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert f"| {AVX2} | cdmpp transformer |" in out and f"| {AVX512} | xgboost PerStoreFeature |" in out
+
+
+def test_adapt_times_real_shots_and_writes_a_checkpoint_that_knows_this_machine(
+    device_checkpoint, two_device_dataset, tmp_path, capsys
+):
+    from cdmpp import dataset as ds
+    from cdmpp.cli import main
+    from cdmpp.device import local_cpu
+    from cdmpp.predictor import LatencyPredictor
+
+    out = tmp_path / "adapted"
+    argv = ["adapt", "-c", str(device_checkpoint[0]), "-s", str(two_device_dataset / AVX2), "-o", str(out),
+            "--measured", str(tmp_path / "measured"), "--shots", "3", "--candidates", "12",
+            "--cache", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    here = local_cpu().device_id
+    assert here in printed and "checkpoint written" in printed
+    p = LatencyPredictor.load(out)
+    assert here in p.devices
+    measured = ds.load_device_dir(tmp_path / "measured" / here)
+    assert 1 <= len(measured.programs) <= 3
+    lat = p.predict([q.record for q in measured.programs], device=here)
+    assert np.all(np.isfinite(lat)) and np.all(lat > 0)
+    entry = next(d for d in json.loads((out / "config.json").read_text())["metadata"]["devices"] if d["device_id"] == here)
+    assert entry["adapted"]["shots"] == len(measured.programs)
+
+
+def test_mean_kendall_tau_counts_constant_predictions_as_zero():
+    from cdmpp.train.metrics import mean_kendall_tau
+
+    true = np.array([1.0, 2.0, 3.0, 1.0, 2.0, 3.0])
+    groups = np.array([0, 0, 0, 1, 1, 1])
+    perfect = np.array([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])  # task 0 right, task 1 constant
+    assert mean_kendall_tau(perfect, true, groups) == pytest.approx(0.5)
+    assert mean_kendall_tau(true, true, groups) == pytest.approx(1.0)
+    # a task with constant measured latencies has no order to get right: skipped
+    assert mean_kendall_tau(np.array([1.0, 2.0]), np.array([4.0, 4.0]), np.array([0, 0])) != mean_kendall_tau(
+        np.array([1.0, 2.0]), np.array([4.0, 4.0]), np.array([0, 0])
+    )  # NaN

@@ -1,0 +1,332 @@
+"""A new device in minutes: learn its row of the device table from a few measured programs.
+
+CDMPP (EuroSys 2024, section 5) carries a trained predictor to a new device with a
+few measurements chosen by KMeans over the predictor's program embeddings.  Here
+the program encoder and the head stay frozen: a new device gets its own row in the
+model's device table (:meth:`~cdmpp.train.model.LatencyTransformer.add_device`),
+started from the unknown-device row (the zero-shot guess from its descriptor), and
+only that row's ``device_dim`` numbers are fitted to the shots' measurements.  A
+few dozen numbers cannot over-fit 16-64 programs the way fine-tuning every weight
+did (RESULTS.md, few-shot transfer), and they can move more than the level: the
+head reads the program embedding together with the device vector.
+
+:func:`adapt_local` is ``cdmpp adapt``: choose at most 64 programs of a measured
+device folder by KMeans (no latency read), time them on this machine, fit the row
+and write a checkpoint that knows this machine.  :func:`adapt_table` measures the
+recipe leave-one-device-out on programs already measured on the left-out device.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cdmpp.errors import InputError
+from cdmpp.featurize.batch import FeaturizedPrograms
+
+from .metrics import summary
+from .model import LatencyTransformer, predict_latency_array
+
+
+@dataclass
+class AdaptConfig:
+    """How a new device's row is learned.
+
+    Attributes:
+        shots: programs measured on the new device (at most this many are chosen).
+        selection: ``"kmeans"`` (CDMPP's sampling over the embeddings) or ``"random"``.
+        steps: full-batch Adam steps on the row.
+        lr: Adam learning rate.
+        l2: weight of the squared distance of the row from its start (keeps few
+            shots from pulling it far).
+        seed: seed of the choice.
+    """
+
+    shots: int = 64
+    selection: str = "kmeans"
+    steps: int = 300
+    lr: float = 0.05
+    l2: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.selection not in ("kmeans", "random"):
+            raise InputError(f"selection must be 'kmeans' or 'random', got {self.selection!r}")
+        if self.shots < 1 or self.steps < 0 or self.lr <= 0 or self.l2 < 0:
+            raise InputError(f"bad AdaptConfig: {self}")
+
+
+@torch.no_grad()
+def _pooled(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray) -> torch.Tensor:
+    from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
+
+    model.eval()
+    out = [model.pooled(*dense_programs(data, index[s : s + 512])) for s in range(0, len(index), 512)]
+    return torch.cat(out) if out else torch.zeros((0, model.config.d_model))
+
+
+def fit_device_row(
+    model: LatencyTransformer, data: FeaturizedPrograms, shots: np.ndarray, row: int, config: AdaptConfig | None = None
+) -> LatencyTransformer:
+    """A copy of ``model`` whose device row ``row`` is fitted to the measured ``shots``.
+
+    Minimises the MSE of standardised log-latency over the shots, plus ``config.l2``
+    times the squared distance of the row from where it started, by full-batch
+    Adam on the row alone (every other weight frozen).
+
+    Args:
+        shots: int64 ``(K,)`` program indices of ``data`` with measured latencies.
+        row: the device row to fit (``1..num_devices``).
+
+    Returns:
+        The adapted copy, in eval mode; ``model`` is unchanged.
+
+    Raises:
+        ValueError: no shot, a non-positive latency, or a model without device input.
+    """
+    config = config or AdaptConfig()
+    shots = np.asarray(shots, dtype=np.int64)
+    if shots.size == 0:
+        raise ValueError("adapting needs at least one measured program")
+    if model.config.num_devices <= 0:
+        raise ValueError("this model has no device input (num_devices == 0); retrain it over several devices")
+    if not 1 <= row <= model.config.num_devices:
+        raise ValueError(f"device row {row} is outside 1..{model.config.num_devices}")
+    lat = data.latency[shots]
+    if not np.all(np.isfinite(lat) & (lat > 0)):
+        raise ValueError("a shot has a non-positive or missing latency")
+    out = copy.deepcopy(model).eval()
+    h = _pooled(out, data, shots)
+    y = (torch.from_numpy(np.log(lat)).float() - out.label_mean) / out.label_std
+    start = out.device_embedding.weight[row].detach().clone()
+    param = torch.nn.Parameter(start.clone())
+    opt = torch.optim.Adam([param], lr=config.lr)
+    dev = torch.full((len(shots),), row, dtype=torch.int64)
+    desc = out.descriptor_proj(out.device_descriptor[dev]).detach()
+    for _ in range(config.steps):
+        opt.zero_grad()
+        vec = param.unsqueeze(0).expand(len(shots), -1) + desc
+        pred = out.head(torch.cat([h, vec], dim=-1)).squeeze(-1)
+        loss = torch.nn.functional.mse_loss(pred, y) + config.l2 * (param - start).pow(2).sum()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        out.device_embedding.weight[row] = param.detach()
+    return out
+
+
+def with_new_device(model: LatencyTransformer, descriptor: np.ndarray, init_row: int = 0) -> tuple[LatencyTransformer, int]:
+    """A copy of ``model`` with one more device row (its start: row ``init_row``); returns ``(copy, row)``."""
+    out = copy.deepcopy(model)
+    return out, out.add_device(descriptor, init_row)
+
+
+def select_programs(model: LatencyTransformer, data: FeaturizedPrograms, candidates: np.ndarray, config: AdaptConfig):
+    """At most ``config.shots`` programs of ``candidates`` to measure, chosen without latencies
+    (:func:`cdmpp.train.finetune.select_shots`); int64 sorted."""
+    from .finetune import FineTuneConfig, select_shots  # pylint: disable=import-outside-toplevel
+
+    return select_shots(model, data, candidates, FineTuneConfig(shots=config.shots, selection=config.selection, seed=config.seed))
+
+
+def adapt_table(
+    model: LatencyTransformer,
+    meta: dict,
+    data: FeaturizedPrograms,
+    device,
+    weights: dict | None = None,
+    shot_counts=(16, 32, 64),
+    selections=("kmeans", "random"),
+    seed: int = 0,
+) -> dict[str, dict]:
+    """Leave-one-device-out rows: a device the checkpoint never saw, zero-shot and after shots.
+
+    ``data`` holds programs already measured on ``device`` (its
+    :class:`~cdmpp.device.DeviceDescriptor`).  Every row is scored on the same
+    programs: those not chosen as a shot by any row.
+
+    Rows:
+        - ``zero-shot, descriptor``: a new row started from the unknown device's;
+        - ``zero-shot, nearest device <id>``: the nearest known device's row
+          (:func:`cdmpp.device.nearest_device`);
+        - ``<k> <selection> shots, offset``: the descriptor row plus the mean log
+          residual of the shots (the level only);
+        - ``<k> <selection> shots, device row``: :func:`fit_device_row` on the shots.
+
+    Returns:
+        Metric rows by name (:func:`cdmpp.train.metrics.summary`).
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device
+
+    base, row = with_new_device(model, descriptor_vector(device))
+    everything = np.arange(len(data))
+    chosen = {}
+    for sel in selections:
+        for k in shot_counts:
+            chosen[(sel, k)] = select_programs(base, data, everything, AdaptConfig(shots=k, selection=sel, seed=seed))
+    used = np.unique(np.concatenate(list(chosen.values()))) if chosen else np.zeros(0, np.int64)
+    rest = np.setdiff1d(everything, used)
+    true, groups = data.latency[rest], data.workload[rest]
+
+    def score(m, r):
+        return summary(predict_latency_array(m, data, rest, device=r), true, groups, weights)
+
+    rows = {"zero-shot, descriptor": score(base, row)}
+    known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
+    if known:
+        near = nearest_device(device, [d for _, d in known])
+        near_row = next(r for r, d in known if d.device_id == near.device_id)
+        rows[f"zero-shot, nearest device {near.device_id}"] = score(model, near_row)
+    for (sel, k), shots in chosen.items():
+        resid = np.log(data.latency[shots]) - np.log(predict_latency_array(base, data, shots, device=row))
+        shifted = copy.deepcopy(base)
+        shifted.label_mean += float(resid.mean())
+        rows[f"{k} {sel} shots, offset"] = score(shifted, row)
+        rows[f"{k} {sel} shots, device row"] = score(fit_device_row(base, data, shots, row), row)
+    return rows
+
+
+
+@dataclass
+class AdaptResult:
+    """What :func:`adapt_local` did.
+
+    Attributes:
+        device_id: this machine's device id, now known to the written checkpoint.
+        row: its row in the checkpoint's device table.
+        new_device: whether the row is new (else an existing row was refitted).
+        shots: programs measured and fitted on.
+        measured_dir: the device folder holding this machine's measurements.
+        rmse_log_before, rmse_log_after: RMSE of log-latency on the shots, with the
+            starting row and with the fitted one (in-sample: a check that the fit
+            moved toward the measurements, not an accuracy estimate).
+        seconds: wall time of each step (``select``, ``measure``, ``fit``).
+    """
+
+    device_id: str
+    row: int
+    new_device: bool
+    shots: int
+    measured_dir: Path
+    rmse_log_before: float
+    rmse_log_after: float
+    seconds: dict
+
+
+def adapt_local(
+    checkpoint: Path,
+    source: Path,
+    out: Path,
+    measured: Path,
+    config: AdaptConfig | None = None,
+    candidates: int = 2000,
+    cache_dir: Path | None = None,
+    disable_avx512: bool = False,
+    progress: bool = True,
+) -> AdaptResult:
+    """``cdmpp adapt``: teach a checkpoint this machine from at most ``config.shots`` timings.
+
+    1. Draw ``candidates`` programs of ``source`` (a measured device folder; its
+       latencies are never read), featurize them and choose ``config.shots`` by
+       KMeans over the checkpoint's program embeddings.
+    2. Time them on this machine with the collector's protocol and quiet-machine
+       guard (:func:`cdmpp.collect.measure_programs`) into ``measured/<device id>/``.
+    3. Add this machine's row to the device table (or refit it, if the checkpoint
+       knows this machine already) with :func:`fit_device_row`, and write the
+       checkpoint to ``out`` (the tree baseline is copied as it is).
+
+    Raises:
+        CheckpointError: a bad checkpoint.
+        DatasetError: ``source`` is not a device folder with measured programs, or no
+            shot could be measured here.
+        ValueError: a checkpoint without a device table.
+        MachineBusyError: the machine stayed busy past the guard's limit.
+    """
+    # pylint: disable=import-outside-toplevel
+    import shutil
+
+    from cdmpp import dataset as ds
+    from cdmpp.collect import measure_programs
+    from cdmpp.device import descriptor_vector, local_cpu
+    from cdmpp.featurize import featurize_many
+    from cdmpp.featurize.batch import featurize_database, from_trees
+
+    from .model import load_checkpoint, save_checkpoint
+
+    config = config or AdaptConfig()
+    model, meta = load_checkpoint(Path(checkpoint))
+    if model.config.num_devices <= 0 or not meta.get("devices"):
+        raise InputError(f"{checkpoint} has no device table: adapt needs a checkpoint trained over several devices")
+    seconds = {}
+    t0 = time.time()
+    src = ds.load_device_dir(Path(source))
+    if not src.programs:
+        raise ds.DatasetError(f"{source}: no measured program to choose from")
+    rng = np.random.default_rng(config.seed)
+    pool = np.sort(rng.choice(len(src.programs), size=min(candidates, len(src.programs)), replace=False))
+    src_target = src.manifest.get("device", {}).get("target") or src.programs[0].record.target
+    trees = featurize_many([src.programs[i].record for i in pool], src_target)
+    n = len(trees)
+    cand = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
+    chosen = pool[select_programs(model, cand, np.arange(n), config)]
+    seconds["select"] = round(time.time() - t0, 1)
+    t0 = time.time()
+    note = f"{chosen.size} programs chosen by {config.selection} (seed {config.seed}) over the embeddings of {checkpoint}"
+    summary_ = measure_programs(Path(source), chosen, Path(measured), disable_avx512=disable_avx512, note=note, progress=progress)
+    seconds["measure"] = round(time.time() - t0, 1)
+    t0 = time.time()
+    local = local_cpu(disable_avx512=disable_avx512)
+    db = ds.load_device_dir(summary_.device_dir)
+    if not db.programs:
+        raise ds.DatasetError(f"no program could be measured on this machine (see {summary_.device_dir})")
+    data = featurize_database(db, cache_dir, progress=False)
+    known = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
+    if local.device_id in known:
+        base, row, new = copy.deepcopy(model), known[local.device_id], False
+    else:
+        (base, row), new = with_new_device(model, descriptor_vector(local)), True
+    shots = np.arange(len(data))
+    true = np.log(data.latency)
+    before = float(np.sqrt(np.mean((np.log(predict_latency_array(base, data, shots, device=row)) - true) ** 2)))
+    tuned = fit_device_row(base, data, shots, row, config)
+    after = float(np.sqrt(np.mean((np.log(predict_latency_array(tuned, data, shots, device=row)) - true) ** 2)))
+    seconds["fit"] = round(time.time() - t0, 1)
+    entry = {
+        "row": row,
+        "device_id": local.device_id,
+        "descriptor": local.to_json(),
+        "folder": str(summary_.device_dir),
+        "programs": int(len(data)),
+        "train_programs": 0,
+        "adapted": {
+            **asdict(config),
+            "from_checkpoint": str(checkpoint),
+            "source": str(source),
+            "shots": int(len(data)),
+            "rmse_log_before": round(before, 4),
+            "rmse_log_after": round(after, 4),
+            "seconds": seconds,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    }
+    devices = [d for d in meta["devices"] if d["device_id"] != local.device_id] + [entry]
+    out = Path(out)
+    save_checkpoint(tuned, out, {**meta, "devices": sorted(devices, key=lambda d: d["row"])})
+    for name in ("tree_baseline.json", "README.md"):
+        if (Path(checkpoint) / name).exists() and Path(checkpoint).resolve() != out.resolve():
+            shutil.copyfile(Path(checkpoint) / name, out / name)
+    with open(out / "README.md", "a", encoding="utf-8") as f:
+        f.write(
+            f"\n## Adapted: `{local.device_id}` (row {row})\n\n"
+            f"`cdmpp adapt` timed {len(data)} programs of `{source}` on this machine (chosen by {config.selection}) "
+            f"and fitted the device's row: RMSE(log) on those shots {before:.3f} -> {after:.3f} (in-sample). "
+            f"Wall time: {json.dumps(seconds)} s.\n"
+        )
+    return AdaptResult(local.device_id, row, new, int(len(data)), summary_.device_dir, before, after, seconds)

@@ -1,0 +1,406 @@
+"""One model over every measured device: the pooled corpus, its strict split, training.
+
+CDMPP (EuroSys 2024) makes one predictor serve several devices.  Here every device
+folder of a dataset joins one training set; each program carries its device's row
+in the model's device table (:class:`~cdmpp.train.model.LatencyTransformer`, a
+learned embedding plus the device descriptor of :func:`cdmpp.device.descriptor_vector`).
+
+The split is strict: holding out a network holds out every workload of that
+network on *every* device, and the validation workloads (a tenth of the rest,
+drawn once by workload key) are validation on every device too, so no task has
+programs on both sides of any split, whichever device measured them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp import dataset as ds
+from cdmpp.device import DeviceDescriptor, descriptor_vector
+from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
+
+from .baselines import TreeBaseline
+from .lightning import TrainConfig
+from .metrics import summary
+from .model import ModelConfig, predict_latency_array, save_checkpoint
+from .splits import Split, networks_of
+
+BASELINE_FILE = "tree_baseline.json"
+CARD_FILE = "README.md"
+
+
+@dataclass
+class DeviceCorpus:
+    """Featurized programs of several devices, one after another.
+
+    Attributes:
+        data: every program; ``data.device`` is the program's device row (1-based:
+            row ``d`` is ``devices[d - 1]``), and ``data.workload_keys`` are
+            qualified by device (``"<device_id>:<structural hash>"``), so that
+            within-task terms never compare two devices' latencies.
+        raw_keys: str ``(P,)``: each program's unqualified workload key.
+        devices: the devices, in row order.
+        manifests: each device's manifest, by device id.
+        folders: each device's folder, by device id.
+    """
+
+    data: FeaturizedPrograms
+    raw_keys: np.ndarray
+    devices: list[DeviceDescriptor]
+    manifests: dict[str, dict]
+    folders: dict[str, Path]
+
+    def networks(self) -> dict[str, set[str]]:
+        """Workload keys of each network, over every device's manifest."""
+        out: dict[str, set[str]] = {}
+        for m in self.manifests.values():
+            for net, keys in networks_of(m).items():
+                out.setdefault(net, set()).update(keys)
+        return out
+
+    def descriptors(self) -> np.ndarray:
+        """float32 ``(len(devices) + 1, DESCRIPTOR_DIM)``: row 0 zeros (unknown device), then each device's."""
+        rows = [np.zeros_like(descriptor_vector(self.devices[0]))] if self.devices else []
+        return np.stack(rows + [descriptor_vector(d) for d in self.devices]).astype(np.float32)
+
+
+def device_of_manifest(manifest: dict, folder: Path) -> DeviceDescriptor:
+    """The device descriptor a device folder's manifest records.
+
+    Raises:
+        DatasetError: the manifest records no device.
+    """
+    dev = manifest.get("device")
+    if not dev:
+        raise ds.DatasetError(f"{folder}: the manifest records no device; every pooled folder needs one")
+    return DeviceDescriptor.from_json(dev)
+
+
+def load_corpus(
+    root: Path, cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True
+) -> DeviceCorpus:
+    """Featurize (or read from the cache) every device folder under ``root``.
+
+    Args:
+        root: a dataset folder holding device folders.
+        exclude: device ids to leave out (for example the device of a
+            leave-one-device-out run).
+
+    Raises:
+        DatasetError: no device folder, an excluded id that is not there, or a folder
+            without a recorded device.
+    """
+    dirs = ds.device_dirs(Path(root))
+    names = {d.name for d in dirs}
+    missing = [e for e in exclude if e not in names]
+    if missing:
+        raise ds.DatasetError(f"no device folder {', '.join(missing)} under {root}; it has {', '.join(sorted(names))}")
+    parts, raw, devices, manifests, folders = [], [], [], {}, {}
+    for folder in dirs:
+        if folder.name in exclude:
+            continue
+        db = ds.load_device_dir(folder)
+        if not db.programs:
+            continue
+        dev = device_of_manifest(db.manifest, folder)
+        data = featurize_database(db, cache_dir, progress=progress)
+        row = len(devices) + 1
+        devices.append(dev)
+        manifests[dev.device_id], folders[dev.device_id] = db.manifest, folder
+        raw.append(np.asarray(data.workload_keys)[data.workload])
+        parts.append(
+            dataclasses.replace(
+                data,
+                workload_keys=[f"{dev.device_id}:{k}" for k in data.workload_keys],
+                device=np.full(len(data), row, dtype=np.int64),
+            )
+        )
+    if not parts:
+        raise ds.DatasetError(f"no measured program under {root}")
+    return DeviceCorpus(FeaturizedPrograms.concat(parts), np.concatenate(raw), devices, manifests, folders)
+
+
+def split_corpus(corpus: DeviceCorpus, holdout: str | None, val_fraction: float = 0.1, seed: int = 0) -> Split:
+    """The strict split of a pooled corpus (see the module docstring).
+
+    Args:
+        holdout: the network whose workloads are the test set on every device;
+            ``None`` tests nothing.
+        val_fraction: fraction of the remaining workload keys kept for validation.
+
+    Raises:
+        ValueError: an unknown network, or nothing left to train on.
+    """
+    nets = corpus.networks()
+    if holdout is not None and holdout not in nets:
+        raise UnknownNetworkError(f"network {holdout!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
+    is_test = np.isin(corpus.raw_keys, sorted(nets.get(holdout, set()))) if holdout else np.zeros(len(corpus.raw_keys), bool)
+    rest = np.unique(corpus.raw_keys[~is_test])
+    if rest.size == 0:
+        raise InputError(f"holding out {holdout!r} leaves no training program")
+    n_val = max(1, int(round(val_fraction * rest.size))) if rest.size > 1 else 0
+    val_keys = np.random.default_rng(seed).choice(rest, size=n_val, replace=False)
+    is_val = np.isin(corpus.raw_keys, val_keys) & ~is_test
+    idx = np.arange(len(corpus.raw_keys))
+    return Split(idx[~is_test & ~is_val], idx[is_val], idx[is_test], holdout or "none")
+
+
+def tree_inputs(data: FeaturizedPrograms, descriptors: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The tree baseline's input over several devices: summed ``PerStoreFeature`` and
+    the device descriptor, float32 ``(len(index), 164 + DESCRIPTOR_DIM)``."""
+    index = np.asarray(index, dtype=np.int64)
+    return np.concatenate([data.psf_sum[index], descriptors[data.device[index]]], axis=1).astype(np.float32)
+
+
+def device_task_weights(corpus: DeviceCorpus, network: str | None) -> dict[int, float]:
+    """Task weight of each (device-qualified) workload index of ``corpus.data``."""
+    index_of = {k: i for i, k in enumerate(corpus.data.workload_keys)}
+    out: dict[int, float] = {}
+    for dev_id, manifest in corpus.manifests.items():
+        for t in manifest.get("tasks", []):
+            i = index_of.get(f"{dev_id}:{t['workload_key']}")
+            if i is not None and (network is None or t["network"] == network):
+                out[i] = out.get(i, 0.0) + float(t["weight"])
+    return out
+
+
+def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, network: str | None) -> dict[str, dict]:
+    """Metric rows (transformer, and the trees when given) of programs ``index``, per device id."""
+    weights = device_task_weights(corpus, network)
+    descriptors = corpus.descriptors()
+    out = {}
+    for row, dev in enumerate(corpus.devices, start=1):
+        sel = index[corpus.data.device[index] == row]
+        if sel.size == 0:
+            continue
+        true, groups = corpus.data.latency[sel], corpus.data.workload[sel]
+        rows = {"cdmpp transformer": summary(predict_latency_array(model, corpus.data, sel), true, groups, weights)}
+        if tree is not None:
+            rows["xgboost PerStoreFeature"] = summary(
+                tree.predict(tree_inputs(corpus.data, descriptors, sel)), true, groups, weights
+            )
+        out[dev.device_id] = rows
+    return out
+
+
+def train_device_model(
+    root: Path,
+    holdout: str | None,
+    out: Path,
+    model_config: ModelConfig | None = None,
+    train_config: TrainConfig | None = None,
+    cache_dir: Path | None = None,
+    exclude: tuple[str, ...] = (),
+    use_wandb: bool = True,
+    progress: bool = True,
+) -> dict[str, dict]:
+    """Train one transformer (and the tree baseline) over every device folder of ``root``.
+
+    The split is :func:`split_corpus`'s; the transformer and the trees train on the
+    same programs (the trees see no validation program).  Writes the checkpoint
+    (``model.safetensors``, ``config.json`` with a ``devices`` list in row order),
+    ``tree_baseline.json`` and the model card to ``out``.
+
+    Args:
+        exclude: device ids left out of training (leave-one-device-out).
+
+    Returns:
+        Metric rows of the held-out network, per device id (empty without ``holdout``).
+
+    Raises:
+        DatasetError, ValueError: bad data, an unknown network, or an empty split.
+    """
+    from .fit import fit_transformer  # pylint: disable=import-outside-toplevel
+
+    train_config = train_config or TrainConfig()
+    corpus = load_corpus(Path(root), cache_dir, tuple(exclude), progress)
+    model_config = dataclasses.replace(model_config or ModelConfig(), num_devices=len(corpus.devices))
+    split = split_corpus(corpus, holdout, seed=train_config.seed)
+    target = split.test if train_config.cmd_weight > 0 else None
+    t0 = time.time()
+    model = fit_transformer(
+        corpus.data,
+        split,
+        model_config,
+        train_config,
+        Path(out) / "logs",
+        use_wandb,
+        progress=progress,
+        target=target,
+        device_descriptors=corpus.descriptors(),
+    )
+    t_model = time.time() - t0
+    t0 = time.time()
+    descriptors = corpus.descriptors()
+    tree = TreeBaseline(seed=train_config.seed).fit(
+        tree_inputs(corpus.data, descriptors, split.train), corpus.data.latency[split.train]
+    )
+    t_tree = time.time() - t0
+    rows = score_by_device(model, tree, corpus, split.test, holdout) if len(split.test) else {}
+    val_rows = score_by_device(model, tree, corpus, split.val, None) if len(split.val) else {}
+    counts = np.bincount(corpus.data.device, minlength=len(corpus.devices) + 1)
+    train_counts = np.bincount(corpus.data.device[split.train], minlength=len(corpus.devices) + 1)
+    meta = {
+        "dataset": str(root),
+        "devices": [
+            {
+                "row": r,
+                "device_id": d.device_id,
+                "descriptor": d.to_json(),
+                "folder": str(corpus.folders[d.device_id]),
+                "programs": int(counts[r]),
+                "train_programs": int(train_counts[r]),
+            }
+            for r, d in enumerate(corpus.devices, start=1)
+        ],
+        "excluded_devices": list(exclude),
+        "holdout": holdout,
+        "train_programs": int(len(split.train)),
+        "val_programs": int(len(split.val)),
+        "test_programs": int(len(split.test)),
+        "train_config": asdict(train_config),
+        "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
+        "tree_inputs": "psf_sum+descriptor",
+        "heldout_metrics": rows,
+        "validation_metrics": val_rows,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    save_checkpoint(model, out, meta)
+    tree.save(Path(out) / BASELINE_FILE)
+    (Path(out) / CARD_FILE).write_text(model_card(model_config, meta), encoding="utf-8")
+    return rows
+
+
+def _rows_table(by_device: dict[str, dict]) -> list[str]:
+    lines = [
+        "| device | model | programs | MAPE | <=25% | RMSE(log) | tau | top-1 | top-5 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for dev, rows in by_device.items():
+        for name, r in rows.items():
+            lines.append(
+                f"| {dev} | {name} | {r['programs']} | {100 * r['mape']:.1f}% | {100 * r['within_25']:.1f}% | "
+                f"{r['rmse_log']:.3f} | {r['kendall_tau']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} |"
+            )
+    return lines
+
+
+def model_card(model_config: ModelConfig, meta: dict) -> str:
+    """The model card (markdown) of a checkpoint trained by :func:`train_device_model`."""
+    lines = [
+        "# Model card: cdmpp latency transformer, one model for every measured device",
+        "",
+        "Predicts the latency (seconds) of a scheduled TensorIR PrimFunc on a device, from its compact AST "
+        "(CDMPP, EuroSys 2024, sections 3-4) and the device: a transformer encoder over the leaves' feature "
+        "vectors with a sinusoidal encoding of their pre-order positions, mean-pooled, concatenated with the "
+        "device's vector (a learned embedding plus a linear map of its descriptor), then an MLP head on "
+        "log-latency.",
+        "",
+        "## Devices",
+        "",
+        "| row | device | model | cores | ISA | target | programs | in training |",
+        "| ---: | --- | --- | ---: | --- | --- | ---: | ---: |",
+    ]
+    for d in meta["devices"]:
+        desc = d["descriptor"]
+        lines.append(
+            f"| {d['row']} | `{d['device_id']}` | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
+            f"{desc.get('isa', '?')} | `{json.dumps(desc.get('target', {}))}` | {d['programs']} | {d['train_programs']} |"
+        )
+    lines += [
+        "",
+        "Row 0 is the unknown device: with a device's descriptor it is the zero-shot guess for a device not in "
+        "the table (`cdmpp adapt` learns a row for one from a few measurements).",
+        "",
+        "## Data and split",
+        f"- Dataset `{meta['dataset']}`; devices left out: {', '.join(meta['excluded_devices']) or 'none'}",
+        f"- Held-out network: {meta['holdout'] or 'none'} (its workloads out of training on every device; "
+        f"{meta['test_programs']} test programs). Validation: a tenth of the other workloads, on every device "
+        f"({meta['val_programs']} programs). Training: {meta['train_programs']} programs.",
+        "- Labels: median of 10 timing repeats, measured by `cdmpp collect` on each device (see the dataset cards)",
+        "",
+        "## Recipe",
+        f"- Model: `{json.dumps(asdict(model_config))}`",
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss MSE on standardised log-latency; AdamW",
+        f"- Wall time on the training machine: {meta['train_seconds']['transformer']} s "
+        f"(tree baseline {meta['train_seconds']['tree_baseline']} s)",
+        "- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended to the "
+        "summed `PerStoreFeature` rows.",
+    ]
+    if meta.get("validation_metrics"):
+        lines += ["", "## Validation workloads (every device)", "", *_rows_table(meta["validation_metrics"])]
+    if meta.get("heldout_metrics"):
+        lines += ["", f"## Held-out network {meta['holdout']}", "", *_rows_table(meta["heldout_metrics"])]
+    return "\n".join(lines) + "\n"
+
+
+def evaluate_devices(
+    checkpoint: Path, root: Path, holdout: str | None = "auto", cache_dir: Path | None = None, progress: bool = True
+) -> tuple[dict[str, dict], str]:
+    """Score a checkpoint trained by :func:`train_device_model` on each device folder of ``root``
+    that it knows, on the held-out network (default: the one it recorded) or on every program.
+
+    Returns:
+        ``(rows per device id, title)``.
+
+    Raises:
+        CheckpointError, DatasetError, ValueError: a bad checkpoint, bad data, a
+            checkpoint without a device table, or no device folder it knows.
+    """
+    from .model import load_checkpoint  # pylint: disable=import-outside-toplevel
+
+    model, meta = load_checkpoint(Path(checkpoint))
+    if not meta.get("devices"):
+        raise InputError(f"{checkpoint} has no device table; score it on one device folder")
+    row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
+    names = {d.name for d in ds.device_dirs(Path(root))}
+    unknown = tuple(sorted(n for n in names if n not in row_of))
+    if len(unknown) == len(names):
+        raise ds.DatasetError(f"{root} holds no device this checkpoint knows ({', '.join(row_of)})")
+    corpus = load_corpus(Path(root), cache_dir, unknown, progress)
+    # corpus.data.device indexes corpus.devices (1-based); the checkpoint's rows may differ
+    to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
+    model_rows = to_model[corpus.data.device]
+    net = meta.get("holdout") if holdout == "auto" else holdout
+    index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
+    tree = None
+    if (Path(checkpoint) / BASELINE_FILE).exists() and meta.get("tree_inputs") == "psf_sum+descriptor":
+        tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
+    rows = _score_remapped(model, tree, corpus, index, net, model_rows, meta)
+    what = f"held-out network {net}" if net else "every program"
+    return rows, f"{what} of {root}, per device ({checkpoint})"
+
+
+def _score_remapped(model, tree, corpus, index, network, model_rows, meta) -> dict[str, dict]:
+    """:func:`score_by_device` where the model's device rows (``model_rows``) differ from the corpus's."""
+    from cdmpp.device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
+
+    weights = device_task_weights(corpus, network)
+    table = np.zeros((max(int(d["row"]) for d in meta["devices"]) + 1, len(descriptor_vector(corpus.devices[0]))), np.float32)
+    for d in meta["devices"]:
+        table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
+    out = {}
+    for row, dev in enumerate(corpus.devices, start=1):
+        sel = index[corpus.data.device[index] == row]
+        if sel.size == 0:
+            continue
+        true, groups = corpus.data.latency[sel], corpus.data.workload[sel]
+        pred = predict_latency_array(model, corpus.data, sel, device=model_rows[sel])
+        rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
+        if tree is not None:
+            x = np.concatenate([corpus.data.psf_sum[sel], table[model_rows[sel]]], axis=1)
+            rows["xgboost PerStoreFeature"] = summary(tree.predict(x), true, groups, weights)
+        out[dev.device_id] = rows
+    return out
+
+
+def format_device_table(rows: dict[str, dict], title: str) -> str:
+    """A markdown table of per-device metric rows, under ``title``."""
+    return "\n".join([title, "", *_rows_table(rows)])
