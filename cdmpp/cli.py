@@ -260,13 +260,15 @@ def _cmd_train(args) -> int:
             Path(args.cache),
             tuple(args.exclude_device or ()),
             use_wandb=not args.no_wandb,
+            split=args.split,
         )
         print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
         if rows:
-            print(format_device_table(rows, f"held-out network {holdout} ({args.dataset})"))
+            what = f"held-out network {holdout}" if args.split == "network" else "within-task test programs"
+            print(format_device_table(rows, f"{what} ({args.dataset})"))
         return 0
-    if args.exclude_device:
-        print("error: --exclude-device needs a dataset with several device folders", file=sys.stderr)
+    if args.exclude_device or args.split != "network":
+        print("error: --exclude-device and --split need a dataset with several device folders", file=sys.stderr)
         return 2
     rows = train_and_compare(
         Path(args.dataset),
@@ -301,7 +303,11 @@ def _cmd_evaluate(args) -> int:
         from .train.devices import evaluate_devices, format_device_table  # pylint: disable=import-outside-toplevel
 
         rows, title = evaluate_devices(
-            checkpoint, Path(args.dataset), None if args.holdout == "none" else args.holdout, Path(args.cache)
+            checkpoint,
+            Path(args.dataset),
+            None if args.holdout == "none" else args.holdout,
+            Path(args.cache),
+            plot=Path(args.plot) if args.plot else None,
         )
         print(format_device_table(rows, title))
         if args.output:
@@ -423,9 +429,15 @@ def _cmd_adapt_table(args) -> int:
         model, meta, data, device, task_weights(db.manifest, data.workload_keys, None),
         tuple(args.shots), tuple(args.selection), args.seed,
     )
-    print(format_table(rows, f"device {device.device_id}, unseen by {args.checkpoint}: zero-shot and after shots"))
+    title = f"device {device.device_id}, unseen by {args.checkpoint}: zero-shot and after shots"
+    print(format_table(rows, title))
     if args.output:
         write_rows(rows, Path(args.output))
+    if args.plot:
+        from .train.plots import plot_error_vs_shots
+
+        plot_error_vs_shots(rows, f"{device.device_id} (left out of training): MAPE after shots", Path(args.plot))
+        print(f"plot written to {args.plot}")
     return 0
 
 
@@ -647,6 +659,13 @@ def build_parser() -> argparse.ArgumentParser:
         "feature; their programs of the held-out and validation workloads left out): one model over several CPUs",
     )
     s.add_argument(
+        "--split",
+        choices=["network", "within-task"],
+        default="network",
+        help="with several device folders: hold out --holdout on every device (network), or TenSet's within-task "
+        "protocol (10%% of the programs of every task with >= 20 programs; within-task)",
+    )
+    s.add_argument(
         "--exclude-device",
         nargs="+",
         default=None,
@@ -673,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="train and score every model on leave-one-network-out splits (--holdout a,b,c; default: every "
         "network) and a random split; writes benchmark.csv and benchmark.md",
+    )
+    s.add_argument(
+        "--plot", default=None, metavar="PNG", help="with several device folders: predicted vs measured, per device"
     )
     s.add_argument("--no-random-split", action="store_true", help="--benchmark: skip the random split")
     s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
@@ -729,6 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
+    s.add_argument("--plot", default=None, metavar="PNG", help="also plot MAPE against the number of shots")
     s.set_defaults(func=_cmd_adapt_table)
 
     s = sub.add_parser("finetune", help="few-shot transfer of a checkpoint to another device's dataset")

@@ -9,8 +9,13 @@ for the positional encoding (section 4.2).
 
 Each leaf's feature vector is ``OWN_FEATURES`` (computed here from the tree and the
 store expression) followed by TVM's 164 ``PerStoreFeature`` columns of the leaf's
-buffer (rows are per written buffer in first-store order; they are matched to leaves
-by buffer name) and a flag telling whether such a row was found.
+buffer and a flag telling whether such a row was found.  TVM returns one row per
+written buffer, sorted by first store (``PerStoreFeatureCollector``), after its
+pre-passes; rows carry no buffer name, so they are matched to leaves by position in
+the first-store order of the buffers TVM sees.  Of those pre-passes, only
+``RemoveWeightLayoutRewriteBlock`` removes stores (the weight-layout-rewrite blocks
+that MetaSchedule's ``RewriteLayout`` adds), so such stores are leaves without a
+row; stores of a constant and ``init`` stores get none either, as in TVM.
 """
 
 from __future__ import annotations
@@ -57,6 +62,13 @@ OWN_FEATURES = (
     "program_loops",
 )
 PSF_DIM = 164
+FEATURIZER_VERSION = 2
+"""Version of the leaf features; bumped whenever a change alters any feature value.
+It is part of the featurization cache key and of every checkpoint (a checkpoint of
+another version is refused on load).  2: stores of weight-layout-rewrite blocks get
+no ``PerStoreFeature`` row (TVM removes those blocks before extracting), so later
+leaves are no longer matched to the row of the buffer before them."""
+LAYOUT_REWRITE_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 FEATURE_DIM = len(OWN_FEATURES) + PSF_DIM + 1
 FEATURE_NAMES = OWN_FEATURES + tuple(f"psf_{i}" for i in range(PSF_DIM)) + ("psf_present",)
 
@@ -82,6 +94,12 @@ class ProgramAST:
         leaf_position: int32 ``(L,)``: each leaf's pre-order index, i.e. its node index.
         leaf_features: float32 ``(L, F)``: the leaf feature vectors (see module docstring).
         leaf_buffer: the buffer each leaf stores to.
+        psf_buffers: the buffers expected to have a ``PerStoreFeature`` row, in
+            first-store order (the leaves' rows are matched by position in it).
+        psf_rows: rows TVM returned (-1 when none were given); a count other than
+            ``len(psf_buffers)`` means some leaves may sit on the wrong row.
+        dropped_leaves: leaves TVM removes before extracting (weight-layout-rewrite
+            stores); they get no row.
     """
 
     node_parent: np.ndarray
@@ -92,6 +110,9 @@ class ProgramAST:
     leaf_position: np.ndarray
     leaf_features: np.ndarray
     leaf_buffer: tuple[str, ...]
+    psf_buffers: tuple[str, ...] = ()
+    psf_rows: int = -1
+    dropped_leaves: int = 0
 
     @property
     def num_leaves(self) -> int:
@@ -185,6 +206,8 @@ class _Builder:
         self.name: list[str] = []
         self.ann: list[dict] = []
         self.leaves: list[tuple[int, object, list[int], bool]] = []  # node, store, loop path, is_init
+        self.dropped: set[int] = set()  # leaves TVM's PerStoreFeature never sees (see build_tree)
+        self._in_rewrite = False
 
     def add(self, parent: int, kind: int, extent: int, name: str, ann: dict) -> int:
         self.parent.append(parent)
@@ -214,13 +237,18 @@ class _Builder:
                 self.visit(sub, parent, path, in_init)
         elif name == "BufferStore":
             node = self.add(parent, LEAF, 0, str(s.buffer.name), {})
+            if self._in_rewrite:
+                self.dropped.add(len(self.leaves))
             self.leaves.append((node, s, path, in_init))
         elif name == "SBlockRealize":
             self.visit(s.block, parent, path, in_init)
         elif name == "SBlock":
+            outer = self._in_rewrite
+            self._in_rewrite = outer or LAYOUT_REWRITE_ANNOTATION in s.annotations
             if s.init is not None:
                 self.visit(s.init, parent, path, True)
             self.visit(s.body, parent, path, in_init)
+            self._in_rewrite = outer
         elif name == "IfThenElse":
             self.visit(s.then_case, parent, path, in_init)
             if s.else_case is not None:
@@ -321,7 +349,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         ]
         own[i] = row
         const_value = type(store.value).__name__ in ("IntImm", "FloatImm")
-        if not in_init and not const_value and buf not in psf_order:
+        if not in_init and not const_value and buf not in psf_order and i not in b.dropped:
             psf_order.append(buf)
 
     psf = np.zeros((len(b.leaves), PSF_DIM + 1), dtype=np.float64)
@@ -329,7 +357,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         row_of = {name: j for j, name in enumerate(psf_order) if j < len(psf_rows)}
         for i, (_, store, _, in_init) in enumerate(b.leaves):
             j = row_of.get(str(store.buffer.name))
-            if j is not None and not in_init:
+            if j is not None and not in_init and i not in b.dropped:
                 psf[i, :PSF_DIM] = psf_rows[j]
                 psf[i, PSF_DIM] = 1.0
     leaves = np.asarray([node for node, _, _, _ in b.leaves], dtype=np.int32)
@@ -342,4 +370,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         leaf_position=leaves,
         leaf_features=np.concatenate([own, psf], axis=1).astype(np.float32),
         leaf_buffer=tuple(str(s.buffer.name) for _, s, _, _ in b.leaves),
+        psf_buffers=tuple(psf_order),
+        psf_rows=-1 if psf_rows is None else int(len(psf_rows)),
+        dropped_leaves=len(b.dropped),
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ast import FEATURE_DIM, PSF_DIM, OWN_FEATURES, ProgramAST
+from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, OWN_FEATURES, ProgramAST
 
 
 @dataclass
@@ -126,6 +126,7 @@ class FeaturizedPrograms:
             flops=self.flops,
             psf_sum=self.psf_sum,
             feature_dim=np.asarray(FEATURE_DIM),
+            featurizer_version=np.asarray(FEATURIZER_VERSION),
         )
 
     @staticmethod
@@ -139,6 +140,9 @@ class FeaturizedPrograms:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["feature_dim"]) != FEATURE_DIM:
                     raise ValueError(f"{path}: feature layout {int(z['feature_dim'])} != {FEATURE_DIM}")
+                version = int(z["featurizer_version"]) if "featurizer_version" in z else 1
+                if version != FEATURIZER_VERSION:
+                    raise ValueError(f"{path}: featurizer version {version} != {FEATURIZER_VERSION}")
                 return FeaturizedPrograms(
                     x=z["x"],
                     pos=z["pos"],
@@ -184,6 +188,56 @@ def _unique_rows_sum(tree: ProgramAST, cols: slice) -> np.ndarray:
     return total
 
 
+def _cache_key(cache_dir: Path, device_id: str, workload_keys: list[str], programs) -> Path:
+    """The cache file of a database: a hash of the feature layout and version, the
+    workload keys, and each measured program's workload index and repeats
+    (``programs``: ``(workload index, float64 run_secs)`` pairs in file order)."""
+    h = hashlib.sha256(json.dumps([FEATURE_DIM, FEATURIZER_VERSION, workload_keys]).encode())
+    for widx, secs in programs:
+        h.update(str(widx).encode())
+        h.update(np.asarray(secs, dtype=np.float64).tobytes())
+    return Path(cache_dir) / f"featurized-{device_id}-{h.hexdigest()[:16]}.npz"
+
+
+def cached_device_folder(device_dir: Path, cache_dir: Path) -> FeaturizedPrograms | None:
+    """The cached featurization of a device folder, found without building TVM objects.
+
+    Reads the folder's JSON lines as plain JSON (seconds for 30,000 records, where
+    :func:`cdmpp.dataset.load_device_dir` parses every record into TVM objects for
+    minutes) and looks up the key :func:`featurize_database` would use.  A record or
+    workload that TVM would reject changes the key, so a miss (``None``) is always safe:
+    the caller then loads the folder and featurizes it.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp import dataset as ds
+
+    device_dir = Path(device_dir)
+    wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
+    if wl is None or rec is None:
+        return None
+    device_id = ds.read_manifest(device_dir).get("device", {}).get("device_id", device_dir.name)
+    try:
+        keys = [str(obj[0]) for _, obj in ds.iter_json_lines(wl, [])]
+        programs = []
+        for _, obj in ds.iter_json_lines(rec, []):
+            widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
+            if not 0 <= widx < len(keys) or not secs:
+                continue
+            arr = np.asarray([float(x) for x in secs], dtype=np.float64)
+            if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1e9):
+                continue
+            programs.append((widx, arr))
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    key = _cache_key(cache_dir, device_id, keys, programs)
+    if not key.exists():
+        return None
+    try:
+        return FeaturizedPrograms.load(key)
+    except ValueError:
+        return None
+
+
 def featurize_database(db, cache_dir: Path | None = None, progress: bool = False) -> FeaturizedPrograms:
     """Featurize every measured program of a :class:`cdmpp.dataset.DeviceDatabase`.
 
@@ -199,11 +253,7 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
 
     key = None
     if cache_dir is not None:
-        h = hashlib.sha256(json.dumps([FEATURE_DIM, db.workload_keys]).encode())
-        for p in db.programs:
-            h.update(str(p.workload_index).encode())
-            h.update(p.run_secs.tobytes())
-        key = Path(cache_dir) / f"featurized-{db.device_id}-{h.hexdigest()[:16]}.npz"
+        key = _cache_key(cache_dir, db.device_id, db.workload_keys, ((p.workload_index, p.run_secs) for p in db.programs))
         if key.exists():
             try:
                 return FeaturizedPrograms.load(key)

@@ -146,7 +146,10 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(device_checkpoi
 def test_cli_evaluate_prints_one_table_per_device(device_checkpoint, two_device_dataset, tmp_path, capsys):
     from cdmpp.cli import main
 
-    assert main(["evaluate", "-c", str(device_checkpoint[0]), "-d", str(two_device_dataset), "--cache", str(tmp_path / "cache")]) == 0
+    png = tmp_path / "pred.png"
+    argv = ["evaluate", "-c", str(device_checkpoint[0]), "-d", str(two_device_dataset), "--cache", str(tmp_path / "c")]
+    assert main(argv + ["--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert f"| {AVX2} | cdmpp transformer |" in out and f"| {AVX512} | xgboost PerStoreFeature |" in out
 
@@ -189,3 +192,49 @@ def test_mean_kendall_tau_counts_constant_predictions_as_zero():
     assert mean_kendall_tau(np.array([1.0, 2.0]), np.array([4.0, 4.0]), np.array([0, 0])) != mean_kendall_tau(
         np.array([1.0, 2.0]), np.array([4.0, 4.0]), np.array([0, 0])
     )  # NaN
+
+
+def test_pairwise_accuracy_counts_ordered_pairs_within_tasks():
+    from cdmpp.train.metrics import pairwise_accuracy
+
+    true = np.array([1.0, 2.0, 3.0, 1.0, 2.0])
+    groups = np.array([0, 0, 0, 1, 1])
+    assert pairwise_accuracy(true, true, groups) == 1.0
+    assert pairwise_accuracy(-true, true, groups) == 0.0
+    # task 0: 3 pairs, one swapped; task 1: one pair, a predicted tie (half right)
+    pred = np.array([2.0, 1.0, 3.0, 5.0, 5.0])
+    assert pairwise_accuracy(pred, true, groups) == pytest.approx((2 + 0.5) / 4)
+
+
+def test_within_task_split_puts_a_tenth_of_each_large_task_in_test(two_device_dataset):
+    from cdmpp.train.devices import load_corpus, split_within_tasks
+
+    corpus = load_corpus(two_device_dataset, None, progress=False)
+    split = split_within_tasks(corpus, min_programs=8)
+    w = corpus.data.workload
+    assert len(np.intersect1d(split.train, split.test)) == 0 and len(np.intersect1d(split.val, split.test)) == 0
+    big = [g for g in np.unique(w) if (w == g).sum() >= 8]
+    assert big and set(np.unique(w[split.test])) == set(big)
+    assert all(((w[split.test] == g).sum() == 2) for g in big)  # max(2, round(0.1 * 8))
+    assert set(np.unique(w[split.train])) >= set(big)  # the same tasks train too
+
+
+def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsys):
+    from cdmpp.cli import main
+
+    ckpt = tmp_path / "lodo"
+    train = ["train", "-d", str(two_device_dataset), "--holdout", "none", "--exclude-device", AVX2, "-o", str(ckpt),
+             "--no-wandb", "--epochs", "2", "--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c")]
+    assert main(train) == 0
+    capsys.readouterr()
+    png = tmp_path / "shots.png"
+    table = ["adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX2), "--shots", "2", "4",
+             "--cache", str(tmp_path / "c"), "--plot", str(png)]
+    assert main(table) == 0
+    out = capsys.readouterr().out
+    for row in ("zero-shot, descriptor", f"zero-shot, nearest device {AVX512}", "4 kmeans shots, device row",
+                "2 random shots, offset"):
+        assert row in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # a device the checkpoint was trained on is not a leave-one-device-out target
+    assert main(["adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX512), "--cache", str(tmp_path / "c")]) == 2

@@ -113,3 +113,27 @@ def test_cuda_programs_featurize_with_thread_bindings(cuda_schedules):
         present.extend(leaves[:, PRESENT].tolist())
     # cross-thread reductions are lowered first, so PerStoreFeature rows find their leaves
     assert np.mean(present) >= 0.9
+
+
+def test_a_store_tvm_removes_gets_no_row_and_shifts_no_other_leaf():
+    """MetaSchedule's RewriteLayout adds a weight-layout-rewrite block; TVM's PerStoreFeature
+    removes it before extracting (RemoveWeightLayoutRewriteBlock), so it returns one row
+    fewer than the program has written buffers.  Matching by position must skip that store."""
+    from cdmpp.collect import sample_schedules
+    from cdmpp.featurize import featurize_many
+    from cdmpp.featurize.ast import FEATURIZER_VERSION
+    from cdmpp.tvm_compat import IRModule, Target, per_store_features
+
+    target = {"kind": "llvm", "num-cores": 2}
+    func = matmul_relu.with_attr("global_symbol", "main").with_attr("layout_free_buffers", [1])
+    sch = sample_schedules(IRModule({"main": func}), target, 2, seed=0)[0]
+    assert "layout_rewrite_preproc" in sch.mod.script()  # the program holds a store TVM removes
+    tree = featurize_many([sch], target)[0]
+    rows = per_store_features(Target(target), [sch])[0]
+    assert tree.dropped_leaves == 1 and len(rows) == 2 == tree.psf_rows == len(tree.psf_buffers)
+    assert tree.psf_buffers == ("C", "D")
+    present = dict(zip(tree.leaf_buffer, tree.leaf_features[:, -1]))
+    assert present[tree.leaf_buffer[0]] == 0.0  # the rewrite store (first in the body): no row
+    d = tree.leaf_buffer.index("D")  # the relu output gets TVM's second row, not the matmul's
+    np.testing.assert_array_equal(tree.leaf_features[d, -1 - rows.shape[1] : -1], rows[1].astype(np.float32))
+    assert FEATURIZER_VERSION >= 2

@@ -24,7 +24,7 @@ import numpy as np
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
 from cdmpp.device import DeviceDescriptor, descriptor_vector
-from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
+from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database
 
 from .baselines import TreeBaseline
 from .lightning import TrainConfig
@@ -106,14 +106,17 @@ def load_corpus(
     for folder in dirs:
         if folder.name in exclude:
             continue
-        db = ds.load_device_dir(folder)
-        if not db.programs:
+        manifest = ds.read_manifest(folder)
+        data = cached_device_folder(folder, Path(cache_dir)) if cache_dir is not None else None
+        if data is None:  # not cached yet: parse the records into TVM objects and featurize them
+            db = ds.load_device_dir(folder)
+            data = featurize_database(db, cache_dir, progress=progress)
+        if len(data) == 0:
             continue
-        dev = device_of_manifest(db.manifest, folder)
-        data = featurize_database(db, cache_dir, progress=progress)
+        dev = device_of_manifest(manifest, folder)
         row = len(devices) + 1
         devices.append(dev)
-        manifests[dev.device_id], folders[dev.device_id] = db.manifest, folder
+        manifests[dev.device_id], folders[dev.device_id] = manifest, folder
         raw.append(np.asarray(data.workload_keys)[data.workload])
         parts.append(
             dataclasses.replace(
@@ -150,6 +153,36 @@ def split_corpus(corpus: DeviceCorpus, holdout: str | None, val_fraction: float 
     is_val = np.isin(corpus.raw_keys, val_keys) & ~is_test
     idx = np.arange(len(corpus.raw_keys))
     return Split(idx[~is_test & ~is_val], idx[is_val], idx[is_test], holdout or "none")
+
+
+def split_within_tasks(
+    corpus: DeviceCorpus, min_programs: int = 20, test_fraction: float = 0.1, val_fraction: float = 0.1, seed: int = 0
+) -> Split:
+    """TenSet's within-task protocol (NeurIPS 2021, section 5.1): programs of one task on
+    both sides.
+
+    Every (device, task) with at least ``min_programs`` programs gives a random
+    ``test_fraction`` of them (at least 2) to the test set; a random ``val_fraction`` of
+    the rest of all programs is validation; everything else trains.  This measures
+    ranking inside known tasks, the setting of a tuner that has measured some of a task.
+
+    Raises:
+        InputError: no task has ``min_programs`` programs.
+    """
+    rng = np.random.default_rng(seed)
+    w = corpus.data.workload
+    test = []
+    for g in np.unique(w):
+        members = np.flatnonzero(w == g)
+        if members.size >= min_programs:
+            k = max(2, int(round(test_fraction * members.size)))
+            test.append(rng.choice(members, size=k, replace=False))
+    if not test:
+        raise InputError(f"no task has {min_programs} programs: nothing to split within tasks")
+    test = np.sort(np.concatenate(test))
+    rest = np.setdiff1d(np.arange(len(w)), test)
+    val = np.sort(rng.choice(rest, size=int(round(val_fraction * rest.size)), replace=False))
+    return Split(np.setdiff1d(rest, val), val, test, f"within tasks of >= {min_programs} programs")
 
 
 def tree_inputs(data: FeaturizedPrograms, descriptors: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -200,10 +233,12 @@ def train_device_model(
     exclude: tuple[str, ...] = (),
     use_wandb: bool = True,
     progress: bool = True,
+    split: str = "network",
 ) -> dict[str, dict]:
     """Train one transformer (and the tree baseline) over every device folder of ``root``.
 
-    The split is :func:`split_corpus`'s; the transformer and the trees train on the
+    The split is :func:`split_corpus`'s (``split="network"``, holding out ``holdout``)
+    or :func:`split_within_tasks`'s (``split="within-task"``, ``holdout`` unused); the transformer and the trees train on the
     same programs (the trees see no validation program).  Writes the checkpoint
     (``model.safetensors``, ``config.json`` with a ``devices`` list in row order),
     ``tree_baseline.json`` and the model card to ``out``.
@@ -222,7 +257,14 @@ def train_device_model(
     train_config = train_config or TrainConfig()
     corpus = load_corpus(Path(root), cache_dir, tuple(exclude), progress)
     model_config = dataclasses.replace(model_config or ModelConfig(), num_devices=len(corpus.devices))
-    split = split_corpus(corpus, holdout, seed=train_config.seed)
+    if split not in ("network", "within-task"):
+        raise InputError(f"split must be 'network' or 'within-task', got {split!r}")
+    if split == "within-task":
+        holdout = None
+        split_ = split_within_tasks(corpus, seed=train_config.seed)
+    else:
+        split_ = split_corpus(corpus, holdout, seed=train_config.seed)
+    split, protocol = split_, split
     target = split.test if train_config.cmd_weight > 0 else None
     t0 = time.time()
     model = fit_transformer(
@@ -262,6 +304,7 @@ def train_device_model(
         ],
         "excluded_devices": list(exclude),
         "holdout": holdout,
+        "split": protocol if protocol == "network" else split.holdout,
         "train_programs": int(len(split.train)),
         "val_programs": int(len(split.val)),
         "test_programs": int(len(split.test)),
@@ -280,14 +323,15 @@ def train_device_model(
 
 def _rows_table(by_device: dict[str, dict]) -> list[str]:
     lines = [
-        "| device | model | programs | MAPE | <=25% | RMSE(log) | tau | top-1 | top-5 |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| device | model | programs | MAPE | <=25% | RMSE(log) | tau | top-1 | top-5 | pairwise |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for dev, rows in by_device.items():
         for name, r in rows.items():
             lines.append(
                 f"| {dev} | {name} | {r['programs']} | {100 * r['mape']:.1f}% | {100 * r['within_25']:.1f}% | "
-                f"{r['rmse_log']:.3f} | {r['kendall_tau']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} |"
+                f"{r['rmse_log']:.3f} | {r['kendall_tau']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | "
+                f"{r.get('pairwise', float('nan')):.3f} |"
             )
     return lines
 
@@ -321,9 +365,14 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
         "",
         "## Data and split",
         f"- Dataset `{meta['dataset']}`; devices left out: {', '.join(meta['excluded_devices']) or 'none'}",
-        f"- Held-out network: {meta['holdout'] or 'none'} (its workloads out of training on every device; "
-        f"{meta['test_programs']} test programs). Validation: a tenth of the other workloads, on every device "
-        f"({meta['val_programs']} programs). Training: {meta['train_programs']} programs.",
+        (
+            f"- Held-out network: {meta['holdout'] or 'none'} (its workloads out of training on every device; "
+            f"{meta['test_programs']} test programs). Validation: a tenth of the other workloads, on every device "
+            f"({meta['val_programs']} programs). Training: {meta['train_programs']} programs."
+            if meta.get("split", "network") == "network"
+            else f"- Split: {meta['split']} (TenSet's within-task protocol: {meta['test_programs']} test programs, "
+            f"{meta['val_programs']} validation programs, {meta['train_programs']} training programs)"
+        ),
         "- Labels: median of 10 timing repeats, measured by `cdmpp collect` on each device (see the dataset cards)",
         "",
         "## Recipe",
@@ -337,15 +386,24 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
     if meta.get("validation_metrics"):
         lines += ["", "## Validation workloads (every device)", "", *_rows_table(meta["validation_metrics"])]
     if meta.get("heldout_metrics"):
-        lines += ["", f"## Held-out network {meta['holdout']}", "", *_rows_table(meta["heldout_metrics"])]
+        head = f"Held-out network {meta['holdout']}" if meta.get("split", "network") == "network" else "Test programs"
+        lines += ["", f"## {head}", "", *_rows_table(meta["heldout_metrics"])]
     return "\n".join(lines) + "\n"
 
 
 def evaluate_devices(
-    checkpoint: Path, root: Path, holdout: str | None = "auto", cache_dir: Path | None = None, progress: bool = True
+    checkpoint: Path,
+    root: Path,
+    holdout: str | None = "auto",
+    cache_dir: Path | None = None,
+    progress: bool = True,
+    plot: Path | None = None,
 ) -> tuple[dict[str, dict], str]:
     """Score a checkpoint trained by :func:`train_device_model` on each device folder of ``root``
     that it knows, on the held-out network (default: the one it recorded) or on every program.
+
+    With ``plot``, also write a PNG of predicted against measured latency, one panel
+    per device (:func:`cdmpp.train.plots.plot_predicted_vs_measured`).
 
     Returns:
         ``(rows per device id, title)``.
@@ -373,12 +431,18 @@ def evaluate_devices(
     tree = None
     if (Path(checkpoint) / BASELINE_FILE).exists() and meta.get("tree_inputs") == "psf_sum+descriptor":
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
-    rows = _score_remapped(model, tree, corpus, index, net, model_rows, meta)
+    panels: dict = {}
+    rows = _score_remapped(model, tree, corpus, index, net, model_rows, meta, panels)
     what = f"held-out network {net}" if net else "every program"
-    return rows, f"{what} of {root}, per device ({checkpoint})"
+    title = f"{what} of {root}, per device ({checkpoint})"
+    if plot is not None:
+        from .plots import plot_predicted_vs_measured  # pylint: disable=import-outside-toplevel
+
+        plot_predicted_vs_measured(panels, f"cdmpp transformer, {what}", Path(plot))
+    return rows, title
 
 
-def _score_remapped(model, tree, corpus, index, network, model_rows, meta) -> dict[str, dict]:
+def _score_remapped(model, tree, corpus, index, network, model_rows, meta, panels=None) -> dict[str, dict]:
     """:func:`score_by_device` where the model's device rows (``model_rows``) differ from the corpus's."""
     from cdmpp.device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
 
@@ -394,6 +458,8 @@ def _score_remapped(model, tree, corpus, index, network, model_rows, meta) -> di
         true, groups = corpus.data.latency[sel], corpus.data.workload[sel]
         pred = predict_latency_array(model, corpus.data, sel, device=model_rows[sel])
         rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
+        if panels is not None:
+            panels[dev.device_id] = (pred, true)
         if tree is not None:
             x = np.concatenate([corpus.data.psf_sum[sel], table[model_rows[sel]]], axis=1)
             rows["xgboost PerStoreFeature"] = summary(tree.predict(x), true, groups, weights)

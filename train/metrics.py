@@ -44,6 +44,27 @@ def mean_kendall_tau(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> 
     return float(np.mean(taus)) if taus else float("nan")
 
 
+def pairwise_accuracy(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> float:
+    """Fraction of same-task program pairs that the prediction orders like the measurement.
+
+    Pairs with equal measured latencies are left out; a tie in the prediction counts
+    as half right.  Pooled over all tasks' pairs (tasks with more programs weigh
+    more), the "pairwise comparison accuracy" of TenSet (NeurIPS 2021, section 5.1)
+    and Pruner.  NaN when there is no pair.
+    """
+    right = total = 0.0
+    for g in np.unique(groups):
+        sel = np.flatnonzero(groups == g)
+        if sel.size < 2:
+            continue
+        dt = np.sign(true[sel][:, None] - true[sel][None, :])
+        dp = np.sign(pred[sel][:, None] - pred[sel][None, :])
+        upper = np.triu(np.ones_like(dt, dtype=bool), k=1) & (dt != 0)
+        total += upper.sum()
+        right += (dp[upper] == dt[upper]).sum() + 0.5 * (dp[upper] == 0).sum()
+    return float(right / total) if total else float("nan")
+
+
 def top_k_score(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dict | None, k: int) -> float:
     """TenSet's top-k score (Zheng et al., NeurIPS 2021, section 5.1).
 
@@ -64,8 +85,8 @@ def top_k_score(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights:
 
 def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dict | None = None) -> dict[str, float]:
     """The evaluation table row: MAPE, within 10%/25%, RMSE of log-latency, mean Kendall
-    tau within tasks, and TenSet's top-1 and top-5 scores weighted by ``weights``
-    (task weight per group id; default 1).
+    tau within tasks, TenSet's top-1 and top-5 scores weighted by ``weights``
+    (task weight per group id; default 1), and the pairwise accuracy within tasks.
 
     Raises:
         ValueError: shapes differ, no program, or a non-positive latency.
@@ -84,4 +105,5 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
         "kendall_tau": mean_kendall_tau(pred, true, np.asarray(groups)),
         "top1": top_k_score(pred, true, np.asarray(groups), weights, 1),
         "top5": top_k_score(pred, true, np.asarray(groups), weights, 5),
+        "pairwise": pairwise_accuracy(pred, true, np.asarray(groups)),
     }

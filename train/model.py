@@ -22,6 +22,7 @@ from torch import nn
 from cdmpp.device import DESCRIPTOR_DIM
 from cdmpp.errors import CheckpointError, InputError  # noqa: F401  (CheckpointError re-exported)
 from cdmpp.featurize import FEATURE_DIM
+from cdmpp.featurize.ast import FEATURIZER_VERSION
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -221,7 +222,11 @@ def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | No
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
     (folder / CONFIG_FILE).write_text(
-        json.dumps({"model": asdict(model.config), "metadata": metadata or {}}, indent=1), encoding="utf-8"
+        json.dumps(
+            {"model": asdict(model.config), "featurizer_version": FEATURIZER_VERSION, "metadata": metadata or {}},
+            indent=1,
+        ),
+        encoding="utf-8",
     )
     return folder
 
@@ -233,8 +238,8 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
         ``(model in eval mode, metadata dict)``.
 
     Raises:
-        CheckpointError: a missing file, corrupt JSON or weights, or weights that do
-            not fit the config.
+        CheckpointError: a missing file, corrupt JSON or weights, weights that do
+            not fit the config, or features of another featurizer version.
     """
     from safetensors import SafetensorError  # pylint: disable=import-outside-toplevel
     from safetensors.torch import load_file  # pylint: disable=import-outside-toplevel
@@ -248,6 +253,12 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
         config = ModelConfig.from_json(cfg["model"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"corrupt checkpoint config {folder / CONFIG_FILE}: {err}") from err
+    version = cfg.get("featurizer_version", 1)
+    if version != FEATURIZER_VERSION:
+        raise CheckpointError(
+            f"checkpoint {folder} was trained on features of featurizer version {version}; this cdmpp computes "
+            f"version {FEATURIZER_VERSION}: retrain it (cdmpp train) or use the cdmpp release that wrote it"
+        )
     try:
         state = load_file(str(folder / WEIGHTS_FILE))
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:

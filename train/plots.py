@@ -1,0 +1,118 @@
+"""PNG plots of evaluations (matplotlib, no display needed).
+
+- :func:`plot_predicted_vs_measured`: predicted against measured latency, log-log,
+  one panel per device, with the y = x line and the 2x band.
+- :func:`plot_error_vs_shots`: an accuracy metric against the number of shots, one
+  line per adaptation recipe (the leave-one-device-out table of ``cdmpp adapt-table``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    return plt
+
+
+def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str, path: Path) -> Path:
+    """Scatter predicted against measured latency per panel and write a PNG.
+
+    Args:
+        panels: panel title (e.g. a device id) -> ``(predicted, measured)``, float64
+            ``(N,)`` seconds each.
+        title: the figure's title.
+        path: the PNG to write (folders are created).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        InputError: no panel, or a panel whose arrays differ in shape or hold a
+            non-positive latency.
+    """
+    from cdmpp.errors import InputError  # pylint: disable=import-outside-toplevel
+
+    if not panels:
+        raise InputError("nothing to plot: no panel")
+    plt = _pyplot()
+    n = len(panels)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
+    for ax, (name, (pred, true)) in zip(axes.flat, panels.items()):
+        pred, true = np.asarray(pred, np.float64), np.asarray(true, np.float64)
+        if pred.shape != true.shape or np.any(pred <= 0) or np.any(true <= 0):
+            raise InputError(f"panel {name!r}: predicted and measured must be positive arrays of one shape")
+        lo, hi = min(pred.min(), true.min()) / 1.5, max(pred.max(), true.max()) * 1.5
+        ax.scatter(true, pred, s=3, alpha=0.35, linewidths=0)
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [2 * lo, 2 * hi], "k:", lw=0.6)
+        ax.plot([lo, hi], [lo / 2, hi / 2], "k:", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        within2 = float(np.mean(np.abs(np.log(pred / true)) <= math.log(2)))
+        mape = float(np.mean(np.abs(pred - true) / true))
+        ax.set_title(f"{name}\n{true.size} programs, MAPE {100 * mape:.0f}%, within 2x {100 * within2:.0f}%", fontsize=8)
+        ax.set_xlabel("measured latency (s)")
+        ax.set_ylabel("predicted latency (s)")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: str = "mape") -> Path:
+    """Plot a metric of ``cdmpp adapt-table``'s rows against the number of shots and write a PNG.
+
+    Rows named ``"<k> <selection> shots, <recipe>"`` become one line per (selection,
+    recipe); rows named ``"zero-shot, ..."`` become horizontal lines.
+
+    Args:
+        rows: metric rows by name (:func:`cdmpp.train.adapt.adapt_table`).
+        metric: the row key to plot (``"mape"`` is shown in percent).
+
+    Returns:
+        ``path``.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    lines: dict[str, list[tuple[int, float]]] = {}
+    scale = 100.0 if metric in ("mape", "within_10", "within_25") else 1.0
+    for name, r in rows.items():
+        m = re.match(r"(\d+) (\w+) shots, (.+)", name)
+        if m:
+            lines.setdefault(f"{m.group(2)}, {m.group(3)}", []).append((int(m.group(1)), scale * r[metric]))
+    for label, pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    for name, r in rows.items():
+        if name.startswith("zero-shot"):
+            ax.axhline(scale * r[metric], ls="--", lw=0.8, color="gray")
+            ax.text(ax.get_xlim()[0], scale * r[metric], " " + name, fontsize=7, va="bottom", color="gray")
+    ax.set_xlabel("shots (programs measured on the new device)")
+    ax.set_ylabel(f"{metric} (%)" if scale == 100.0 else metric)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
