@@ -264,7 +264,8 @@ def _cmd_train(args) -> int:
         )
         print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
         if rows:
-            what = f"held-out network {holdout}" if args.split == "network" else "within-task test programs"
+            what = {"network": f"held-out network {holdout}", "within-task": "within-task test programs",
+                    "cdmpp": f"CDMPP's protocol, held-out network {holdout}"}[args.split]
             print(format_device_table(rows, f"{what} ({args.dataset})"))
         return 0
     if args.exclude_device or args.split != "network":
@@ -660,10 +661,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--split",
-        choices=["network", "within-task"],
+        choices=["network", "within-task", "cdmpp"],
         default="network",
-        help="with several device folders: hold out --holdout on every device (network), or TenSet's within-task "
-        "protocol (10%% of the programs of every task with >= 20 programs; within-task)",
+        help="with several device folders: hold out --holdout on every device (network, strict); TenSet's "
+        "within-task protocol (10%% of the programs of every task with >= 20 programs; within-task); or CDMPP's "
+        "cross-model protocol (tasks with >= 48 programs, repeat CV <= 1%%, shared tasks on both sides; cdmpp)",
     )
     s.add_argument(
         "--exclude-device",

@@ -199,23 +199,16 @@ def _cache_key(cache_dir: Path, device_id: str, workload_keys: list[str], progra
     return Path(cache_dir) / f"featurized-{device_id}-{h.hexdigest()[:16]}.npz"
 
 
-def cached_device_folder(device_dir: Path, cache_dir: Path) -> FeaturizedPrograms | None:
-    """The cached featurization of a device folder, found without building TVM objects.
+def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.ndarray]]] | None:
+    """``(workload keys, [(workload index, float64 run_secs), ...])`` of a device folder's
+    measured records, in file order, read as plain JSON (no TVM objects); the records
+    :func:`cdmpp.dataset.load_database` keeps, unless TVM rejects one.  ``None`` when a
+    file is missing or a line is not a JSONDatabase line."""
+    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
 
-    Reads the folder's JSON lines as plain JSON (seconds for 30,000 records, where
-    :func:`cdmpp.dataset.load_device_dir` parses every record into TVM objects for
-    minutes) and looks up the key :func:`featurize_database` would use.  A record or
-    workload that TVM would reject changes the key, so a miss (``None``) is always safe:
-    the caller then loads the folder and featurizes it.
-    """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp import dataset as ds
-
-    device_dir = Path(device_dir)
-    wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
+    wl, rec = ds.resolve(Path(device_dir) / ds.WORKLOAD_FILE), ds.resolve(Path(device_dir) / ds.RECORD_FILE)
     if wl is None or rec is None:
         return None
-    device_id = ds.read_manifest(device_dir).get("device", {}).get("device_id", device_dir.name)
     try:
         keys = [str(obj[0]) for _, obj in ds.iter_json_lines(wl, [])]
         programs = []
@@ -229,6 +222,26 @@ def cached_device_folder(device_dir: Path, cache_dir: Path) -> FeaturizedProgram
             programs.append((widx, arr))
     except (TypeError, ValueError, IndexError, KeyError):
         return None
+    return keys, programs
+
+
+def cached_device_folder(device_dir: Path, cache_dir: Path) -> FeaturizedPrograms | None:
+    """The cached featurization of a device folder, found without building TVM objects.
+
+    Reads the folder's JSON lines as plain JSON (seconds for 30,000 records, where
+    :func:`cdmpp.dataset.load_device_dir` parses every record into TVM objects for
+    minutes) and looks up the key :func:`featurize_database` would use.  A record or
+    workload that TVM would reject changes the key, so a miss (``None``) is always safe:
+    the caller then loads the folder and featurizes it.
+    """
+    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
+
+    device_dir = Path(device_dir)
+    light = measured_repeats(device_dir)
+    if light is None:
+        return None
+    keys, programs = light
+    device_id = ds.read_manifest(device_dir).get("device", {}).get("device_id", device_dir.name)
     key = _cache_key(cache_dir, device_id, keys, programs)
     if not key.exists():
         return None

@@ -238,3 +238,18 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     assert png.read_bytes()[:4] == b"\x89PNG"
     # a device the checkpoint was trained on is not a leave-one-device-out target
     assert main(["adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX512), "--cache", str(tmp_path / "c")]) == 2
+
+
+def test_cdmpp_protocol_filters_and_keeps_shared_tasks_on_both_sides(two_device_dataset):
+    from cdmpp.train.devices import load_corpus, split_cdmpp
+
+    corpus = load_corpus(two_device_dataset, None, progress=False)
+    split, counts = split_cdmpp(corpus, "dcgan-b1", min_programs=4, max_cv=0.05)
+    w, cv = corpus.data.workload, corpus.repeat_cv
+    n = np.bincount(w)
+    for side in (split.train, split.val, split.test):
+        assert np.all(n[w[side]] >= 4) and np.all(cv[side] <= 0.05)
+    assert counts["all"] == len(w) and counts["low_noise"] <= counts["tasks_with_min_programs"] <= counts["all"]
+    assert counts["test"] == len(split.test) > 0
+    with pytest.raises(Exception, match="nothing is left"):
+        split_cdmpp(corpus, "dcgan-b1", min_programs=10_000)

@@ -96,3 +96,18 @@ def test_a_crash_or_a_hang_in_a_worker_costs_one_request_not_the_server(client):
     assert status == 504 and "longer than 1 s" in message
     r = client.post("/predict", json={"programs": [{"mod": _mod_json()}]})
     assert r.status_code == 200, r.text
+
+
+def test_devices_route_and_the_device_of_a_prediction(client):
+    from cdmpp.predictor import LatencyPredictor
+
+    known = LatencyPredictor.load().devices
+    listed = client.get("/devices").json()
+    assert [d["device_id"] for d in listed] == known and all(d["target"]["kind"] for d in listed)
+    r = client.post("/predict", json={"programs": [{"mod": _mod_json()}], "device": known[-1]})
+    assert r.status_code == 200 and r.json()["device"] == known[-1]
+    r = client.post("/predict", json={"programs": [{"mod": _mod_json()}], "device": "cpu-nowhere"})
+    assert r.status_code == 422 and "device: unknown device 'cpu-nowhere'" in r.json()["detail"]
+    target = listed[0]["target"]  # a target whose mcpu matches a known device picks it
+    r = client.post("/predict", json={"programs": [{"mod": _mod_json()}], "target": target})
+    assert r.status_code == 200 and r.json()["device"] == listed[0]["device_id"]

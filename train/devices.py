@@ -24,7 +24,7 @@ import numpy as np
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
 from cdmpp.device import DeviceDescriptor, descriptor_vector
-from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database
+from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
 
 from .baselines import TreeBaseline
 from .lightning import TrainConfig
@@ -49,6 +49,7 @@ class DeviceCorpus:
         devices: the devices, in row order.
         manifests: each device's manifest, by device id.
         folders: each device's folder, by device id.
+        repeat_cv: float64 ``(P,)``: each program's timing repeats' std / mean.
     """
 
     data: FeaturizedPrograms
@@ -56,6 +57,7 @@ class DeviceCorpus:
     devices: list[DeviceDescriptor]
     manifests: dict[str, dict]
     folders: dict[str, Path]
+    repeat_cv: np.ndarray
 
     def networks(self) -> dict[str, set[str]]:
         """Workload keys of each network, over every device's manifest."""
@@ -102,17 +104,23 @@ def load_corpus(
     missing = [e for e in exclude if e not in names]
     if missing:
         raise ds.DatasetError(f"no device folder {', '.join(missing)} under {root}; it has {', '.join(sorted(names))}")
-    parts, raw, devices, manifests, folders = [], [], [], {}, {}
+    parts, raw, devices, manifests, folders, cvs = [], [], [], {}, {}, []
     for folder in dirs:
         if folder.name in exclude:
             continue
         manifest = ds.read_manifest(folder)
         data = cached_device_folder(folder, Path(cache_dir)) if cache_dir is not None else None
-        if data is None:  # not cached yet: parse the records into TVM objects and featurize them
+        light = measured_repeats(folder)
+        if data is None or light is None or len(light[1]) != len(data):
+            # not cached yet: parse the records into TVM objects and featurize them
             db = ds.load_device_dir(folder)
             data = featurize_database(db, cache_dir, progress=progress)
+            secs = [p.run_secs for p in db.programs]
+        else:
+            secs = [a for _, a in light[1]]
         if len(data) == 0:
             continue
+        cvs.append(np.asarray([a.std() / a.mean() for a in secs], dtype=np.float64))
         dev = device_of_manifest(manifest, folder)
         row = len(devices) + 1
         devices.append(dev)
@@ -127,7 +135,9 @@ def load_corpus(
         )
     if not parts:
         raise ds.DatasetError(f"no measured program under {root}")
-    return DeviceCorpus(FeaturizedPrograms.concat(parts), np.concatenate(raw), devices, manifests, folders)
+    return DeviceCorpus(
+        FeaturizedPrograms.concat(parts), np.concatenate(raw), devices, manifests, folders, np.concatenate(cvs)
+    )
 
 
 def split_corpus(corpus: DeviceCorpus, holdout: str | None, val_fraction: float = 0.1, seed: int = 0) -> Split:
@@ -183,6 +193,67 @@ def split_within_tasks(
     rest = np.setdiff1d(np.arange(len(w)), test)
     val = np.sort(rng.choice(rest, size=int(round(val_fraction * rest.size)), replace=False))
     return Split(np.setdiff1d(rest, val), val, test, f"within tasks of >= {min_programs} programs")
+
+
+def split_cdmpp(
+    corpus: DeviceCorpus,
+    holdout: str,
+    min_programs: int = 48,
+    max_cv: float = 0.01,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+) -> tuple[Split, dict[str, int]]:
+    """CDMPP's cross-model protocol (its released scripts), applied as far as this data allows.
+
+    1. Keep only (device, task) pairs with at least ``min_programs`` programs.
+    2. Of those, drop programs whose timing repeats' std / mean exceeds ``max_cv``.
+    3. Test: every kept program of a workload of ``holdout``.  Training: every kept
+       program of a workload of another network, so a workload the held-out network
+       shares with a training network is on both sides (CDMPP does this; the strict
+       split does not).  Validation: a ``val_fraction`` of the training workloads that
+       are not in the test set.
+
+    Returns:
+        ``(split, counts)``: ``counts`` gives the programs left after each filter
+        (``all``, ``tasks_with_min_programs``, ``low_noise``) and how many test
+        programs belong to workloads also in training (``test_shared``).
+
+    Raises:
+        UnknownNetworkError: ``holdout`` is not in the corpus.
+        InputError: nothing is left to train or test on.
+    """
+    nets = corpus.networks()
+    if holdout not in nets:
+        raise UnknownNetworkError(f"network {holdout!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
+    w = corpus.data.workload
+    counts = np.bincount(w, minlength=len(corpus.data.workload_keys))
+    big = counts[w] >= min_programs
+    keep = big & (corpus.repeat_cv <= max_cv)
+    test_keys = nets[holdout]
+    other_keys = set().union(*(k for n, k in nets.items() if n != holdout))
+    in_test = np.isin(corpus.raw_keys, sorted(test_keys)) & keep
+    in_train = np.isin(corpus.raw_keys, sorted(other_keys)) & keep
+    if not in_test.any() or not in_train.any():
+        raise InputError(
+            f"after the filters ({int(big.sum())} programs in tasks with >= {min_programs}, {int(keep.sum())} with "
+            f"repeat CV <= {max_cv:g}) nothing is left to {'test' if not in_test.any() else 'train'} on"
+        )
+    train_only = np.unique(corpus.raw_keys[in_train & ~in_test])
+    n_val = int(round(val_fraction * train_only.size))
+    val_keys = np.random.default_rng(seed).choice(train_only, size=n_val, replace=False)
+    is_val = in_train & ~in_test & np.isin(corpus.raw_keys, val_keys)
+    idx = np.arange(len(w))
+    split = Split(idx[in_train & ~is_val], idx[is_val], idx[in_test], f"CDMPP cross-model, held-out {holdout}")
+    stats = {
+        "all": int(len(w)),
+        "tasks_with_min_programs": int(big.sum()),
+        "low_noise": int(keep.sum()),
+        "test": int(in_test.sum()),
+        "test_shared": int((in_test & in_train).sum()),
+        "train": int(len(split.train)),
+        "val": int(len(split.val)),
+    }
+    return split, stats
 
 
 def tree_inputs(data: FeaturizedPrograms, descriptors: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -257,11 +328,16 @@ def train_device_model(
     train_config = train_config or TrainConfig()
     corpus = load_corpus(Path(root), cache_dir, tuple(exclude), progress)
     model_config = dataclasses.replace(model_config or ModelConfig(), num_devices=len(corpus.devices))
-    if split not in ("network", "within-task"):
-        raise InputError(f"split must be 'network' or 'within-task', got {split!r}")
+    if split not in ("network", "within-task", "cdmpp"):
+        raise InputError(f"split must be 'network', 'within-task' or 'cdmpp', got {split!r}")
+    filters = None
     if split == "within-task":
         holdout = None
         split_ = split_within_tasks(corpus, seed=train_config.seed)
+    elif split == "cdmpp":
+        if holdout is None:
+            raise InputError("the CDMPP protocol holds out a network: give --holdout")
+        split_, filters = split_cdmpp(corpus, holdout, seed=train_config.seed)
     else:
         split_ = split_corpus(corpus, holdout, seed=train_config.seed)
     split, protocol = split_, split
@@ -305,6 +381,7 @@ def train_device_model(
         "excluded_devices": list(exclude),
         "holdout": holdout,
         "split": protocol if protocol == "network" else split.holdout,
+        "split_filters": filters,
         "train_programs": int(len(split.train)),
         "val_programs": int(len(split.val)),
         "test_programs": int(len(split.test)),
@@ -370,8 +447,10 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
             f"{meta['test_programs']} test programs). Validation: a tenth of the other workloads, on every device "
             f"({meta['val_programs']} programs). Training: {meta['train_programs']} programs."
             if meta.get("split", "network") == "network"
-            else f"- Split: {meta['split']} (TenSet's within-task protocol: {meta['test_programs']} test programs, "
-            f"{meta['val_programs']} validation programs, {meta['train_programs']} training programs)"
+            else f"- Split: {meta['split']} ({meta['test_programs']} test programs, "
+            f"{meta['val_programs']} validation programs, {meta['train_programs']} training programs"
+            + (f"; programs left by each filter: `{json.dumps(meta['split_filters'])}`" if meta.get("split_filters") else "")
+            + ")"
         ),
         "- Labels: median of 10 timing repeats, measured by `cdmpp collect` on each device (see the dataset cards)",
         "",
