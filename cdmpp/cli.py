@@ -515,6 +515,12 @@ def _cmd_speed(args) -> int:
     return run(args)
 
 
+def _cmd_serve_benchmark(args) -> int:
+    from .serve.load_benchmark import run  # pylint: disable=import-outside-toplevel
+
+    return run(args)
+
+
 def _cmd_serve(args) -> int:
     import uvicorn  # pylint: disable=import-outside-toplevel
 
@@ -795,6 +801,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     speed_arguments(s)
     s.set_defaults(func=_cmd_speed)
+
+    s = sub.add_parser("serve-benchmark", help="load test: N clients for S seconds against a local cdmpp serve")
+    from .serve.load_benchmark import add_arguments as load_arguments  # pylint: disable=import-outside-toplevel
+
+    load_arguments(s)
+    s.set_defaults(func=_cmd_serve_benchmark)
 
     s = sub.add_parser("serve", help="HTTP prediction service")
     s.add_argument("-c", "--checkpoint", default=None)

@@ -400,13 +400,14 @@ def train_device_model(
 
 def _rows_table(by_device: dict[str, dict]) -> list[str]:
     lines = [
-        "| device | model | programs | MAPE | <=25% | RMSE(log) | tau | top-1 | top-5 | pairwise |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| device | model | programs | MAPE | <=25% | >2x off | RMSE(log) | tau | top-1 | top-5 | pairwise |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for dev, rows in by_device.items():
         for name, r in rows.items():
             lines.append(
                 f"| {dev} | {name} | {r['programs']} | {100 * r['mape']:.1f}% | {100 * r['within_25']:.1f}% | "
+                f"{100 * r.get('off_2x', float('nan')):.1f}% | "
                 f"{r['rmse_log']:.3f} | {r['kendall_tau']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | "
                 f"{r.get('pairwise', float('nan')):.3f} |"
             )
@@ -514,11 +515,39 @@ def evaluate_devices(
     rows = _score_remapped(model, tree, corpus, index, net, model_rows, meta, panels)
     what = f"held-out network {net}" if net else "every program"
     title = f"{what} of {root}, per device ({checkpoint})"
+    worst = worst_tasks(corpus, index, panels, net)
+    if worst:
+        title += "\n\nWorst tasks (median predicted / measured latency, per device):\n" + "\n".join(worst)
     if plot is not None:
         from .plots import plot_predicted_vs_measured  # pylint: disable=import-outside-toplevel
 
         plot_predicted_vs_measured(panels, f"cdmpp transformer, {what}", Path(plot))
     return rows, title
+
+
+def worst_tasks(corpus: DeviceCorpus, index: np.ndarray, panels: dict, network: str | None, k: int = 3) -> list[str]:
+    """Lines naming the ``k`` tasks of each device whose programs are predicted worst
+    (largest median absolute log error), with the median ratio predicted / measured."""
+    names: dict[str, str] = {}
+    for m in corpus.manifests.values():
+        for t in m.get("tasks", []):
+            if network is None or t["network"] == network:
+                names.setdefault(t["workload_key"], t["task_name"])
+    out = []
+    for row, dev in enumerate(corpus.devices, start=1):
+        if dev.device_id not in panels:
+            continue
+        sel = index[corpus.data.device[index] == row]
+        pred, true = panels[dev.device_id]
+        ratio = np.log(pred / true)
+        keys = corpus.raw_keys[sel]
+        scored = []
+        for key in np.unique(keys):
+            r = ratio[keys == key]
+            scored.append((float(np.median(np.abs(r))), key, int(r.size), float(np.exp(np.median(r)))))
+        for err, key, n, med in sorted(scored, reverse=True)[:k]:
+            out.append(f"- {dev.device_id}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
+    return out
 
 
 def _score_remapped(model, tree, corpus, index, network, model_rows, meta, panels=None) -> dict[str, dict]:

@@ -86,7 +86,8 @@ def top_k_score(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights:
 def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dict | None = None) -> dict[str, float]:
     """The evaluation table row: MAPE, within 10%/25%, RMSE of log-latency, mean Kendall
     tau within tasks, TenSet's top-1 and top-5 scores weighted by ``weights``
-    (task weight per group id; default 1), and the pairwise accuracy within tasks.
+    (task weight per group id; default 1), the pairwise accuracy within tasks, and
+    the fraction of programs predicted more than 2x off (``off_2x``).
 
     Raises:
         ValueError: shapes differ, no program, or a non-positive latency.
@@ -106,4 +107,5 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
         "top1": top_k_score(pred, true, np.asarray(groups), weights, 1),
         "top5": top_k_score(pred, true, np.asarray(groups), weights, 5),
         "pairwise": pairwise_accuracy(pred, true, np.asarray(groups)),
+        "off_2x": float(np.mean(np.abs(np.log(pred / true)) > np.log(2.0))),
     }
