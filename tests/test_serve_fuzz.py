@@ -36,7 +36,7 @@ def server():
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
@@ -87,3 +87,15 @@ def _valid_mod():
     from cdmpp.tvm_compat import IRModule, save_json
 
     return save_json(IRModule({"main": vector_add.with_attr("global_symbol", "main")}))
+
+
+def test_tvmscript_that_would_create_a_file_is_refused_over_real_http(server, tmp_path):
+    from programs import vector_add
+
+    flag = tmp_path / "pwned"
+    hostile = vector_add.script().replace("T.float32(1)", f"T.float32(__import__('os').system('touch {flag}'))")
+    assert "touch" in hostile
+    r = server.post("/predict", json={"programs": [{"tvmscript": hostile}]})
+    assert r.status_code == 403
+    time.sleep(0.5)
+    assert not flag.exists()
