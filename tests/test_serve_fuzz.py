@@ -93,7 +93,7 @@ def test_tvmscript_that_would_create_a_file_is_refused_over_real_http(server, tm
     from programs import vector_add
 
     flag = tmp_path / "pwned"
-    hostile = vector_add.script().replace("T.float32(1)", f"T.float32(__import__('os').system('touch {flag}'))")
+    hostile = vector_add.script().replace("T.float32(1.0)", f"T.float32(__import__('os').system('touch {flag}'))")
     assert "touch" in hostile
     r = server.post("/predict", json={"programs": [{"tvmscript": hostile}]})
     assert r.status_code == 403
