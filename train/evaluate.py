@@ -422,6 +422,7 @@ def finetune_and_compare(
 
     config = config or FineTuneConfig()
     model, meta = load_checkpoint(checkpoint)
+    _no_device_table(model, checkpoint)
     db, data = load_featurized(dataset, cache_dir, progress)
     shots = select_shots(model, data, np.arange(len(data)), config)
     rest = np.setdiff1d(np.arange(len(data)), shots)
@@ -453,6 +454,15 @@ def finetune_and_compare(
         f"{seconds['full']:.1f} s; the {config.method!r} copy is the result"
     )
     return rows, title
+
+
+def _no_device_table(model, checkpoint) -> None:
+    """Fine-tuning moves every device of a checkpoint with a device table; refuse it."""
+    if model.config.num_devices > 0:
+        raise InputError(
+            f"{checkpoint} predicts for several devices (a device table): fine-tuning it would move every device; "
+            "use `cdmpp adapt` (this machine) or `cdmpp adapt-table` (a measured device folder) instead"
+        )
 
 
 def _save_adapted(model, out, meta, checkpoint, dataset, db, config, programs: int, seconds: float, rows) -> None:
@@ -490,6 +500,7 @@ def adapt_checkpoint(checkpoint: Path, dataset: Path, out: Path, config=None, ca
 
     config = config or FineTuneConfig()
     model, meta = load_checkpoint(checkpoint)
+    _no_device_table(model, checkpoint)
     db, data = load_featurized(dataset, cache_dir, progress=False)
     shots = np.arange(len(data))
     t0 = time.time()
