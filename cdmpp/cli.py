@@ -390,7 +390,7 @@ def _cmd_adapt(args) -> int:
     from .predictor import DEFAULT_CHECKPOINT
     from .train.adapt import AdaptConfig, adapt_local
 
-    cfg = AdaptConfig(shots=args.shots, selection=args.selection, seed=args.seed)
+    cfg = AdaptConfig(shots=args.shots, selection=args.selection, init=args.init, method=args.method, seed=args.seed)
     res = adapt_local(
         Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
         Path(args.source),
@@ -744,6 +744,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shots", type=int, default=64, help="programs to time here (at most)")
     s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans")
     s.add_argument("--candidates", type=int, default=2000, help="programs of --source drawn for the KMeans choice")
+    s.add_argument("--init", choices=["nearest", "descriptor"], default="nearest",
+                   help="start this machine's row from the nearest known device's, or from the descriptor alone")
+    s.add_argument("--method", choices=["offset", "row"], default="offset",
+                   help="shift the level by the shots' mean residual (offset), or fit the row first (row)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--disable-avx512", action="store_true", help="adapt to the AVX-512-off device of this CPU")

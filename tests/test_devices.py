@@ -232,8 +232,8 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
              "--cache", str(tmp_path / "c"), "--plot", str(png)]
     assert main(table) == 0
     out = capsys.readouterr().out
-    for row in ("zero-shot, descriptor", f"zero-shot, nearest device {AVX512}", "4 kmeans shots, device row",
-                "2 random shots, offset"):
+    for row in ("zero-shot, descriptor", f"zero-shot, nearest device {AVX512}", "4 kmeans shots, nearest + row",
+                "2 random shots, descriptor + offset", "4 random shots, nearest + offset"):
         assert row in out
     assert png.read_bytes()[:4] == b"\x89PNG"
     # a device the checkpoint was trained on is not a leave-one-device-out target

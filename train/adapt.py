@@ -1,19 +1,25 @@
-"""A new device in minutes: learn its row of the device table from a few measured programs.
+"""A new device in minutes: a row of the device table and an offset from a few timings.
 
 CDMPP (EuroSys 2024, section 5) carries a trained predictor to a new device with a
 few measurements chosen by KMeans over the predictor's program embeddings.  Here
-the program encoder and the head stay frozen: a new device gets its own row in the
-model's device table (:meth:`~cdmpp.train.model.LatencyTransformer.add_device`),
-started from the unknown-device row (the zero-shot guess from its descriptor), and
-only that row's ``device_dim`` numbers are fitted to the shots' measurements.  A
-few dozen numbers cannot over-fit 16-64 programs the way fine-tuning every weight
-did (RESULTS.md, few-shot transfer), and they can move more than the level: the
-head reads the program embedding together with the device vector.
+the program encoder and the head stay frozen.  The new device gets its own row in
+the model's device table (:meth:`~cdmpp.train.model.LatencyTransformer.add_device`),
+a copy of the nearest known device's row (``init="nearest"``) or the unknown-device
+row with the new descriptor (``"descriptor"``), and then:
+
+- ``method="offset"`` (default): the device's log-latency moves by the shots' mean
+  residual (:func:`fit_device_offset`); the ranking stays the starting row's;
+- ``method="row"``: the row's ``device_dim`` numbers are first fitted to the shots
+  (:func:`fit_device_row`), then the offset.
+
+Leave-one-device-out on Zen 5 (RESULTS.md) chose the defaults: the nearest device's
+row beats the descriptor alone zero-shot, and fitting the row adds nothing over the
+offset at 16-64 shots (it costs ranking at 64).
 
 :func:`adapt_local` is ``cdmpp adapt``: choose at most 64 programs of a measured
-device folder by KMeans (no latency read), time them on this machine, fit the row
-and write a checkpoint that knows this machine.  :func:`adapt_table` measures the
-recipe leave-one-device-out on programs already measured on the left-out device.
+device folder by KMeans (no latency read), time them on this machine, adapt, and
+write a checkpoint that knows this machine.  :func:`adapt_table` measures the
+recipes leave-one-device-out on programs already measured on the left-out device.
 """
 
 from __future__ import annotations
@@ -41,6 +47,12 @@ class AdaptConfig:
     Attributes:
         shots: programs measured on the new device (at most this many are chosen).
         selection: ``"kmeans"`` (CDMPP's sampling over the embeddings) or ``"random"``.
+        init: where the new device's row starts: ``"nearest"`` (the row of the most
+            similar known device, :func:`cdmpp.device.nearest_device`) or
+            ``"descriptor"`` (the unknown-device row with the new descriptor).
+        method: ``"offset"`` (shift the device's log-latency by the shots' mean
+            residual; the ranking stays the starting row's) or ``"row"`` (fit the
+            row's numbers to the shots, then the offset).
         steps: full-batch Adam steps on the row.
         lr: Adam learning rate.
         l2: weight of the squared distance of the row from its start (keeps few
@@ -50,6 +62,8 @@ class AdaptConfig:
 
     shots: int = 64
     selection: str = "kmeans"
+    init: str = "nearest"
+    method: str = "offset"
     steps: int = 300
     lr: float = 0.05
     l2: float = 1e-3
@@ -58,6 +72,8 @@ class AdaptConfig:
     def __post_init__(self):
         if self.selection not in ("kmeans", "random"):
             raise InputError(f"selection must be 'kmeans' or 'random', got {self.selection!r}")
+        if self.init not in ("nearest", "descriptor") or self.method not in ("offset", "row"):
+            raise InputError(f"init must be 'nearest' or 'descriptor' and method 'offset' or 'row', got {self}")
         if self.shots < 1 or self.steps < 0 or self.lr <= 0 or self.l2 < 0:
             raise InputError(f"bad AdaptConfig: {self}")
 
@@ -121,6 +137,51 @@ def fit_device_row(
     return out
 
 
+def fit_device_offset(model: LatencyTransformer, data: FeaturizedPrograms, shots: np.ndarray, row: int) -> LatencyTransformer:
+    """A copy of ``model`` whose ``device_offset[row]`` moves by the mean of
+    ``log(measured) - log(predicted)`` over ``shots``: the least-squares shift of that
+    device's log-latency.  Other devices and the order of programs do not change.
+
+    Raises:
+        ValueError: no shot, or a non-positive latency.
+    """
+    shots = np.asarray(shots, dtype=np.int64)
+    if shots.size == 0:
+        raise ValueError("adapting needs at least one measured program")
+    resid = np.log(data.latency[shots]) - np.log(predict_latency_array(model, data, shots, device=row))
+    if not np.all(np.isfinite(resid)):
+        raise ValueError("a shot has a non-positive or missing latency")
+    out = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        out.device_offset[row] += float(resid.mean())
+    return out
+
+
+def adapt_device(model, data, shots, row: int, config: AdaptConfig) -> LatencyTransformer:
+    """``config.method`` on a copy of ``model``: the offset alone, or the row fit then the offset."""
+    if config.method == "row":
+        model = fit_device_row(model, data, shots, row, config)
+    return fit_device_offset(model, data, shots, row)
+
+
+def new_device_row(model: LatencyTransformer, meta: dict, device, init: str) -> tuple[LatencyTransformer, int]:
+    """A copy of ``model`` with a row for ``device`` (a :class:`~cdmpp.device.DeviceDescriptor`);
+    returns ``(copy, row)``.
+
+    ``init="nearest"``: the row is a copy of the nearest known device's (its learned
+    embedding, descriptor input and offset), so the new device starts out predicted
+    exactly as that device.  ``"descriptor"``: the unknown-device row with the new
+    device's own descriptor."""
+    from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device  # pylint: disable=import-outside-toplevel
+
+    known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
+    if init == "nearest" and known:
+        near = nearest_device(device, [d for _, d in known])
+        start = next(r for r, d in known if d.device_id == near.device_id)
+        return with_new_device(model, model.device_descriptor[start].numpy(), start)
+    return with_new_device(model, descriptor_vector(device), 0)
+
+
 def with_new_device(model: LatencyTransformer, descriptor: np.ndarray, init_row: int = 0) -> tuple[LatencyTransformer, int]:
     """A copy of ``model`` with one more device row (its start: row ``init_row``); returns ``(copy, row)``."""
     out = copy.deepcopy(model)
@@ -153,45 +214,41 @@ def adapt_table(
 
     Rows:
         - ``zero-shot, descriptor``: a new row started from the unknown device's;
-        - ``zero-shot, nearest device <id>``: the nearest known device's row
-          (:func:`cdmpp.device.nearest_device`);
-        - ``<k> <selection> shots, offset``: the descriptor row plus the mean log
-          residual of the shots (the level only);
-        - ``<k> <selection> shots, device row``: :func:`fit_device_row` on the shots.
+        - ``zero-shot, nearest device <id>``: the nearest known device's row;
+        - ``<k> <selection> shots, descriptor + offset``, ``..., nearest + offset``:
+          that start, shifted by the shots' mean log residual
+          (:func:`fit_device_offset`);
+        - ``<k> <selection> shots, nearest + row``: the row fitted to the shots
+          (:func:`fit_device_row`), then the offset.
 
     Returns:
         Metric rows by name (:func:`cdmpp.train.metrics.summary`).
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device
+    from cdmpp.device import DeviceDescriptor, nearest_device  # pylint: disable=import-outside-toplevel
 
-    base, row = with_new_device(model, descriptor_vector(device))
+    by_desc, row = new_device_row(model, meta, device, "descriptor")
+    by_near, _ = new_device_row(model, meta, device, "nearest")
     everything = np.arange(len(data))
     chosen = {}
     for sel in selections:
         for k in shot_counts:
-            chosen[(sel, k)] = select_programs(base, data, everything, AdaptConfig(shots=k, selection=sel, seed=seed))
+            chosen[(sel, k)] = select_programs(by_desc, data, everything, AdaptConfig(shots=k, selection=sel, seed=seed))
     used = np.unique(np.concatenate(list(chosen.values()))) if chosen else np.zeros(0, np.int64)
     rest = np.setdiff1d(everything, used)
     true, groups = data.latency[rest], data.workload[rest]
 
-    def score(m, r):
-        return summary(predict_latency_array(m, data, rest, device=r), true, groups, weights)
+    def score(m):
+        return summary(predict_latency_array(m, data, rest, device=row), true, groups, weights)
 
-    rows = {"zero-shot, descriptor": score(base, row)}
-    known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
+    rows = {"zero-shot, descriptor": score(by_desc)}
+    known = [DeviceDescriptor.from_json(d["descriptor"]) for d in meta.get("devices", [])]
     if known:
-        near = nearest_device(device, [d for _, d in known])
-        near_row = next(r for r, d in known if d.device_id == near.device_id)
-        rows[f"zero-shot, nearest device {near.device_id}"] = score(model, near_row)
+        rows[f"zero-shot, nearest device {nearest_device(device, known).device_id}"] = score(by_near)
     for (sel, k), shots in chosen.items():
-        resid = np.log(data.latency[shots]) - np.log(predict_latency_array(base, data, shots, device=row))
-        shifted = copy.deepcopy(base)
-        shifted.label_mean += float(resid.mean())
-        rows[f"{k} {sel} shots, offset"] = score(shifted, row)
-        rows[f"{k} {sel} shots, device row"] = score(fit_device_row(base, data, shots, row), row)
+        rows[f"{k} {sel} shots, descriptor + offset"] = score(fit_device_offset(by_desc, data, shots, row))
+        rows[f"{k} {sel} shots, nearest + offset"] = score(fit_device_offset(by_near, data, shots, row))
+        rows[f"{k} {sel} shots, nearest + row"] = score(adapt_device(by_near, data, shots, row, AdaptConfig(method="row")))
     return rows
-
 
 
 @dataclass
@@ -254,7 +311,7 @@ def adapt_local(
 
     from cdmpp import dataset as ds
     from cdmpp.collect import measure_programs
-    from cdmpp.device import descriptor_vector, local_cpu
+    from cdmpp.device import local_cpu
     from cdmpp.featurize import featurize_many
     from cdmpp.featurize.batch import featurize_database, from_trees
 
@@ -291,11 +348,11 @@ def adapt_local(
     if local.device_id in known:
         base, row, new = copy.deepcopy(model), known[local.device_id], False
     else:
-        (base, row), new = with_new_device(model, descriptor_vector(local)), True
+        (base, row), new = new_device_row(model, meta, local, config.init), True
     shots = np.arange(len(data))
     true = np.log(data.latency)
     before = float(np.sqrt(np.mean((np.log(predict_latency_array(base, data, shots, device=row)) - true) ** 2)))
-    tuned = fit_device_row(base, data, shots, row, config)
+    tuned = adapt_device(base, data, shots, row, config)
     after = float(np.sqrt(np.mean((np.log(predict_latency_array(tuned, data, shots, device=row)) - true) ** 2)))
     seconds["fit"] = round(time.time() - t0, 1)
     entry = {

@@ -129,6 +129,8 @@ class LatencyTransformer(nn.Module):
             nn.init.normal_(self.device_embedding.weight, std=0.02)
             self.descriptor_proj = nn.Linear(c.descriptor_dim, c.device_dim)
             self.register_buffer("device_descriptor", torch.zeros(c.num_devices + 1, c.descriptor_dim))
+            # per-device shift of the natural-log latency, fitted from a few shots (train/adapt.py)
+            self.register_buffer("device_offset", torch.zeros(c.num_devices + 1))
             head_in += c.device_dim
         self.head = nn.Sequential(nn.Linear(head_in, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
 
@@ -182,6 +184,7 @@ class LatencyTransformer(nn.Module):
         self.device_embedding = emb
         desc = torch.as_tensor(np.asarray(descriptor, dtype=np.float32)).reshape(1, -1)
         self.device_descriptor = torch.cat([self.device_descriptor, desc], dim=0)
+        self.device_offset = torch.cat([self.device_offset, self.device_offset[init_row].reshape(1)])
         self.config.num_devices += 1
         return self.config.num_devices
 
@@ -210,8 +213,12 @@ class LatencyTransformer(nn.Module):
 
     def predict_log_latency(self, x, pos, mask, device=None) -> torch.Tensor:
         """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device``
-        (int64 ``(B,)`` rows of the device table; ``None``: the unknown device)."""
-        return self(x, pos, mask, device) * self.label_std + self.label_mean
+        (int64 ``(B,)`` rows of the device table; ``None``: the unknown device), with
+        each device's ``device_offset`` added."""
+        out = self(x, pos, mask, device) * self.label_std + self.label_mean
+        if self.config.num_devices > 0 and device is not None:
+            out = out + self.device_offset[device]
+        return out
 
 
 def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | None = None) -> Path:
@@ -264,6 +271,8 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
         raise CheckpointError(f"corrupt checkpoint weights {folder / WEIGHTS_FILE}: {err}") from err
     model = LatencyTransformer(config)
+    if config.num_devices > 0 and "device_offset" not in state:  # written before per-device offsets existed
+        state["device_offset"] = torch.zeros(config.num_devices + 1)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
