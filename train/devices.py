@@ -444,9 +444,14 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
         "## Data and split",
         f"- Dataset `{meta['dataset']}`; devices left out: {', '.join(meta['excluded_devices']) or 'none'}",
         (
-            f"- Held-out network: {meta['holdout'] or 'none'} (its workloads out of training on every device; "
-            f"{meta['test_programs']} test programs). Validation: a tenth of the other workloads, on every device "
-            f"({meta['val_programs']} programs). Training: {meta['train_programs']} programs."
+            (
+                f"- Held-out network: {meta['holdout']} (its workloads out of training on every device; "
+                f"{meta['test_programs']} test programs). "
+                if meta["holdout"]
+                else "- Held-out network: none. "
+            )
+            + f"Validation: a tenth of the other workloads, on every device ({meta['val_programs']} programs). "
+            f"Training: {meta['train_programs']} programs."
             if meta.get("split", "network") == "network"
             else f"- Split: {meta['split']} ({meta['test_programs']} test programs, "
             f"{meta['val_programs']} validation programs, {meta['train_programs']} training programs"
