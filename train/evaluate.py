@@ -112,7 +112,7 @@ def train_and_compare(
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
     if train_config.cmd_weight > 0 and len(split.test) == 0 and cmd_target is None:
-        raise ValueError(
+        raise InputError(
             "cmd_weight > 0 needs a held-out network or a CMD target device: their programs are the CMD term's "
             "target domain"
         )

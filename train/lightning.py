@@ -69,7 +69,7 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
-            raise ValueError(
+            raise InputError(
                 f"rank_weight, rank_margin, task_group and cmd_weight must be >= 0, got "
                 f"{self.rank_weight}, {self.rank_margin}, {self.task_group}, {self.cmd_weight}"
             )
