@@ -225,19 +225,20 @@ def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.nd
     return keys, programs
 
 
-def cached_device_folder(device_dir: Path, cache_dir: Path) -> FeaturizedPrograms | None:
+def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> FeaturizedPrograms | None:
     """The cached featurization of a device folder, found without building TVM objects.
 
     Reads the folder's JSON lines as plain JSON (seconds for 30,000 records, where
     :func:`cdmpp.dataset.load_device_dir` parses every record into TVM objects for
     minutes) and looks up the key :func:`featurize_database` would use.  A record or
     workload that TVM would reject changes the key, so a miss (``None``) is always safe:
-    the caller then loads the folder and featurizes it.
+    the caller then loads the folder and featurizes it.  ``light`` is
+    :func:`measured_repeats`'s result when the caller has it already.
     """
     from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
 
     device_dir = Path(device_dir)
-    light = measured_repeats(device_dir)
+    light = light if light is not None else measured_repeats(device_dir)
     if light is None:
         return None
     keys, programs = light

@@ -23,7 +23,7 @@ import numpy as np
 
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
-from cdmpp.device import DeviceDescriptor, descriptor_vector
+from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
 
 from .baselines import TreeBaseline
@@ -109,8 +109,8 @@ def load_corpus(
         if folder.name in exclude:
             continue
         manifest = ds.read_manifest(folder)
-        data = cached_device_folder(folder, Path(cache_dir)) if cache_dir is not None else None
         light = measured_repeats(folder)
+        data = cached_device_folder(folder, Path(cache_dir), light) if cache_dir is not None else None
         if data is None or light is None or len(light[1]) != len(data):
             # not cached yet: parse the records into TVM objects and featurize them
             db = ds.load_device_dir(folder)
@@ -276,22 +276,9 @@ def device_task_weights(corpus: DeviceCorpus, network: str | None) -> dict[int, 
 
 
 def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, network: str | None) -> dict[str, dict]:
-    """Metric rows (transformer, and the trees when given) of programs ``index``, per device id."""
-    weights = device_task_weights(corpus, network)
-    descriptors = corpus.descriptors()
-    out = {}
-    for row, dev in enumerate(corpus.devices, start=1):
-        sel = index[corpus.data.device[index] == row]
-        if sel.size == 0:
-            continue
-        true, groups = corpus.data.latency[sel], corpus.data.workload[sel]
-        rows = {"cdmpp transformer": summary(predict_latency_array(model, corpus.data, sel), true, groups, weights)}
-        if tree is not None:
-            rows["xgboost PerStoreFeature"] = summary(
-                tree.predict(tree_inputs(corpus.data, descriptors, sel)), true, groups, weights
-            )
-        out[dev.device_id] = rows
-    return out
+    """Metric rows (transformer, and the trees when given) of programs ``index``, per device id,
+    for a model whose device rows are the corpus's."""
+    return _score_remapped(model, tree, corpus, index, network, corpus.data.device, corpus.descriptors())
 
 
 def train_device_model(
@@ -517,7 +504,10 @@ def evaluate_devices(
     if (Path(checkpoint) / BASELINE_FILE).exists() and meta.get("tree_inputs") == "psf_sum+descriptor":
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
     panels: dict = {}
-    rows = _score_remapped(model, tree, corpus, index, net, model_rows, meta, panels)
+    table = np.zeros((max(row_of.values()) + 1, DESCRIPTOR_DIM), np.float32)
+    for d in meta["devices"]:
+        table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
+    rows = _score_remapped(model, tree, corpus, index, net, model_rows, table, panels)
     what = f"held-out network {net}" if net else "every program"
     title = f"{what} of {root}, per device ({checkpoint})"
     worst = worst_tasks(corpus, index, panels, net)
@@ -555,14 +545,16 @@ def worst_tasks(corpus: DeviceCorpus, index: np.ndarray, panels: dict, network: 
     return out
 
 
-def _score_remapped(model, tree, corpus, index, network, model_rows, meta, panels=None) -> dict[str, dict]:
-    """:func:`score_by_device` where the model's device rows (``model_rows``) differ from the corpus's."""
-    from cdmpp.device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
+def _score_remapped(model, tree, corpus, index, network, model_rows, table, panels=None) -> dict[str, dict]:
+    """Metric rows per device id of programs ``index``.
 
+    Args:
+        model_rows: int64 ``(P,)``: each program's row in the model's device table.
+        table: float32 ``(rows, DESCRIPTOR_DIM)``: the descriptor of each model row (the
+            trees' device columns).
+        panels: when given, filled with ``device id -> (predicted, measured)``.
+    """
     weights = device_task_weights(corpus, network)
-    table = np.zeros((max(int(d["row"]) for d in meta["devices"]) + 1, len(descriptor_vector(corpus.devices[0]))), np.float32)
-    for d in meta["devices"]:
-        table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
     out = {}
     for row, dev in enumerate(corpus.devices, start=1):
         sel = index[corpus.data.device[index] == row]

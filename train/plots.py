@@ -24,6 +24,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str, path: Path) -> Path:
     """Scatter predicted against measured latency per panel and write a PNG.
 
@@ -70,12 +79,7 @@ def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]],
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: str = "mape") -> Path:
@@ -110,9 +114,4 @@ def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: s
     ax.set_ylabel(f"{metric} (%)" if scale == 100.0 else metric)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
