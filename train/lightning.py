@@ -291,7 +291,8 @@ class LatencyModule(L.LightningModule):
         h = self.model.pooled(batch["x"], batch["pos"], batch["mask"])
         device = batch.get("device")
         row = None
-        if device is not None and stage == "train" and self.train_config.device_dropout > 0:
+        if (device is not None and stage == "train" and self.train_config.device_dropout > 0
+                and self.model.config.num_devices > 0):  # no device table: draw nothing, keep the RNG stream
             drop = torch.rand(device.shape, generator=None) < self.train_config.device_dropout
             row = torch.where(drop, torch.zeros_like(device), device)
         pred = self.model.head_output(h, device, row)
