@@ -411,6 +411,20 @@ def _cmd_adapt(args) -> int:
     return 0
 
 
+def _cmd_calibrate(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .train.uncertainty import IntervalConfig, calibrate_checkpoint, format_coverage
+
+    calibration, report = calibrate_checkpoint(
+        Path(args.checkpoint), Path(args.dataset), Path(args.cache), IntervalConfig(passes=args.passes),
+        args.method, progress=True, write=not args.dry_run,
+    )
+    print(format_coverage(report, calibration))
+    if not args.dry_run:
+        print(f"calibration ({args.method}) written to {Path(args.checkpoint) / 'config.json'}")
+    return 0
+
+
 def _cmd_adapt_table(args) -> int:
     # pylint: disable=import-outside-toplevel
     from . import dataset as ds
@@ -765,6 +779,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.add_argument("--plot", default=None, metavar="PNG", help="also plot MAPE against the number of shots")
     s.set_defaults(func=_cmd_adapt_table)
+
+    s = sub.add_parser(
+        "calibrate", help="calibrate a checkpoint's 10-90%% intervals on its validation workloads; report coverage"
+    )
+    s.add_argument("-c", "--checkpoint", required=True, help="a checkpoint of cdmpp train -d DATASET")
+    s.add_argument("-d", "--dataset", default="datasets/corpus", help="the dataset it was trained on")
+    s.add_argument("--passes", type=int, default=16, help="MC-dropout passes per program")
+    s.add_argument("--method", default="mc-normalized", choices=["mc-normalized", "mc-raw", "constant"],
+                   help="the interval the checkpoint serves")
+    s.add_argument("--dry-run", action="store_true", help="report coverage only; leave the checkpoint as it is")
+    s.add_argument("--cache", default=".cdmpp-cache", help="feature cache folder")
+    s.set_defaults(func=_cmd_calibrate)
 
     s = sub.add_parser("finetune", help="few-shot transfer of a checkpoint to another device's dataset")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")

@@ -213,6 +213,46 @@ class LatencyPredictor:
         return predict_latency_array(self.model, data, device=row)
 
 
+    def predict_interval(self, mods, target=None, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Predict latencies with a 10-90% interval (MC dropout, calibrated on validation
+        workloads: :mod:`cdmpp.train.uncertainty`).
+
+        Arguments and errors as :meth:`predict`.
+
+        Returns:
+            ``(latency, low, high)``: float64 ``(len(mods),)`` each, in seconds.  The
+            point ``latency`` is :meth:`predict`'s; ``low``/``high`` bound the interval
+            (the raw MC-dropout percentiles, much too narrow, when the checkpoint records
+            no calibration: ``metadata["interval"]``).
+        """
+        from cdmpp.featurize import featurize_many  # pylint: disable=import-outside-toplevel
+
+        if not isinstance(mods, (list, tuple)):
+            mods = [mods]
+        dev = self.resolve_device(device, target) if self._known else None
+        if not mods:
+            return (np.zeros(0, dtype=np.float64),) * 3
+        feat_target = target if target is not None else (dev.target if dev is not None else None)
+        return self.predict_trees_interval(featurize_many(list(mods), feat_target), dev.device_id if dev else None)
+
+    def predict_trees_interval(self, trees, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
+        # pylint: disable=import-outside-toplevel
+        from cdmpp.featurize.batch import from_trees
+        from cdmpp.train.uncertainty import IntervalConfig, interval, mc_log_latency
+
+        row = self._row(self.resolve_device(device).device_id) if self._known else 0
+        n = len(trees)
+        if n == 0:
+            return (np.zeros(0, dtype=np.float64),) * 3
+        data = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
+        calibration = self.metadata.get("interval")
+        passes = int(calibration["passes"]) if calibration else IntervalConfig().passes
+        point, samples = mc_log_latency(self.model, data, device=row, cfg=IntervalConfig(passes=passes))
+        low, high = interval(point, samples, calibration)
+        return np.exp(point), low, high
+
+
 @lru_cache(maxsize=4)
 def _cached(path: str | None) -> LatencyPredictor:
     return LatencyPredictor.load(path)

@@ -45,7 +45,10 @@ class ServeConfig:
     Attributes:
         max_body_bytes: largest request body accepted (HTTP 413 above it).
         max_programs: most programs in one request (HTTP 422 above it).
-        timeout_s: seconds one request may take in the worker (HTTP 504 after it).
+        timeout_s: seconds one ``/predict`` request may take in the worker (HTTP 504 after it).
+        estimate_timeout_s: seconds one ``/estimate`` request may take (a zoo network's
+            first request also lowers it from PyTorch; each task samples schedules).
+        max_tasks: most tuning tasks of one ``/estimate`` network (HTTP 422 above it).
         workers: worker processes that parse, featurize and predict (requests queue for them).
         execute_tvmscript: accept TVMScript programs, which run client code in the
             worker (loopback addresses only; see the module docstring).
@@ -54,6 +57,8 @@ class ServeConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     max_programs: int = 1024
     timeout_s: float = 120.0
+    estimate_timeout_s: float = 900.0
+    max_tasks: int = 512
     workers: int = 1
     execute_tvmscript: bool = False
 
@@ -89,10 +94,66 @@ class PredictRequest(BaseModel):
 
 
 class PredictResponse(BaseModel):
-    """Predicted latency of each program, in seconds, and the device it is for."""
+    """Predicted latency of each program, in seconds, with its 10-90% interval, and the device it is for."""
 
     latency_s: list[float]
+    low_s: list[float] = Field(..., description="lower end of each program's 10-90% interval, seconds")
+    high_s: list[float] = Field(..., description="upper end of each program's 10-90% interval, seconds")
     device: str | None = Field(None, description="the device the latencies are for")
+
+
+class Database(BaseModel):
+    """A MetaSchedule JSONDatabase, inline: the parsed lines of its two files."""
+
+    model_config = ConfigDict(extra="forbid")
+    workloads: list[Any] = Field(..., description="lines of database_workload.json, each [shash, workload JSON]")
+    records: list[Any] = Field(
+        ..., description="lines of database_tuning_record.json, each [workload index, [trace, run_secs, target, args]]"
+    )
+
+
+class EstimateRequest(BaseModel):
+    """Body of ``POST /estimate``: one network (a zoo name or a Relax IRModule as TVM JSON) on one device."""
+
+    model_config = ConfigDict(extra="forbid")
+    network: str | None = Field(None, description="a zoo network name (cdmpp networks), e.g. resnet_50-b1")
+    relax: str | None = Field(None, description="tvm.ir.save_json of a Relax IRModule")
+    device: str | None = Field(None, description="a device id the checkpoint knows (GET /devices)")
+    target: dict | None = Field(None, description="TVM target as a dict; picks the device when no device is given")
+    database: Database | None = Field(None, description="tuning records: each task's fastest record is its schedule")
+    samples: int = Field(32, ge=1, le=256, description="schedules sampled per task without a database record")
+
+    @model_validator(mode="after")
+    def _one_network(self) -> "EstimateRequest":
+        if (self.network is None) == (self.relax is None):
+            raise ValueError("give exactly one of 'network' (a zoo name) and 'relax' (a Relax IRModule as TVM JSON)")
+        return self
+
+
+class TaskEstimateOut(BaseModel):
+    """One task of the network: its weight, where its schedule came from, and its predicted latency (seconds)."""
+
+    task: str
+    weight: int
+    workload_key: str
+    source: str = Field(..., description="'database' (the fastest measured record) or 'sampled' (best-predicted)")
+    source_detail: str
+    latency_s: float
+    low_s: float
+    high_s: float
+    measured_s: float | None = Field(None, description="the database record's measured latency, seconds")
+
+
+class EstimateResponse(BaseModel):
+    """A whole network on one device: per task, and ``sum(weight * latency)`` with its interval (seconds)."""
+
+    network: str
+    device: str | None
+    tasks: list[TaskEstimateOut]
+    total_s: float
+    low_s: float
+    high_s: float
+    measured_total_s: float | None = Field(None, description="sum(weight * measured) when every task has a record")
 
 
 class DeviceInfo(BaseModel):
@@ -189,9 +250,58 @@ def _worker_predict(
             return 422, f"programs[{i}]: {err}"
     dev_id = dev.device_id if dev is not None else None
     try:
-        return [float(v) for v in _WORKER_PREDICTOR.predict(mods, target, dev_id)], dev_id
+        lat, low, high = _WORKER_PREDICTOR.predict_interval(mods, target, dev_id)
     except (UnsupportedProgramError, ValueError) as err:
         return 422, str(err)
+    return ([float(v) for v in lat], [float(v) for v in low], [float(v) for v in high]), dev_id
+
+
+_WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), extracted once per worker
+
+
+def _worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
+    """In the worker: a whole-network estimate (see :mod:`cdmpp.estimate`), or ``(status, message)``."""
+    # pylint: disable=import-outside-toplevel
+    import json
+    import warnings
+
+    from cdmpp.errors import CdmppError, UnknownDeviceError
+    from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
+    from cdmpp.tvm_compat import Target, load_json
+
+    pred = _WORKER_PREDICTOR
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dev = pred.resolve_device(req.get("device"), req.get("target")) if pred.devices else None
+        target = Target(req["target"]) if req.get("target") is not None else Target(dev.target)
+    except UnknownDeviceError as err:
+        return 422, f"device: {err}"
+    except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
+        return 422, f"target: not a TVM target: {str(err).strip()[:300]}"
+    try:
+        if req.get("network") is not None:
+            key = f"{req['network']}|{json.dumps(target.export(), sort_keys=True, default=str)}"
+            if key not in _WORKER_TASKS:
+                _WORKER_TASKS[key] = zoo_tasks(req["network"], target)
+            tasks = _WORKER_TASKS[key]
+        else:
+            try:
+                mod = load_json(req["relax"])
+            except Exception as err:  # noqa: BLE001  TVM raises its own error types
+                return 422, f"relax: malformed TVM JSON: {str(err).strip()[:300]}"
+            tasks = relax_tasks(mod, target)
+        db = req.get("database")
+        database = best_records(db["workloads"], db["records"]) if db else None
+        est = estimate_network(
+            pred, tasks, dev.device_id if dev is not None else None, target, database,
+            EstimateConfig(samples=int(req.get("samples", 32)), max_tasks=max_tasks),
+        )
+    except CdmppError as err:
+        return 422, str(err).strip("'\"")
+    out = est.to_json()
+    out["network"] = req.get("network") or "relax module"
+    return out
 
 
 class _Workers:
@@ -301,6 +411,29 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
         )
         if isinstance(out[0], int):
             raise HTTPException(out[0], out[1])
-        return PredictResponse(latency_s=out[0], device=out[1])
+        (lat, low, high), dev = out
+        return PredictResponse(latency_s=lat, low_s=low, high_s=high, device=dev)
+
+    @app.post("/estimate", response_model=EstimateResponse)
+    def estimate(req: EstimateRequest) -> EstimateResponse:
+        if req.device is not None and req.device not in {d.device_id for d in known}:
+            raise HTTPException(
+                422, f"device: unknown device {req.device!r}; this server knows {', '.join(d.device_id for d in known)}"
+            )
+        if req.network is not None:
+            from cdmpp.networks import network_names
+
+            if req.network not in network_names():
+                raise HTTPException(422, f"network: unknown zoo network {req.network!r}; GET /networks lists them")
+        out = workers.run(cfg.estimate_timeout_s, _worker_estimate, req.model_dump(), cfg.max_tasks)
+        if isinstance(out, tuple):
+            raise HTTPException(out[0], out[1])
+        return EstimateResponse(**out)
+
+    @app.get("/networks")
+    def networks() -> list[str]:
+        from cdmpp.networks import network_names
+
+        return network_names()
 
     return app

@@ -17,7 +17,7 @@ def _mod_json(func=vector_add):
 
 @pytest.fixture(scope="module")
 def client():
-    with TestClient(create_app(config=ServeConfig(max_programs=4, max_body_bytes=200_000, timeout_s=60))) as c:
+    with TestClient(create_app(config=ServeConfig(max_programs=4, max_body_bytes=4_000_000, timeout_s=60))) as c:
         yield c
 
 
@@ -85,7 +85,7 @@ def test_bad_requests_get_a_4xx_that_names_the_problem(client):
     assert post({"programs": [{"mod": _mod_json(), "workload": _mod_json()}]}).status_code == 422
     r = post({"programs": [{"mod": _mod_json()}] * 5})
     assert r.status_code == 422 and "limit of 4" in r.json()["detail"]
-    r = client.post("/predict", content=b"x" * 300_000, headers={"content-type": "application/json"})
+    r = client.post("/predict", content=b"x" * 5_000_000, headers={"content-type": "application/json"})
     assert r.status_code == 413
 
 
@@ -112,3 +112,71 @@ def test_devices_route_and_the_device_of_a_prediction(client):
     target = listed[0]["target"]  # a target whose mcpu matches a known device picks it
     r = client.post("/predict", json={"programs": [{"mod": _mod_json()}], "target": target})
     assert r.status_code == 200 and r.json()["device"] == listed[0]["device_id"]
+
+
+def test_each_prediction_carries_a_calibrated_interval(client):
+    from cdmpp.predictor import LatencyPredictor
+
+    r = client.post("/predict", json={"programs": [{"mod": _mod_json()}] * 2})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["low_s"][0] < out["latency_s"][0] < out["high_s"][0]
+    assert out["low_s"] == out["low_s"][:1] * 2  # the same program gets the same interval (seeded MC dropout)
+    # calibrated on validation workloads: far wider than the raw MC-dropout spread (about 1.15x)
+    assert out["high_s"][0] / out["low_s"][0] > 1.5
+    assert LatencyPredictor.load().metadata["interval"]["method"] == "mc-normalized"
+
+
+def _database_lines(device_dir):
+    from cdmpp import dataset as ds
+
+    workloads = [obj for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE))]
+    records = [obj for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.RECORD_FILE))]
+    return workloads, records
+
+
+def test_estimate_a_zoo_network_with_a_tuning_database(client, tiny_collection):
+    import numpy as np
+
+    from cdmpp import dataset as ds
+
+    _, summary = tiny_collection
+    manifest = ds.read_manifest(summary.device_dir)
+    workloads, records = _database_lines(summary.device_dir)
+    body = {"network": "dcgan-b1", "target": manifest["device"]["target"], "samples": 2,
+            "database": {"workloads": workloads, "records": records}}
+    r = client.post("/estimate", json=body)
+    assert r.status_code == 200, r.text
+    est = r.json()
+    assert len(est["tasks"]) == manifest["networks"]["dcgan-b1"]["tasks"]  # every task of the network
+    by_source = {t["source"] for t in est["tasks"]}
+    assert by_source == {"database", "sampled"}  # the tiny collection measured 2 of DCGAN's tasks
+    db = ds.load_device_dir(summary.device_dir)
+    best = {}
+    for p in db.programs:
+        key = db.workload_keys[p.workload_index]
+        best[key] = min(best.get(key, np.inf), float(np.median(p.run_secs)))
+    for t in est["tasks"]:
+        assert t["low_s"] <= t["latency_s"] <= t["high_s"]
+        if t["source"] == "database":
+            assert t["measured_s"] == pytest.approx(best[t["workload_key"]])
+        else:
+            assert t["measured_s"] is None and "best-predicted of 2" in t["source_detail"]
+    assert est["total_s"] == pytest.approx(sum(t["weight"] * t["latency_s"] for t in est["tasks"]))
+    assert est["low_s"] < est["total_s"] < est["high_s"] and est["measured_total_s"] is None
+
+
+def test_estimate_bad_requests_name_the_field(client):
+    r = client.post("/estimate", json={"network": "no_such_net"})
+    assert r.status_code == 422 and "network: unknown zoo network" in r.json()["detail"]
+    r = client.post("/estimate", json={"network": "dcgan-b1", "relax": "{}"})
+    assert r.status_code == 422
+    r = client.post("/estimate", json={"relax": "{not json"})
+    assert r.status_code == 422 and "relax: malformed TVM JSON" in r.json()["detail"]
+    r = client.post("/estimate", json={"relax": _mod_json(), "device": "cpu-nowhere"})
+    assert r.status_code == 422 and "unknown device" in r.json()["detail"]
+    r = client.post("/estimate", json={"network": "dcgan-b1", "samples": 0})
+    assert r.status_code == 422
+    r = client.post("/estimate", json={"network": "dcgan-b1", "database": {"workloads": [[1, 2]], "records": []}})
+    assert r.status_code == 422 and "database.workloads[0]" in r.json()["detail"]
+    assert "resnet_50-b1" in client.get("/networks").json()

@@ -99,3 +99,46 @@ def test_tvmscript_that_would_create_a_file_is_refused_over_real_http(server, tm
     assert r.status_code == 403
     time.sleep(0.5)
     assert not flag.exists()
+
+
+estimate_bodies = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={"network": json_values, "relax": json_values | st.text(max_size=120), "device": json_values,
+                  "target": json_values, "samples": json_values,
+                  "database": json_values | st.fixed_dictionaries({"workloads": json_values, "records": json_values})},
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(body=estimate_bodies)
+def _fuzz_estimate_once(client, body):
+    r = client.post("/estimate", json=body)
+    assert r.status_code < 500, (r.status_code, r.text[:300], body)
+
+
+def test_hostile_estimate_bodies_get_no_5xx(server):
+    _fuzz_estimate_once(server)  # pylint: disable=no-value-for-parameter
+    assert server.get("/health").json()["status"] == "ok"
+
+
+def test_the_client_example_prints_a_per_task_table(server, capsys):
+    import runpy
+    from pathlib import Path
+
+    example = runpy.run_path(str(Path(__file__).parents[1] / "docs" / "examples" / "estimate_client.py"))
+    url = str(server.base_url).rstrip("/")
+    device = server.get("/devices").json()[0]["device_id"]
+    est = example["estimate"](url, "dcgan-b1", device, samples=2)
+    assert est["device"] == device and len(est["tasks"]) >= 4
+    assert example["main"](["--url", url, "--network", "dcgan-b1", "--device", device, "--samples", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("sampled") == len(est["tasks"]) and "total:" in printed
+    try:
+        example["estimate"](url, "no_such_net", device)
+    except RuntimeError as err:
+        assert "HTTP 422" in str(err) and "unknown zoo network" in str(err)
+    else:
+        raise AssertionError("an unknown network must raise")

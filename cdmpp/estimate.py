@@ -1,0 +1,302 @@
+"""Whole-network latency estimates: one schedule per task, its predicted latency, summed by task weight.
+
+A network (a zoo name, or any Relax IRModule) is split into MetaSchedule tuning tasks
+(``ms.relax_integration.extract_tasks``): each task is one fused PrimFunc, and its task
+weight is how many times the network calls it.  For each task the estimate picks a
+schedule and predicts its latency on one device:
+
+* with a tuning database (MetaSchedule JSONDatabase lines) that holds the task's
+  workload, the record with the lowest measured latency (``source="database"``), as
+  ``ms.relax_integration.compile_relax`` would compile it;
+* otherwise the best-predicted of ``samples`` schedules sampled uniformly from the
+  task's design space (``source="sampled"``): an estimate of a lightly tuned network,
+  not of a tuned one.
+
+The network's estimate is ``sum(weight * latency)`` over the tasks, with the 10-90%
+interval summed the same way.  Summing kernels leaves out what runs between them (the
+Relax VM's own work, memory planning); TenSet reports TVM's own summed estimate 25-31%
+above measured end-to-end latency.  A training simulator in the style of dPRO adds the
+per-task latencies along its own timeline instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EstimateConfig:
+    """How tasks without a database record get a schedule.
+
+    Attributes:
+        samples: schedules sampled per such task; the best-predicted one is used.
+        seed: seed of the sampling (the same request gives the same answer).
+        max_tasks: most tasks one network may have (a guard for servers).
+    """
+
+    samples: int = 32
+    seed: int = 0
+    max_tasks: int = 512
+
+    def __post_init__(self):
+        if not 1 <= self.samples <= 4096:
+            raise InputError(f"samples must be in [1, 4096], got {self.samples}")
+        if self.max_tasks < 1:
+            raise InputError(f"max_tasks must be >= 1, got {self.max_tasks}")
+
+
+@dataclass
+class Task:
+    """One tuning task of a network.
+
+    Attributes:
+        name: MetaSchedule's task name (e.g. ``fused_conv2d_add_relu``).
+        weight: task weight: how many times the network calls it.
+        mod: the workload, an IRModule with one PrimFunc.
+    """
+
+    name: str
+    weight: int
+    mod: object
+
+
+@dataclass
+class TaskEstimate:
+    """The estimate of one task.
+
+    Attributes:
+        task: task name.  weight: task weight.
+        workload_key: the workload's structural hash.
+        source: ``"database"`` or ``"sampled"``.
+        source_detail: which record or how many samples.
+        latency_s, low_s, high_s: predicted latency of one call and its 10-90% interval, seconds.
+        measured_s: the database record's measured latency (median of its repeats), seconds, if any.
+    """
+
+    task: str
+    weight: int
+    workload_key: str
+    source: str
+    source_detail: str
+    latency_s: float
+    low_s: float
+    high_s: float
+    measured_s: float | None = None
+
+
+@dataclass
+class NetworkEstimate:
+    """A whole network's estimate on one device.
+
+    Attributes:
+        device: the device id the latencies are for.
+        tasks: one :class:`TaskEstimate` per task.
+        total_s, low_s, high_s: ``sum(weight * latency)`` and its interval, seconds.
+        measured_total_s: ``sum(weight * measured_s)`` when every task has a database
+            record, else ``None``.
+    """
+
+    device: str | None
+    tasks: list[TaskEstimate] = field(default_factory=list)
+    total_s: float = 0.0
+    low_s: float = 0.0
+    high_s: float = 0.0
+    measured_total_s: float | None = None
+
+    def to_json(self) -> dict:
+        """A JSON-able dict (what ``POST /estimate`` returns)."""
+        return asdict(self)
+
+
+def relax_tasks(mod, target) -> list[Task]:
+    """The tuning tasks of a Relax IRModule for ``target`` (a ``Target`` or dict).
+
+    Raises:
+        InputError: ``mod`` is not an IRModule, or TVM cannot extract tasks from it.
+    """
+    # pylint: disable=import-outside-toplevel
+    from .tvm_compat import IRModule, Target, extract_tasks
+
+    if not isinstance(mod, IRModule):
+        raise InputError(f"relax: the JSON holds a {type(mod).__name__}, not an IRModule")
+    target = target if isinstance(target, Target) else Target(target)
+    try:
+        extracted = extract_tasks(mod, target)
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        raise InputError(f"relax: TVM cannot extract tuning tasks from this module: {str(err).strip()[:300]}") from err
+    return [Task(str(t.task_name), int(t.weight), t.dispatched[0]) for t in extracted]
+
+
+def zoo_tasks(network: str, target) -> list[Task]:
+    """The tuning tasks of a zoo network (:func:`cdmpp.networks.network_names`).
+
+    Raises:
+        UnknownNetworkError: not a zoo network.
+    """
+    # pylint: disable=import-outside-toplevel
+    from . import networks as zoo
+    from .tvm_compat import Target, relax_module_from_torch
+
+    spec = zoo.get_network(network)
+    target = target if isinstance(target, Target) else Target(target)
+    return relax_tasks(relax_module_from_torch(spec.build(), spec.example_inputs(), target), target)
+
+
+@dataclass
+class _Best:
+    trace: object
+    measured_s: float
+    records: int
+
+
+def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[object, _Best]]:
+    """The lowest-latency measured record of each workload in JSONDatabase lines.
+
+    Args:
+        workload_lines: parsed lines of ``database_workload.json`` (``[shash, mod JSON]``).
+        record_lines: parsed lines of ``database_tuning_record.json``
+            (``[workload index, [trace, run_secs, target, args_info]]``).
+
+    Returns:
+        ``{structural hash: (workload IRModule, best record)}``; workloads without a
+        successful measurement are left out.
+
+    Raises:
+        InputError: a malformed line (the message names it).
+    """
+    # pylint: disable=import-outside-toplevel
+    from .tvm_compat import TuningRecord, Workload, structural_hash
+
+    workloads = []
+    for i, obj in enumerate(workload_lines):
+        try:
+            workloads.append(Workload.from_json(obj))
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            raise InputError(f"database.workloads[{i}]: not a MetaSchedule workload: {str(err).strip()[:200]}") from err
+    out: dict[str, tuple[object, _Best]] = {}
+    for i, obj in enumerate(record_lines):
+        try:
+            widx = int(obj[0])
+            if not 0 <= widx < len(workloads):
+                raise IndexError(f"workload index {widx}, the database has {len(workloads)} workloads")
+            rec = TuningRecord.from_json(obj[1], workloads[widx])
+        except Exception as err:  # noqa: BLE001
+            raise InputError(f"database.records[{i}]: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
+        secs = [float(s) for s in (rec.run_secs or [])]
+        if not secs or not all(0 < s < 1e9 for s in secs):
+            continue  # failed builds and runs carry 1e10
+        med = float(np.median(secs))
+        mod = workloads[widx].mod
+        key = str(structural_hash(mod))
+        if key not in out:
+            out[key] = (mod, _Best(rec.trace, med, 1))
+        else:
+            best = out[key][1]
+            if med < best.measured_s:
+                out[key] = (mod, _Best(rec.trace, med, best.records + 1))
+            else:
+                best.records += 1
+    return out
+
+
+def _scheduled(mod, trace):
+    from .tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
+
+    sch = Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch
+
+
+def estimate_network(
+    predictor, tasks: list[Task], device: str | None = None, target=None, database: dict | None = None,
+    cfg: EstimateConfig | None = None,
+) -> NetworkEstimate:
+    """Estimate a network's latency on one device from its tasks.
+
+    Args:
+        predictor: a :class:`cdmpp.LatencyPredictor`.
+        tasks: the network's tasks (:func:`zoo_tasks`, :func:`relax_tasks`).
+        device: a device id the checkpoint knows; ``None`` follows
+            :meth:`~cdmpp.LatencyPredictor.resolve_device` with ``target``.
+        target: a TVM target (dict or ``Target``) for sampling and featurizing;
+            default the device's.
+        database: ``{structural hash: (workload, best record)}`` from :func:`best_records`.
+
+    Returns:
+        A :class:`NetworkEstimate`; latencies in seconds.
+
+    Raises:
+        UnknownDeviceError: an unknown device.  InputError: more tasks than
+            ``cfg.max_tasks``, or a task none of whose schedules can be featurized.
+    """
+    # pylint: disable=import-outside-toplevel
+    from .collect import sample_schedules
+    from .featurize import featurize_many
+    from .tvm_compat import Target, structural_equal, structural_hash
+
+    cfg = cfg or EstimateConfig()
+    if len(tasks) > cfg.max_tasks:
+        raise InputError(f"the network has {len(tasks)} tasks, more than the limit of {cfg.max_tasks}")
+    dev = predictor.resolve_device(device, target) if predictor.devices else None
+    dev_id = dev.device_id if dev is not None else None
+    tgt = target if target is not None else (dev.target if dev is not None else None)
+    if tgt is None:
+        raise InputError("target: the checkpoint records no device; give a target")
+    tgt = tgt if isinstance(tgt, Target) else Target(tgt)
+    database = database or {}
+    out = NetworkEstimate(device=dev_id)
+    for task in tasks:
+        key = str(structural_hash(task.mod))
+        hit = database.get(key)
+        if hit is None:  # a database written by another TVM may hash differently: compare structurally
+            hit = next((v for v in database.values() if structural_equal(v[0], task.mod)), None)
+        measured = None
+        if hit is not None:
+            best = hit[1]
+            candidates = [_scheduled(task.mod, best.trace)]
+            source, measured = "database", best.measured_s
+            detail = f"the fastest of the database's {best.records} measured records of this workload"
+        else:
+            candidates = sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
+            source = "sampled"
+            detail = f"the best-predicted of {len(candidates)} schedules sampled from the design space (not tuned)"
+        try:
+            trees = featurize_many([sch.mod for sch in candidates], tgt)
+        except Exception:  # noqa: BLE001  one bad schedule must not sink the task: featurize one by one
+            trees = []
+            for sch in candidates:
+                try:
+                    trees.extend(featurize_many([sch.mod], tgt))
+                except Exception as err:  # noqa: BLE001
+                    log.info("task %s: a schedule cannot be featurized: %s", task.name, err)
+        if not trees:
+            raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
+        point = predictor.predict_trees(trees, dev_id)
+        i = int(np.argmin(point))
+        lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval([trees[i]], dev_id))
+        out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured))
+    out.total_s = float(sum(t.weight * t.latency_s for t in out.tasks))
+    out.low_s = float(sum(t.weight * t.low_s for t in out.tasks))
+    out.high_s = float(sum(t.weight * t.high_s for t in out.tasks))
+    if out.tasks and all(t.measured_s is not None for t in out.tasks):
+        out.measured_total_s = float(sum(t.weight * t.measured_s for t in out.tasks))
+    return out
+
+
+def format_estimate(est: NetworkEstimate) -> str:
+    """A per-task table (milliseconds) and the weighted total, as a simulator would print it."""
+    lines = [f"device {est.device}", f"{'task':40s} {'weight':>6s} {'source':>8s} {'ms':>9s} {'10-90% ms':>19s}"]
+    for t in est.tasks:
+        lines.append(
+            f"{t.task[:40]:40s} {t.weight:6d} {t.source:>8s} {1e3 * t.latency_s:9.4f} "
+            f"{1e3 * t.low_s:9.4f}-{1e3 * t.high_s:<9.4f}"
+        )
+    lines.append(f"total (sum of weight x latency): {1e3 * est.total_s:.3f} ms ({1e3 * est.low_s:.3f}-{1e3 * est.high_s:.3f})")
+    return "\n".join(lines)
