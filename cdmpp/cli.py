@@ -411,6 +411,23 @@ def _cmd_adapt(args) -> int:
     return 0
 
 
+def _cmd_truth_check(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    import json
+
+    from .serve.truth_check import TruthCheckConfig, format_truth_check, run_truth_check
+
+    cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
+                           args.device)
+    rows = run_truth_check(Path(args.dataset), cfg)
+    print(format_truth_check(rows, markdown=True))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        print(f"rows written to {args.output}")
+    return 0
+
+
 def _cmd_calibrate(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .train.uncertainty import IntervalConfig, calibrate_checkpoint, format_coverage
@@ -473,7 +490,8 @@ def _cmd_tune_benchmark(args) -> int:
         cost_models=tuple(args.cost_models),
         checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         seed=args.seed,
-        checkpoints_at=tuple(k for k in (args.trials // 4, args.trials // 2, args.trials) if k > 0),
+        seeds=tuple(args.seeds),
+        checkpoints_at=tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0),
     )
     rows = run_tune_benchmark(Path(args.dataset), Path(args.output), cfg)
     print(format_tune_benchmark(rows))
@@ -545,6 +563,7 @@ def _cmd_serve(args) -> int:
               f"only, not {args.host}", file=sys.stderr)
         return 2
     cfg = ServeConfig(max_body_bytes=args.max_body_bytes, max_programs=args.max_programs, timeout_s=args.timeout,
+                      estimate_timeout_s=args.estimate_timeout, max_tasks=args.max_tasks,
                       workers=args.workers, execute_tvmscript=args.unsafe_execute_client_tvmscript)
     uvicorn.run(create_app(args.checkpoint, cfg), host=args.host, port=args.port)
     return 0
@@ -727,13 +746,14 @@ def build_parser() -> argparse.ArgumentParser:
         "tune-benchmark", help="tune a network's largest tasks with TVM's XGBoost model and with cdmpp's plugin"
     )
     s.add_argument("-d", "--dataset", required=True, help="device folder whose manifest lists the network")
-    s.add_argument("--network", required=True, help="network whose tasks are tuned")
+    s.add_argument("--network", required=True, help="network whose tasks are tuned (several: comma-separated)")
     s.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
     s.add_argument("--trials", type=int, default=64, help="measured trials per task and cost model")
     s.add_argument("--trials-per-iter", type=int, default=16)
     s.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=["xgb", "cdmpp", "random"])
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the cdmpp plugin (default: shipped)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
     s.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
     s.set_defaults(func=_cmd_tune_benchmark)
 
@@ -779,6 +799,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.add_argument("--plot", default=None, metavar="PNG", help="also plot MAPE against the number of shots")
     s.set_defaults(func=_cmd_adapt_table)
+
+    s = sub.add_parser(
+        "truth-check", help="whole networks: measured end to end vs summed measured kernels vs the estimate"
+    )
+    s.add_argument("-d", "--dataset", required=True, help="this machine's device folder (its fastest records are used)")
+    s.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"])
+    s.add_argument("--repeat", type=int, default=20, help="end-to-end runs timed (median)")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the estimate (default: the shipped one)")
+    s.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")
+    s.add_argument("--output", default=None, help="also write the rows (with per-task figures) as JSON here")
+    s.set_defaults(func=_cmd_truth_check)
 
     s = sub.add_parser(
         "calibrate", help="calibrate a checkpoint's 10-90%% intervals on its validation workloads; report coverage"
@@ -844,7 +875,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body (HTTP 413)")
     s.add_argument("--max-programs", type=int, default=1024, help="most programs per request (HTTP 422)")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds per request (HTTP 504)")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds per /predict request (HTTP 504)")
+    s.add_argument("--estimate-timeout", type=float, default=900.0, help="seconds per /estimate request (HTTP 504)")
+    s.add_argument("--max-tasks", type=int, default=512, help="most tuning tasks of an /estimate network (HTTP 422)")
     s.add_argument("--workers", type=int, default=1, help="worker processes that parse, featurize and predict")
     s.add_argument(
         "--unsafe-execute-client-tvmscript",

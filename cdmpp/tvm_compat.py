@@ -163,6 +163,20 @@ def relax_module_from_torch(model, example_inputs: tuple, target: Target) -> IRM
     ``torch.export`` -> Relax frontend -> params detached -> inference decomposition
     and the ``zero`` pipeline (which fuses operators into PrimFuncs).
     """
+    return relax_module_and_params_from_torch(model, example_inputs, target)[0]
+
+
+def relax_module_and_params_from_torch(
+    model, example_inputs: tuple, target: Target, fuse: bool = True
+) -> tuple[IRModule, list]:
+    """:func:`relax_module_from_torch`, and the weights its ``main`` takes after the inputs
+    (``tvm.runtime.Tensor`` each, in parameter order).
+
+    With ``fuse=False`` the module stops before the ``zero`` pipeline: the form
+    ``ms.relax_integration.compile_relax`` takes (it legalizes and fuses itself, and a
+    module fused twice carries an ``op_pattern`` attribute that no tuning record's
+    workload has, so no record would apply).
+    """
     import torch  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
     from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
@@ -170,16 +184,11 @@ def relax_module_from_torch(model, example_inputs: tuple, target: Target) -> IRM
     with torch.no_grad():
         exported = torch.export.export(model.eval(), example_inputs)
     mod = from_exported_program(exported, keep_params_as_input=True)
-    mod, _params = relax.frontend.detach_params(mod)
+    mod, params = relax.frontend.detach_params(mod)
+    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
     with target:
-        mod = tvm.ir.transform.Sequential(
-            [
-                relax.transform.DecomposeOpsForInference(),
-                relax.transform.CanonicalizeBindings(),
-                relax.get_pipeline("zero"),
-            ]
-        )(mod)
-    return mod
+        mod = tvm.ir.transform.Sequential(passes + ([relax.get_pipeline("zero")] if fuse else []))(mod)
+    return mod, list(params.get("main", []))
 
 
 def feature_context(target: Target, num_threads: int | None = None):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +32,15 @@ class TuneBenchmarkConfig:
     """What ``run_tune_benchmark`` tunes and how.
 
     Attributes:
-        network: the network whose tasks are tuned (a network of the dataset's manifest).
-        tasks: how many of its tasks, the largest by task weight x FLOPs first.
+        network: the network whose tasks are tuned (a network of the dataset's manifest),
+            or several, separated by commas.
+        tasks: how many tasks of each network, the largest by task weight x FLOPs first.
         trials: measured trials per task and cost model.
         trials_per_iter: trials measured per search iteration.
         cost_models: names from ``COST_MODELS``.
         checkpoint: the checkpoint of ``"cdmpp"`` (``None``: the shipped one).
         seed: seed of the search (the same for every cost model).
+        seeds: several seeds, each a run of its own (default: ``(seed,)``).
         checkpoints_at: trial counts at which the best latency is reported.
     """
 
@@ -49,6 +52,12 @@ class TuneBenchmarkConfig:
     checkpoint: Path | None = None
     seed: int = 0
     checkpoints_at: tuple[int, ...] = (16, 32, 64)
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def networks(self) -> list[str]:
+        """The networks, in order."""
+        return [n.strip() for n in self.network.split(",") if n.strip()]
 
     def __post_init__(self):
         bad = [m for m in self.cost_models if m not in COST_MODELS]
@@ -111,9 +120,13 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         dataset: a device folder (or a dataset with one device) whose manifest lists
             ``cfg.network``; its workloads are tuned, for this host's target.
 
+    Each run waits for a quiet machine first (the collector's guard) and records the
+    CPU other processes used during it (``other_cores``, in cores; NaN for a run found
+    finished).
+
     Returns:
-        One row per (task, cost model): ``task``, ``weight``, ``cost_model``,
-        ``trials`` (measured), ``best_at_<k>`` (seconds, for each ``k`` in
+        One row per (network, task, seed, cost model): ``network``, ``task``, ``weight``,
+        ``seed``, ``cost_model``, ``trials`` (measured), ``other_cores``, ``best_at_<k>`` (seconds, for each ``k`` in
         ``cfg.checkpoints_at``), ``best`` (seconds) and ``tune_s`` (wall seconds of
         the run; 0 for a run found finished).
 
@@ -121,7 +134,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         DatasetError, ValueError: no such dataset or network, a bad config.
     """
     # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import MeasureConfig
+    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import (
         LocalBuilder,
@@ -138,54 +151,72 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     if len(dirs) != 1:
         raise ds.DatasetError(f"{dataset}: give one device folder")
     db = ds.load_device_dir(dirs[0])
-    chosen = choose_tasks(db, cfg.network, cfg.tasks)
+    chosen = [(net, t_i, task) for net in cfg.networks for t_i, task in enumerate(choose_tasks(db, net, cfg.tasks))]
     device = local_cpu()
     target = Target(device.target)
     m = MeasureConfig()
+    guard = QuietGuard(QuietConfig())
     load_tensor_intrinsics()
     rows = []
-    for t_i, (name, weight, mod) in enumerate(chosen):
-        for model_name in cfg.cost_models:
-            work_dir = Path(out_dir) / f"{t_i:02d}-{name}"[:80] / model_name
-            tune_s = 0.0
-            if len(_trials(work_dir)) < cfg.trials:  # not finished: start this run again from scratch
-                for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
-                    (work_dir / f).unlink(missing_ok=True)
-                work_dir.mkdir(parents=True, exist_ok=True)
-                if progress:
-                    print(f"tuning {name} with {model_name} ({cfg.trials} trials)", flush=True)
-                cost_model = CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None) if model_name == "cdmpp" else model_name
-                evaluator = m.evaluator_config()
-                t0 = time.perf_counter()
-                old_tmp = os.environ.get("TMPDIR")
-                os.environ["TMPDIR"] = str(work_dir)
-                try:
-                    ms.tune_tir(
-                        mod,
-                        target,
-                        str(work_dir),
-                        max_trials_global=cfg.trials,
-                        num_trials_per_iter=cfg.trials_per_iter,
-                        builder=LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
-                        runner=LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator),
-                        cost_model=cost_model,
-                        seed=cfg.seed,
-                        num_tuning_cores=device.cores,
+    single = len(cfg.networks) == 1 and not cfg.seeds
+    for net, t_i, (name, weight, mod) in chosen:
+        for seed in cfg.seeds or (cfg.seed,):
+            for model_name in cfg.cost_models:
+                task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
+                work_dir = task_dir / model_name if single else task_dir / model_name / f"seed{seed}"
+                tune_s, load = 0.0, float("nan")
+                if len(_trials(work_dir)) < cfg.trials:  # not finished: start this run again from scratch
+                    for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
+                        (work_dir / f).unlink(missing_ok=True)
+                    work_dir.mkdir(parents=True, exist_ok=True)
+                    guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
+                    if progress:
+                        print(f"tuning {net} {name} with {model_name}, seed {seed} ({cfg.trials} trials)", flush=True)
+                    cost_model = (
+                        CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None)
+                        if model_name == "cdmpp" else model_name
                     )
-                finally:
-                    if old_tmp is None:
-                        os.environ.pop("TMPDIR", None)
-                    else:
-                        os.environ["TMPDIR"] = old_tmp
-                tune_s = time.perf_counter() - t0
-            curve = best_so_far(_trials(work_dir))
-            row = {"task": name, "weight": weight, "cost_model": model_name, "trials": int(curve.size)}
-            for k in cfg.checkpoints_at:
-                row[f"best_at_{k}"] = float(curve[min(k, curve.size) - 1]) if curve.size else float("nan")
-            row["best"] = float(curve[-1]) if curve.size else float("nan")
-            row["tune_s"] = round(tune_s, 1)
-            rows.append(row)
+                    evaluator = m.evaluator_config()
+                    t0 = time.perf_counter()
+                    start = guard.snapshot()
+                    with _tmpdir(work_dir):
+                        ms.tune_tir(
+                            mod,
+                            target,
+                            str(work_dir),
+                            max_trials_global=cfg.trials,
+                            num_trials_per_iter=cfg.trials_per_iter,
+                            builder=LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
+                            runner=LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator),
+                            cost_model=cost_model,
+                            seed=seed,
+                            num_tuning_cores=device.cores,
+                        )
+                    load = guard.other_cores(start)
+                    tune_s = time.perf_counter() - t0
+                curve = best_so_far(_trials(work_dir))
+                row = {"network": net, "task": name, "weight": weight, "seed": seed, "cost_model": model_name,
+                       "trials": int(curve.size), "other_cores": round(load, 3)}
+                for k in cfg.checkpoints_at:
+                    row[f"best_at_{k}"] = float(curve[min(k, curve.size) - 1]) if curve.size else float("nan")
+                row["best"] = float(curve[-1]) if curve.size else float("nan")
+                row["tune_s"] = round(tune_s, 1)
+                rows.append(row)
     return rows
+
+
+@contextmanager
+def _tmpdir(path: Path):
+    """``TMPDIR`` set to ``path`` for the duration (MetaSchedule's builders write there)."""
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
 
 
 def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
@@ -195,9 +226,10 @@ def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
     if not rows:
         return "(no rows)"
     ks = [c for c in rows[0] if c.startswith("best_at_")]
-    head = ["task", "cost model", "trials", *(f"best@{c[8:]} us" for c in ks), "tune s"]
+    head = ["task", "cost model", "seed", "trials", *(f"best@{c[8:]} us" for c in ks), "tune s"]
     body = [
-        [r["task"], r["cost_model"], str(r["trials"]), *(f"{1e6 * r[c]:.1f}" for c in ks), f"{r['tune_s']:.0f}"]
+        [r["task"], r["cost_model"], str(r.get("seed", 0)), str(r["trials"]), *(f"{1e6 * r[c]:.1f}" for c in ks),
+         f"{r['tune_s']:.0f}"]
         for r in rows
     ]
     return render_table(head, body, markdown)

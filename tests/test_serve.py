@@ -180,3 +180,12 @@ def test_estimate_bad_requests_name_the_field(client):
     r = client.post("/estimate", json={"network": "dcgan-b1", "database": {"workloads": [[1, 2]], "records": []}})
     assert r.status_code == 422 and "database.workloads[0]" in r.json()["detail"]
     assert "resnet_50-b1" in client.get("/networks").json()
+
+
+def test_truth_check_refuses_a_folder_missing_tasks_before_any_timing(tiny_collection):
+    from cdmpp import dataset as ds
+    from cdmpp.serve.truth_check import TruthCheckConfig, run_truth_check
+
+    _, summary = tiny_collection  # 2 of DCGAN's 5 tasks measured, on this machine
+    with pytest.raises(ds.DatasetError, match="tasks have no measured record"):
+        run_truth_check(summary.device_dir, TruthCheckConfig(networks=("dcgan-b1",)), progress=False)

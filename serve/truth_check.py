@@ -1,0 +1,168 @@
+"""``cdmpp truth-check``: whole-network estimates against the network measured end to end.
+
+For each zoo network, on this machine and from one device folder of measured programs:
+
+1. the tuning database is each task's fastest measured record in the folder;
+2. the network is compiled with it (``ms.relax_integration.compile_relax``) and run with
+   the Relax VM: the **measured end-to-end** latency (median of ``repeat`` runs, after a
+   warm-up, no cache flush: back-to-back inference);
+3. the **measured sum**: ``sum(task weight * the record's measured latency)`` (each
+   record timed alone with a cache flush, as collected);
+4. the **estimate**: :func:`cdmpp.estimate.estimate_network` with the same database
+   (what ``POST /estimate`` returns), with its 10-90% interval.
+
+Comparing 2 and 3 shows what summing kernels misses (the VM's own work, operators
+outside the tuning tasks, warm caches); comparing 3 and 4 is the model's error on the
+same schedules.  Timings wait for a quiet machine (the collector's guard).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cdmpp import dataset as ds
+
+
+@dataclass
+class TruthCheckConfig:
+    """What ``run_truth_check`` measures.
+
+    Attributes:
+        networks: zoo network names.
+        repeat: end-to-end runs timed (the median is reported).
+        checkpoint: the checkpoint of the estimate (``None``: the shipped one).
+        device: the device id the estimate is for (``None``: the folder's device).
+    """
+
+    networks: tuple[str, ...] = ("resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1")
+    repeat: int = 20
+    checkpoint: Path | None = None
+    device: str | None = None
+
+
+def _best_database(db: ds.DeviceDatabase):
+    """A MetaSchedule ``MemoryDatabase`` with each workload's fastest measured record, and
+    ``{structural hash: (workload IRModule, best)}`` for :func:`cdmpp.estimate.estimate_network`."""
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.estimate import _Best
+    from cdmpp.tvm_compat import ms, structural_hash
+
+    best: dict[int, tuple[float, object, int]] = {}
+    for p in db.programs:
+        med = float(np.median(p.run_secs))
+        cur = best.get(p.workload_index)
+        n = (cur[2] if cur else 0) + 1
+        best[p.workload_index] = (med, p.record, n) if cur is None or med < cur[0] else (cur[0], cur[1], n)
+    mem = ms.database.MemoryDatabase()
+    by_hash = {}
+    for widx, (med, rec, n) in best.items():
+        mod = db.workloads[widx].mod
+        w = mem.commit_workload(mod)
+        mem.commit_tuning_record(ms.database.TuningRecord(rec.trace, w, rec.run_secs, rec.target, rec.args_info))
+        by_hash[str(structural_hash(mod))] = (mod, _Best(rec.trace, med, n))
+    return mem, by_hash
+
+
+def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) -> list[dict]:
+    """Measure and estimate each network of ``cfg`` on this machine.
+
+    Args:
+        folder: a device folder measured on this machine's CPU (its records are the
+            schedules; its target compiles the network).
+
+    Returns:
+        One row per network: ``network``, ``tasks``, ``tasks_with_record``,
+        ``measured_e2e_s``, ``measured_sum_s``, ``estimate_s``, ``estimate_low_s``,
+        ``estimate_high_s``, ``compile_s`` and ``per_task`` (each task's weight,
+        measured and estimated latency and interval).
+
+    Raises:
+        DatasetError: the folder was measured on another CPU, or a task has no record.
+    """
+    # pylint: disable=import-outside-toplevel
+    import tvm
+    from tvm import relax
+
+    from cdmpp import networks as zoo
+    from cdmpp.collect import QuietConfig, QuietGuard
+    from cdmpp.device import local_cpu
+    from cdmpp.estimate import estimate_network, relax_tasks
+    from cdmpp.predictor import LatencyPredictor
+    from cdmpp.tvm_compat import Target, ms, relax_module_and_params_from_torch, structural_hash
+
+    folder = Path(folder)
+    db = ds.load_device_dir(folder)
+    here = local_cpu()
+    if folder.name != here.device_id:
+        raise ds.DatasetError(f"{folder} was measured on {folder.name}; this machine is {here.device_id}")
+    target = Target(db.manifest["device"]["target"])
+    mem, by_hash = _best_database(db)
+    predictor = LatencyPredictor.load(cfg.checkpoint)
+    device = cfg.device or (here.device_id if here.device_id in predictor.devices else None)
+    guard = QuietGuard(QuietConfig())
+    rows = []
+    for name in cfg.networks:
+        spec = zoo.get_network(name)
+        model = spec.build()
+        mod, params = relax_module_and_params_from_torch(model, spec.example_inputs(), target)
+        tasks = relax_tasks(mod, target)
+        missing = [t.name for t in tasks if str(structural_hash(t.mod)) not in by_hash]
+        if missing:
+            raise ds.DatasetError(
+                f"{name}: {len(missing)} of its {len(tasks)} tasks have no measured record in {folder}: "
+                f"{', '.join(missing[:3])}; collect them first (cdmpp collect -n {name})"
+            )
+        unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
+        est = estimate_network(predictor, tasks, device, target, by_hash)
+        t0 = time.perf_counter()
+        ex = ms.relax_integration.compile_relax(mem, unfused, target, params=None)
+        compile_s = time.perf_counter() - t0
+        dev = tvm.cpu()
+        vm = relax.VirtualMachine(ex, dev)
+        inputs = [tvm.runtime.tensor(x.numpy(), dev) for x in spec.example_inputs()]
+        args = [*inputs, *[tvm.runtime.tensor(p.numpy(), dev) for p in params]]
+        vm["main"](*args)  # warm-up
+        guard.wait_quiet()
+        timer = vm.time_evaluator("main", dev, number=1, repeat=cfg.repeat)
+        secs = list(timer(*args).results)
+        row = {
+            "network": name,
+            "tasks": len(tasks),
+            "calls": int(sum(t.weight for t in tasks)),
+            "measured_e2e_s": float(np.median(secs)),
+            "measured_sum_s": est.measured_total_s,
+            "estimate_s": est.total_s,
+            "estimate_low_s": est.low_s,
+            "estimate_high_s": est.high_s,
+            "compile_s": round(compile_s, 1),
+            "per_task": [
+                {"task": t.task, "weight": t.weight, "measured_s": t.measured_s, "estimate_s": t.latency_s,
+                 "low_s": t.low_s, "high_s": t.high_s}
+                for t in est.tasks
+            ],
+        }
+        rows.append(row)
+        if progress:
+            print(format_truth_check([row]), flush=True)
+    return rows
+
+
+def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
+    """The rows as a table (milliseconds), with the ratios of the sums to the end-to-end latency."""
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "estimate ms",
+            "10-90% ms", "estimate / e2e", "estimate / sum"]
+    body = []
+    for r in rows:
+        e2e, msum, est = r["measured_e2e_s"], r["measured_sum_s"], r["estimate_s"]
+        body.append([
+            r["network"], str(r["tasks"]), str(r["calls"]), f"{1e3 * e2e:.2f}", f"{1e3 * msum:.2f}", f"{msum / e2e:.2f}",
+            f"{1e3 * est:.2f}", f"{1e3 * r['estimate_low_s']:.2f}-{1e3 * r['estimate_high_s']:.2f}",
+            f"{est / e2e:.2f}", f"{est / msum:.2f}",
+        ])
+    return render_table(head, body, markdown)

@@ -1,0 +1,69 @@
+"""Prediction intervals on real measured programs (the tiny collection) with the shipped checkpoint."""
+
+import numpy as np
+import pytest
+
+from cdmpp.errors import InputError
+from cdmpp.train.uncertainty import (
+    IntervalConfig,
+    calibrate,
+    coverage_row,
+    interval,
+    interval_methods,
+    mc_log_latency,
+    mc_std,
+)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from cdmpp.predictor import LatencyPredictor
+
+    return LatencyPredictor.load()
+
+
+def test_config_errors():
+    with pytest.raises(InputError, match="passes"):
+        IntervalConfig(passes=1)
+    with pytest.raises(InputError, match="lower < upper"):
+        IntervalConfig(lower=0.9, upper=0.1)
+
+
+def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, tiny_featurized):
+    from cdmpp.train.model import predict_latency_array
+
+    _, data = tiny_featurized
+    cfg = IntervalConfig(passes=8)
+    point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
+    assert passes.shape == (8, len(data)) and point.shape == (len(data),)
+    np.testing.assert_allclose(np.exp(point), predict_latency_array(shipped.model, data, device=1), rtol=1e-5)
+    assert np.all(mc_std(passes) > 1e-3)  # dropout really is on in the passes
+    alone, alone_passes = mc_log_latency(shipped.model, data, index=[2], device=1, cfg=cfg)
+    np.testing.assert_allclose(alone_passes[:, 0], passes[:, 2], rtol=1e-6)  # same passes alone or in a batch
+    assert not shipped.model.training  # left in eval mode
+
+
+def test_calibration_covers_its_own_programs_and_orders_the_bounds(shipped, tiny_featurized):
+    _, data = tiny_featurized
+    cfg = IntervalConfig(passes=8, lower=0.25, upper=0.75)
+    point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
+    cal = calibrate(point, passes, data.latency, cfg)
+    assert cal["mc-normalized"]["alpha"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+    for method, (lo, hi) in interval_methods(point, passes, cal).items():
+        assert np.all(lo <= hi), method
+    lo, hi = interval(point, passes, {**cal, "method": "constant"})
+    row = coverage_row(lo, hi, data.latency, np.exp(point))
+    # the constant interval's quantiles come from these residuals: half of them lie inside
+    assert row["coverage"] == pytest.approx(0.5, abs=1.0 / len(data) + 1e-9)
+    assert row["below"] + row["coverage"] + row["above"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="matching"):
+        calibrate(point[:1], passes, data.latency, cfg)
+
+
+def test_predictor_interval_uses_the_checkpoints_calibration(shipped):
+    from programs import vector_add
+
+    lat, low, high = shipped.predict_interval([vector_add], device=shipped.devices[0])
+    assert lat.shape == low.shape == high.shape == (1,)
+    assert low[0] < lat[0] < high[0] and high[0] / low[0] > 1.5  # calibrated, not the raw MC spread
+    assert lat[0] == pytest.approx(shipped.predict([vector_add], device=shipped.devices[0])[0], rel=1e-5)
