@@ -475,10 +475,13 @@ def _cmd_adapt_table(args) -> int:
 
 def _cmd_tune_benchmark(args) -> int:
     # pylint: disable=import-outside-toplevel
+    from .device import local_cpu
     from .serve.tune_benchmark import (
         TuneBenchmarkConfig,
         format_tune_benchmark,
+        reach_table,
         run_tune_benchmark,
+        tuning_curves,
         write_tune_benchmark,
     )
 
@@ -497,6 +500,14 @@ def _cmd_tune_benchmark(args) -> int:
     print(format_tune_benchmark(rows))
     csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
     print(f"written: {csv_path}, {md_path}")
+    curves = tuning_curves(Path(args.output))
+    if curves:
+        print(reach_table(curves, markdown=False))
+        if args.plot:
+            from .train.plots import plot_tuning_curves
+
+            plot_tuning_curves(curves, f"MetaSchedule tune_tir on {local_cpu().device_id}", Path(args.plot))
+            print(f"plot written to {args.plot}")
     return 0
 
 
@@ -755,6 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
     s.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
+    s.add_argument("--plot", default=None, metavar="PNG", help="also plot best latency against trials per task")
     s.set_defaults(func=_cmd_tune_benchmark)
 
     s = sub.add_parser(

@@ -219,6 +219,49 @@ def _tmpdir(path: Path):
             os.environ["TMPDIR"] = old
 
 
+def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
+    as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
+    out: dict[str, dict[str, list[np.ndarray]]] = {}
+    for rec in sorted(Path(out_dir).rglob(ds.RECORD_FILE)):
+        run = rec.parent
+        seed_dir = run.name.startswith("seed")
+        model_dir = run.parent if seed_dir else run
+        task_dir = model_dir.parent
+        net = task_dir.parent.name if task_dir.parent != Path(out_dir) else ""
+        short = task_dir.name.split("-", 1)[-1].split("_subtract")[0]  # "00-fused_conv2d16_subtract8_..." -> "fused_conv2d16"
+        key = f"{net} {short}".strip()
+        curve = best_so_far(_trials(run))
+        if curve.size and np.isfinite(curve[-1]):
+            out.setdefault(key, {}).setdefault(model_dir.name, []).append(curve)
+    return out
+
+
+def trials_to_reach(curve: np.ndarray, target_s: float) -> int | None:
+    """The first trial (1-based) whose best-so-far latency is at most ``target_s``; ``None`` if never."""
+    hit = np.nonzero(curve <= target_s * (1 + 1e-9))[0]
+    return int(hit[0]) + 1 if hit.size else None
+
+
+def reach_table(curves: dict[str, dict[str, list[np.ndarray]]], markdown: bool = True) -> str:
+    """Per task and cost model: mean final best relative to XGBoost's (per seed), and in
+    how many trials each seed reached its own seed's XGBoost final best."""
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    head = ["task", "cost model", "seeds", "final best / xgb's", "trials to reach xgb's final best (per seed)"]
+    body = []
+    for task, models in curves.items():
+        xgb = models.get("xgb", [])
+        for model, runs in sorted(models.items()):
+            ratio = [r[-1] / x[-1] for r, x in zip(runs, xgb)] if xgb else []
+            reach = [trials_to_reach(r, x[-1]) for r, x in zip(runs, xgb)] if xgb else []
+            body.append([
+                task, model, str(len(runs)), f"{np.mean(ratio):.2f}" if ratio else "-",
+                ", ".join("never" if t is None else str(t) for t in reach) or "-",
+            ])
+    return render_table(head, body, markdown)
+
+
 def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table: best latency in microseconds after k trials, per task and cost model."""
     from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel

@@ -9,6 +9,9 @@ from cdmpp.serve.tune_benchmark import (
     best_so_far,
     choose_tasks,
     format_tune_benchmark,
+    reach_table,
+    trials_to_reach,
+    tuning_curves,
 )
 
 
@@ -44,7 +47,8 @@ def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsy
     _, summary = tiny_collection
     args = ["tune-benchmark", "-d", str(summary.device_dir), "--network", "dcgan-b1", "--tasks", "1"]
     args += ["--trials", "2", "--trials-per-iter", "2", "--cost-models", "cdmpp", "--output", str(tmp_path)]
-    assert main(args) == 0
+    assert main(args + ["--plot", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
     rows = (tmp_path / "tune_benchmark.csv").read_text().splitlines()
     assert len(rows) == 2 and ",cdmpp,2," in rows[1]
@@ -56,3 +60,12 @@ def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsy
     assert "tuning " not in capsys.readouterr().out
     assert (tmp_path / "tune_benchmark.md").read_text().startswith("| task |")
     assert format_tune_benchmark([]) == "(no rows)"
+    curves = tuning_curves(tmp_path)
+    ((panel, models),) = curves.items()
+    assert panel.startswith("fused_") and list(models) == ["cdmpp"] and models["cdmpp"][0].shape == (2,)
+    assert "cdmpp" in reach_table(curves)
+
+
+def test_trials_to_reach():
+    curve = best_so_far([[5.0], None, [3.0], [2.0]])
+    assert trials_to_reach(curve, 3.0) == 3 and trials_to_reach(curve, 1.0) is None

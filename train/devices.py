@@ -460,6 +460,21 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
     if meta.get("heldout_metrics"):
         head = f"Held-out network {meta['holdout']}" if meta.get("split", "network") == "network" else "Test programs"
         lines += ["", f"## {head}", "", *_rows_table(meta["heldout_metrics"])]
+    cal = meta.get("interval")
+    if cal:
+        val = cal.get("coverage", {}).get("validation", {}).get("all", {}).get(cal["method"], {})
+        lines += [
+            "",
+            "## Prediction intervals",
+            "",
+            f"{100 * cal['lower']:.0f}-{100 * cal['upper']:.0f}% intervals: {cal['passes']} MC-dropout passes, "
+            f"method `{cal['method']}` (alpha = {cal.get(cal['method'], {}).get('alpha')}), calibrated on "
+            f"{cal['calibrated_on']} (`cdmpp calibrate`)."
+            + (
+                f" Coverage there: {100 * val['coverage']:.1f}%, median high / low {val['median_width_ratio']:.2f}."
+                if val else ""
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 

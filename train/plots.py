@@ -115,3 +115,43 @@ def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: s
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return _save(plt, fig, path)
+
+
+def plot_tuning_curves(curves: dict[str, dict[str, list[np.ndarray]]], title: str, path: Path) -> Path:
+    """Best measured latency against trials, one panel per task, one line per cost model
+    (the mean over seeds, with the band from the best to the worst seed), normalised by
+    the mean final best of ``"xgb"`` when the panel has it.
+
+    Args:
+        curves: panel title -> cost model -> one float64 ``(T,)`` best-so-far curve
+            (seconds) per seed.
+    """
+    plt = _pyplot()
+    n = len(curves)
+    cols = min(3, max(n, 1))
+    rows = math.ceil(n / cols) if n else 1
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, (panel, models) in zip(axes.flat, curves.items()):
+        ref = None
+        if models.get("xgb"):
+            ref = float(np.mean([c[-1] for c in models["xgb"] if c.size]))
+        for model, runs in sorted(models.items()):
+            runs = [c for c in runs if c.size]
+            if not runs:
+                continue
+            t = min(c.size for c in runs)
+            arr = np.stack([c[:t] for c in runs]) / (ref or 1.0)
+            x = np.arange(1, t + 1)
+            (line,) = ax.plot(x, arr.mean(0), label=f"{model} ({len(runs)} seeds)")
+            if len(runs) > 1:
+                ax.fill_between(x, arr.min(0), arr.max(0), color=line.get_color(), alpha=0.2)
+        ax.set_title(panel, fontsize=8)
+        ax.set_xlabel("measured trials")
+        ax.set_ylabel("best latency / XGBoost's final" if ref else "best latency (s)")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    return _save(plt, fig, path)

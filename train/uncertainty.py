@@ -210,7 +210,7 @@ def calibrate_checkpoint(
         CheckpointError: no device table.  InputError: an unknown method.
     """
     # pylint: disable=import-outside-toplevel
-    from .devices import load_corpus, split_corpus
+    from .devices import CARD_FILE, load_corpus, model_card, split_corpus
     from .model import CONFIG_FILE, load_checkpoint
 
     if method not in METHODS:
@@ -250,6 +250,9 @@ def calibrate_checkpoint(
         cfg_json = json.loads(path.read_text(encoding="utf-8"))
         cfg_json.setdefault("metadata", {})["interval"] = {**calibration, "coverage": report}
         path.write_text(json.dumps(cfg_json, indent=1), encoding="utf-8")
+        card = Path(checkpoint) / CARD_FILE
+        if card.exists():
+            card.write_text(model_card(model.config, cfg_json["metadata"]), encoding="utf-8")
     return calibration, report
 
 
