@@ -91,14 +91,17 @@ class PredictRequest(BaseModel):
     target: dict | None = Field(
         None, description="TVM target as a dict; picks the known device with its mcpu (or CUDA arch) when no device"
     )
+    interval: bool = Field(
+        True, description="also return each program's 10-90% interval (16 MC-dropout passes per program)"
+    )
 
 
 class PredictResponse(BaseModel):
     """Predicted latency of each program, in seconds, with its 10-90% interval, and the device it is for."""
 
     latency_s: list[float]
-    low_s: list[float] = Field(..., description="lower end of each program's 10-90% interval, seconds")
-    high_s: list[float] = Field(..., description="upper end of each program's 10-90% interval, seconds")
+    low_s: list[float] | None = Field(None, description="lower end of each program's 10-90% interval, seconds")
+    high_s: list[float] | None = Field(None, description="upper end of each program's 10-90% interval, seconds")
     device: str | None = Field(None, description="the device the latencies are for")
 
 
@@ -219,7 +222,7 @@ def _worker_init(checkpoint: str | None) -> None:
 
 
 def _worker_predict(
-    programs: list[dict], target: dict | None, device: str | None = None
+    programs: list[dict], target: dict | None, device: str | None = None, interval: bool = True
 ) -> tuple[list[float], str | None] | tuple[int, str]:
     """In the worker: parse, featurize and predict; ``(latencies, device id)``, or
     ``(status, message)`` for a bad request."""
@@ -250,6 +253,8 @@ def _worker_predict(
             return 422, f"programs[{i}]: {err}"
     dev_id = dev.device_id if dev is not None else None
     try:
+        if not interval:
+            return ([float(v) for v in _WORKER_PREDICTOR.predict(mods, target, dev_id)], None, None), dev_id
         lat, low, high = _WORKER_PREDICTOR.predict_interval(mods, target, dev_id)
     except (UnsupportedProgramError, ValueError) as err:
         return 422, str(err)
@@ -407,7 +412,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
                 422, f"device: unknown device {req.device!r}; this server knows {', '.join(d.device_id for d in known)}"
             )
         out = workers.run(
-            cfg.timeout_s, _worker_predict, [p.model_dump() for p in req.programs], req.target, req.device
+            cfg.timeout_s, _worker_predict, [p.model_dump() for p in req.programs], req.target, req.device, req.interval
         )
         if isinstance(out[0], int):
             raise HTTPException(out[0], out[1])

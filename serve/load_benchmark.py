@@ -28,6 +28,7 @@ class LoadResult:
     seconds: float
     programs_per_request: int
     workers: int
+    interval: bool
     requests: int
     errors: int
     requests_per_s: float
@@ -51,7 +52,8 @@ def _programs(dataset: Path, count: int) -> list[dict]:
 
 
 def run_load_test(
-    dataset: Path, clients: int = 8, seconds: float = 60.0, programs: int = 16, workers: int = 1, checkpoint=None
+    dataset: Path, clients: int = 8, seconds: float = 60.0, programs: int = 16, workers: int = 1, checkpoint=None,
+    interval: bool = True,
 ) -> LoadResult:
     """Start a server, load it, stop it; see the module docstring."""
     # pylint: disable=import-outside-toplevel
@@ -60,7 +62,7 @@ def run_load_test(
 
     from .app import ServeConfig, create_app
 
-    body = {"programs": _programs(dataset, programs)}
+    body = {"programs": _programs(dataset, programs), "interval": interval}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -105,6 +107,7 @@ def run_load_test(
         seconds=round(elapsed, 1),
         programs_per_request=programs,
         workers=workers,
+        interval=interval,
         requests=len(latencies),
         errors=errors[0],
         requests_per_s=len(latencies) / elapsed,
@@ -119,9 +122,11 @@ def format_result(r: LoadResult) -> str:
     """A markdown table row (with header) of one load test."""
     return "\n".join(
         [
-            "| clients | seconds | programs/request | workers | requests | errors | requests/s | programs/s | p50 ms | p90 ms | p99 ms |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-            f"| {r.clients} | {r.seconds} | {r.programs_per_request} | {r.workers} | {r.requests} | {r.errors} | "
+            "| clients | seconds | programs/request | workers | intervals | requests | errors | requests/s | programs/s "
+            "| p50 ms | p90 ms | p99 ms |",
+            "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| {r.clients} | {r.seconds} | {r.programs_per_request} | {r.workers} | {'yes' if r.interval else 'no'} | "
+            f"{r.requests} | {r.errors} | "
             f"{r.requests_per_s:.2f} | {r.programs_per_s:.1f} | {1e3 * r.p50_s:.0f} | {1e3 * r.p90_s:.0f} | "
             f"{1e3 * r.p99_s:.0f} |",
         ]
@@ -136,6 +141,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--programs", type=int, default=16, help="programs per request")
     s.add_argument("--workers", type=int, default=1, help="the server's worker processes")
     s.add_argument("-c", "--checkpoint", default=None)
+    s.add_argument("--no-interval", action="store_true", help="ask for point predictions only")
     s.add_argument("--output", default=None, help="also write the result as JSON here")
 
 
@@ -143,7 +149,10 @@ def run(args) -> int:
     """``cdmpp serve-benchmark``."""
     import json  # pylint: disable=import-outside-toplevel
 
-    res = run_load_test(Path(args.dataset), args.clients, args.seconds, args.programs, args.workers, args.checkpoint)
+    res = run_load_test(
+        Path(args.dataset), args.clients, args.seconds, args.programs, args.workers, args.checkpoint,
+        not args.no_interval,
+    )
     print(format_result(res))
     if args.output:
         Path(args.output).write_text(json.dumps(asdict(res), indent=1), encoding="utf-8")

@@ -125,6 +125,9 @@ def test_each_prediction_carries_a_calibrated_interval(client):
     # calibrated on validation workloads: far wider than the raw MC-dropout spread (about 1.15x)
     assert out["high_s"][0] / out["low_s"][0] > 1.5
     assert LatencyPredictor.load().metadata["interval"]["method"] == "mc-normalized"
+    r = client.post("/predict", json={"programs": [{"mod": _mod_json()}], "interval": False})  # points only
+    assert r.status_code == 200 and r.json()["low_s"] is None and r.json()["high_s"] is None
+    assert r.json()["latency_s"][0] == pytest.approx(out["latency_s"][0], rel=1e-5)
 
 
 def _database_lines(device_dir):
