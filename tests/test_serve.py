@@ -192,3 +192,20 @@ def test_truth_check_refuses_a_folder_missing_tasks_before_any_timing(tiny_colle
     _, summary = tiny_collection  # 2 of DCGAN's 5 tasks measured, on this machine
     with pytest.raises(ds.DatasetError, match="tasks have no measured record"):
         run_truth_check(summary.device_dir, TruthCheckConfig(networks=("dcgan-b1",)), progress=False)
+
+
+def test_estimate_a_relax_module_sent_as_tvm_json(client):
+    from cdmpp import networks as zoo
+    from cdmpp.predictor import LatencyPredictor
+    from cdmpp.tvm_compat import Target, relax_module_from_torch, save_json
+
+    device = LatencyPredictor.load().devices[0]
+    target = LatencyPredictor.load().device(device).target
+    spec = zoo.get_network("dcgan-b1")
+    relax_json = save_json(relax_module_from_torch(spec.build(), spec.example_inputs(), Target(target)))
+    r = client.post("/estimate", json={"relax": relax_json, "device": device, "samples": 2})
+    assert r.status_code == 200, r.text
+    est = r.json()
+    assert est["network"] == "relax module" and est["device"] == device
+    assert len(est["tasks"]) == 5 and all(t["source"] == "sampled" for t in est["tasks"])
+    assert est["total_s"] == pytest.approx(sum(t["weight"] * t["latency_s"] for t in est["tasks"]))
