@@ -150,13 +150,32 @@ def zoo_tasks(network: str, target) -> list[Task]:
 
 
 @dataclass
-class _Best:
-    trace: object
+class BestRecord:
+    """The fastest measured tuning record of one workload.
+
+    Attributes:
+        record: the MetaSchedule ``TuningRecord``.
+        measured_s: its measured latency (median of its repeats), seconds.
+        records: how many measured records of the workload were compared.
+    """
+
+    record: object
     measured_s: float
     records: int
 
 
-def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[object, _Best]]:
+def keep_fastest(best: dict, key, mod, record, measured_s: float) -> None:
+    """Fold one measured record into ``best[key] = (workload IRModule, BestRecord)``."""
+    cur = best.get(key)
+    if cur is None:
+        best[key] = (mod, BestRecord(record, measured_s, 1))
+    elif measured_s < cur[1].measured_s:
+        best[key] = (mod, BestRecord(record, measured_s, cur[1].records + 1))
+    else:
+        cur[1].records += 1
+
+
+def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[object, BestRecord]]:
     """The lowest-latency measured record of each workload in JSONDatabase lines.
 
     Args:
@@ -180,7 +199,7 @@ def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[ob
             workloads.append(Workload.from_json(obj))
         except Exception as err:  # noqa: BLE001  TVM raises its own error types
             raise InputError(f"database.workloads[{i}]: not a MetaSchedule workload: {str(err).strip()[:200]}") from err
-    out: dict[str, tuple[object, _Best]] = {}
+    out: dict[str, tuple[object, BestRecord]] = {}
     for i, obj in enumerate(record_lines):
         try:
             widx = int(obj[0])
@@ -192,17 +211,8 @@ def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[ob
         secs = [float(s) for s in (rec.run_secs or [])]
         if not secs or not all(0 < s < 1e9 for s in secs):
             continue  # failed builds and runs carry 1e10
-        med = float(np.median(secs))
         mod = workloads[widx].mod
-        key = str(structural_hash(mod))
-        if key not in out:
-            out[key] = (mod, _Best(rec.trace, med, 1))
-        else:
-            best = out[key][1]
-            if med < best.measured_s:
-                out[key] = (mod, _Best(rec.trace, med, best.records + 1))
-            else:
-                best.records += 1
+        keep_fastest(out, str(structural_hash(mod)), mod, rec, float(np.median(secs)))
     return out
 
 
@@ -260,7 +270,7 @@ def estimate_network(
         measured = None
         if hit is not None:
             best = hit[1]
-            candidates = [_scheduled(task.mod, best.trace)]
+            candidates = [_scheduled(task.mod, best.record.trace)]
             source, measured = "database", best.measured_s
             detail = f"the fastest of the database's {best.records} measured records of this workload"
         else:
@@ -278,8 +288,7 @@ def estimate_network(
                     log.info("task %s: a schedule cannot be featurized: %s", task.name, err)
         if not trees:
             raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
-        point = predictor.predict_trees(trees, dev_id)
-        i = int(np.argmin(point))
+        i = int(np.argmin(predictor.predict_trees(trees, dev_id))) if len(trees) > 1 else 0
         lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval([trees[i]], dev_id))
         out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured))
     out.total_s = float(sum(t.weight * t.latency_s for t in out.tasks))

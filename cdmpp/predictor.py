@@ -181,15 +181,20 @@ class LatencyPredictor:
             UnsupportedProgramError: an input that is not a scheduled program, or
                 holds a construct the featurizer does not support.
         """
+        trees, dev_id = self._featurized(mods, target, device)
+        return self.predict_trees(trees, dev_id)
+
+    def _featurized(self, mods, target, device: str | None) -> tuple[list, str | None]:
+        """The programs featurized for the device the rule picks, and its id."""
         from cdmpp.featurize import featurize_many  # pylint: disable=import-outside-toplevel
 
         if not isinstance(mods, (list, tuple)):
             mods = [mods]
         dev = self.resolve_device(device, target) if self._known else None
         if not mods:
-            return np.zeros(0, dtype=np.float64)
+            return [], dev.device_id if dev else None
         feat_target = target if target is not None else (dev.target if dev is not None else None)
-        return self.predict_trees(featurize_many(list(mods), feat_target), dev.device_id if dev else None)
+        return featurize_many(list(mods), feat_target), dev.device_id if dev else None
 
     def predict_trees(self, trees, device: str | None = None) -> np.ndarray:
         """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
@@ -225,15 +230,8 @@ class LatencyPredictor:
             (the raw MC-dropout percentiles, much too narrow, when the checkpoint records
             no calibration: ``metadata["interval"]``).
         """
-        from cdmpp.featurize import featurize_many  # pylint: disable=import-outside-toplevel
-
-        if not isinstance(mods, (list, tuple)):
-            mods = [mods]
-        dev = self.resolve_device(device, target) if self._known else None
-        if not mods:
-            return (np.zeros(0, dtype=np.float64),) * 3
-        feat_target = target if target is not None else (dev.target if dev is not None else None)
-        return self.predict_trees_interval(featurize_many(list(mods), feat_target), dev.device_id if dev else None)
+        trees, dev_id = self._featurized(mods, target, device)
+        return self.predict_trees_interval(trees, dev_id)
 
     def predict_trees_interval(self, trees, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""

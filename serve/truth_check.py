@@ -48,22 +48,20 @@ def _best_database(db: ds.DeviceDatabase):
     """A MetaSchedule ``MemoryDatabase`` with each workload's fastest measured record, and
     ``{structural hash: (workload IRModule, best)}`` for :func:`cdmpp.estimate.estimate_network`."""
     # pylint: disable=import-outside-toplevel
-    from cdmpp.estimate import _Best
+    from cdmpp.estimate import keep_fastest
     from cdmpp.tvm_compat import ms, structural_hash
 
-    best: dict[int, tuple[float, object, int]] = {}
+    best: dict = {}
     for p in db.programs:
-        med = float(np.median(p.run_secs))
-        cur = best.get(p.workload_index)
-        n = (cur[2] if cur else 0) + 1
-        best[p.workload_index] = (med, p.record, n) if cur is None or med < cur[0] else (cur[0], cur[1], n)
+        keep_fastest(best, p.workload_index, db.workloads[p.workload_index].mod, p.record, float(np.median(p.run_secs)))
     mem = ms.database.MemoryDatabase()
     by_hash = {}
-    for widx, (med, rec, n) in best.items():
-        mod = db.workloads[widx].mod
-        w = mem.commit_workload(mod)
-        mem.commit_tuning_record(ms.database.TuningRecord(rec.trace, w, rec.run_secs, rec.target, rec.args_info))
-        by_hash[str(structural_hash(mod))] = (mod, _Best(rec.trace, med, n))
+    for mod, b in best.values():
+        rec = b.record
+        mem.commit_tuning_record(
+            ms.database.TuningRecord(rec.trace, mem.commit_workload(mod), rec.run_secs, rec.target, rec.args_info)
+        )
+        by_hash[str(structural_hash(mod))] = (mod, b)
     return mem, by_hash
 
 

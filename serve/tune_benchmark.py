@@ -13,9 +13,7 @@ NeurIPS 2021, section 6, uses the same search-curve comparison).
 
 from __future__ import annotations
 
-import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,7 +132,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         DatasetError, ValueError: no such dataset or network, a bad config.
     """
     # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard
+    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, _build_tmpdir
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import (
         LocalBuilder,
@@ -179,7 +177,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
                     evaluator = m.evaluator_config()
                     t0 = time.perf_counter()
                     start = guard.snapshot()
-                    with _tmpdir(work_dir):
+                    with _build_tmpdir(work_dir / "tmp"):  # the builders' temporary files, removed after
                         ms.tune_tir(
                             mod,
                             target,
@@ -203,20 +201,6 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
                 row["tune_s"] = round(tune_s, 1)
                 rows.append(row)
     return rows
-
-
-@contextmanager
-def _tmpdir(path: Path):
-    """``TMPDIR`` set to ``path`` for the duration (MetaSchedule's builders write there)."""
-    old = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(path)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old
 
 
 def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:

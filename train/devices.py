@@ -478,6 +478,32 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def checkpoint_corpus(
+    meta: dict, root: Path, cache_dir: Path | None, progress: bool = True
+) -> tuple[DeviceCorpus, np.ndarray]:
+    """The device folders of ``root`` that a device-table checkpoint knows, and each
+    program's row in the checkpoint's table.
+
+    Args:
+        meta: the checkpoint's metadata (with its ``devices`` list).
+
+    Returns:
+        ``(corpus, rows)``: rows int64 ``(P,)``; ``corpus.data.device`` indexes
+        ``corpus.devices`` (1-based), and the checkpoint's rows may differ.
+
+    Raises:
+        DatasetError: ``root`` holds no device the checkpoint knows.
+    """
+    row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
+    names = {d.name for d in ds.device_dirs(Path(root))}
+    unknown = tuple(sorted(n for n in names if n not in row_of))
+    if len(unknown) == len(names):
+        raise ds.DatasetError(f"{root} holds no device this checkpoint knows ({', '.join(row_of)})")
+    corpus = load_corpus(Path(root), cache_dir, unknown, progress)
+    to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
+    return corpus, to_model[corpus.data.device]
+
+
 def evaluate_devices(
     checkpoint: Path,
     root: Path,
@@ -505,14 +531,7 @@ def evaluate_devices(
     if not meta.get("devices"):
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
     row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
-    names = {d.name for d in ds.device_dirs(Path(root))}
-    unknown = tuple(sorted(n for n in names if n not in row_of))
-    if len(unknown) == len(names):
-        raise ds.DatasetError(f"{root} holds no device this checkpoint knows ({', '.join(row_of)})")
-    corpus = load_corpus(Path(root), cache_dir, unknown, progress)
-    # corpus.data.device indexes corpus.devices (1-based); the checkpoint's rows may differ
-    to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
-    model_rows = to_model[corpus.data.device]
+    corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress)
     net = meta.get("holdout") if holdout == "auto" else holdout
     index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
     tree = None

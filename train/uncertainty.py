@@ -23,7 +23,7 @@ for every program).  The checkpoint stores the calibration under its metadata's
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -208,9 +208,10 @@ def calibrate_checkpoint(
 
     Raises:
         CheckpointError: no device table.  InputError: an unknown method.
+        DatasetError: ``root`` holds no device the checkpoint knows.
     """
     # pylint: disable=import-outside-toplevel
-    from .devices import CARD_FILE, load_corpus, model_card, split_corpus
+    from .devices import CARD_FILE, checkpoint_corpus, model_card, split_corpus
     from .model import CONFIG_FILE, load_checkpoint
 
     if method not in METHODS:
@@ -219,11 +220,7 @@ def calibrate_checkpoint(
     model, meta = load_checkpoint(Path(checkpoint))
     if not meta.get("devices"):
         raise CheckpointError(f"{checkpoint} has no device table; calibrate a checkpoint of cdmpp train -d DATASET")
-    row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
-    names = {d.name for d in __import__("cdmpp.dataset", fromlist=["x"]).device_dirs(Path(root))}
-    corpus = load_corpus(Path(root), cache_dir, tuple(sorted(n for n in names if n not in row_of)), progress)
-    to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
-    rows = to_model[corpus.data.device]
+    corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress)
     split = split_corpus(corpus, meta.get("holdout"))
     point, passes = mc_log_latency(model, corpus.data, split.val, rows[split.val], cfg)
     calibration = calibrate(point, passes, corpus.data.latency[split.val], cfg)
@@ -275,11 +272,6 @@ def format_coverage(report: dict[str, dict[str, dict]], calibration: dict) -> st
                     + " / ".join(f"{100 * c:.0f}%" for c in r.get("by_std_thirds", [])) + " |"
                 )
     return "\n".join(lines)
-
-
-def config_dict(cfg: IntervalConfig) -> dict:
-    """``cfg`` as a plain dict."""
-    return asdict(cfg)
 
 
 def coverage_by_std(point: np.ndarray, passes: np.ndarray, true_s: np.ndarray, calibration: dict) -> dict[str, list[float]]:
