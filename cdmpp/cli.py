@@ -473,6 +473,37 @@ def _cmd_adapt_table(args) -> int:
     return 0
 
 
+def _cmd_tune_network(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .device import local_cpu
+    from .serve.tune_benchmark import NetworkTuneConfig, format_network_tuning, network_curve_panels, run_network_tuning
+    from .train.benchmark import write_csv_and_markdown
+
+    rows = []
+    for seed in args.seeds or [args.seed]:
+        cfg = NetworkTuneConfig(
+            network=args.whole_network,
+            trials=args.trials,
+            trials_per_iter=args.trials_per_iter,
+            cost_models=tuple(args.cost_models),
+            checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+            seed=seed,
+        )
+        rows += run_network_tuning(Path(args.output), cfg)
+    print(format_network_tuning(rows))
+    csv_path, md_path = write_csv_and_markdown(rows, Path(args.output), "tune_network",
+                                               format_network_tuning(rows, markdown=True))
+    print(f"written: {csv_path}, {md_path}")
+    if args.plot:
+        from .train.plots import plot_tuning_curves
+
+        plot_tuning_curves(network_curve_panels(Path(args.output), args.whole_network),
+                           f"MetaSchedule tune_relax on {local_cpu().device_id}", Path(args.plot),
+                           ylabel="tuned network (sum of task bests)")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
 def _cmd_tune_benchmark(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .device import local_cpu
@@ -485,6 +516,11 @@ def _cmd_tune_benchmark(args) -> int:
         write_tune_benchmark,
     )
 
+    if args.whole_network:
+        return _cmd_tune_network(args)
+    if not args.dataset or not args.network:
+        print("error: tune-benchmark needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
+        return 2
     cfg = TuneBenchmarkConfig(
         network=args.network,
         tasks=args.tasks,
@@ -756,8 +792,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "tune-benchmark", help="tune a network's largest tasks with TVM's XGBoost model and with cdmpp's plugin"
     )
-    s.add_argument("-d", "--dataset", required=True, help="device folder whose manifest lists the network")
-    s.add_argument("--network", required=True, help="network whose tasks are tuned (several: comma-separated)")
+    s.add_argument("-d", "--dataset", help="device folder whose manifest lists the network")
+    s.add_argument("--network", help="network whose tasks are tuned (several: comma-separated)")
+    s.add_argument("--whole-network", metavar="NET", default=None,
+                   help="tune every task of a zoo network with tune_relax (a global budget of --trials), then "
+                        "compile it with each database and time it end to end")
     s.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
     s.add_argument("--trials", type=int, default=64, help="measured trials per task and cost model")
     s.add_argument("--trials-per-iter", type=int, default=16)

@@ -65,6 +65,41 @@ def _best_database(db: ds.DeviceDatabase):
     return mem, by_hash
 
 
+def compile_and_time(database, unfused, params: list, example_inputs: tuple, target, repeat: int, guard) -> tuple[float, float]:
+    """Compile a network with a tuning database and time it end to end in the Relax VM.
+
+    Args:
+        database: a MetaSchedule ``Database`` whose records ``compile_relax`` applies.
+        unfused: the network's Relax IRModule before fusion
+            (``relax_module_and_params_from_torch(..., fuse=False)``).
+        params: its weights, in ``main``'s parameter order after the inputs.
+        example_inputs: the network's input tensors (torch).
+        target: the ``Target`` compiled for.
+        repeat: timed runs (after one warm-up run).
+        guard: a ``QuietGuard``; the timing waits for a quiet machine.
+
+    Returns:
+        ``(median seconds of one inference, compile seconds)``.
+    """
+    # pylint: disable=import-outside-toplevel
+    import tvm
+    from tvm import relax
+
+    from cdmpp.tvm_compat import ms
+
+    t0 = time.perf_counter()
+    ex = ms.relax_integration.compile_relax(database, unfused, target, params=None)
+    compile_s = time.perf_counter() - t0
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(ex, dev)
+    args = [*(tvm.runtime.tensor(x.numpy(), dev) for x in example_inputs),
+            *(tvm.runtime.tensor(p.numpy(), dev) for p in params)]
+    vm["main"](*args)  # warm-up
+    guard.wait_quiet()
+    timer = vm.time_evaluator("main", dev, number=1, repeat=repeat)
+    return float(np.median(list(timer(*args).results))), round(compile_s, 1)
+
+
 def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) -> list[dict]:
     """Measure and estimate each network of ``cfg`` on this machine.
 
@@ -82,15 +117,12 @@ def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) 
         DatasetError: the folder was measured on another CPU, or a task has no record.
     """
     # pylint: disable=import-outside-toplevel
-    import tvm
-    from tvm import relax
-
     from cdmpp import networks as zoo
     from cdmpp.collect import QuietConfig, QuietGuard
     from cdmpp.device import local_cpu
     from cdmpp.estimate import estimate_network, relax_tasks
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.tvm_compat import Target, ms, relax_module_and_params_from_torch, structural_hash
+    from cdmpp.tvm_compat import Target, relax_module_and_params_from_torch, structural_hash
 
     folder = Path(folder)
     db = ds.load_device_dir(folder)
@@ -116,27 +148,17 @@ def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) 
             )
         unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
         est = estimate_network(predictor, tasks, device, target, by_hash)
-        t0 = time.perf_counter()
-        ex = ms.relax_integration.compile_relax(mem, unfused, target, params=None)
-        compile_s = time.perf_counter() - t0
-        dev = tvm.cpu()
-        vm = relax.VirtualMachine(ex, dev)
-        inputs = [tvm.runtime.tensor(x.numpy(), dev) for x in spec.example_inputs()]
-        args = [*inputs, *[tvm.runtime.tensor(p.numpy(), dev) for p in params]]
-        vm["main"](*args)  # warm-up
-        guard.wait_quiet()
-        timer = vm.time_evaluator("main", dev, number=1, repeat=cfg.repeat)
-        secs = list(timer(*args).results)
+        e2e_s, compile_s = compile_and_time(mem, unfused, params, spec.example_inputs(), target, cfg.repeat, guard)
         row = {
             "network": name,
             "tasks": len(tasks),
             "calls": int(sum(t.weight for t in tasks)),
-            "measured_e2e_s": float(np.median(secs)),
+            "measured_e2e_s": e2e_s,
             "measured_sum_s": est.measured_total_s,
             "estimate_s": est.total_s,
             "estimate_low_s": est.low_s,
             "estimate_high_s": est.high_s,
-            "compile_s": round(compile_s, 1),
+            "compile_s": compile_s,
             "per_task": [
                 {"task": t.task, "weight": t.weight, "measured_s": t.measured_s, "estimate_s": t.latency_s,
                  "low_s": t.low_s, "high_s": t.high_s}

@@ -267,3 +267,189 @@ def write_tune_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
     from cdmpp.train.benchmark import write_csv_and_markdown  # pylint: disable=import-outside-toplevel
 
     return write_csv_and_markdown(rows, out_dir, "tune_benchmark", format_tune_benchmark(rows, markdown=True))
+
+
+@dataclass
+class NetworkTuneConfig:
+    """What ``run_network_tuning`` tunes: a whole zoo network with ``tune_relax``.
+
+    Attributes:
+        network: a zoo network name (``cdmpp.networks.network_names``).
+        trials: the global trial budget shared by all of the network's tasks (MetaSchedule's
+            gradient task scheduler divides it).
+        trials_per_iter: trials measured per search iteration of a task.
+        cost_models: names from ``COST_MODELS``.
+        checkpoint: the checkpoint of ``"cdmpp"`` (``None``: the shipped one).
+        seed: seed of the search (the same for every cost model).
+        repeat: end-to-end runs timed after tuning (the median is reported).
+    """
+
+    network: str
+    trials: int = 1000
+    trials_per_iter: int = 16
+    cost_models: tuple[str, ...] = ("xgb", "cdmpp")
+    checkpoint: Path | None = None
+    seed: int = 0
+    repeat: int = 20
+
+    def __post_init__(self):
+        bad = [m for m in self.cost_models if m not in COST_MODELS]
+        if bad:
+            raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
+        if self.trials < 1 or self.trials_per_iter < 1 or self.repeat < 1:
+            raise InputError(f"trials, trials_per_iter and repeat must be >= 1, got {self.trials}, "
+                             f"{self.trials_per_iter}, {self.repeat}")
+
+
+def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
+    """The tuned network's latency after each trial of a ``tune_relax`` work dir: float64 ``(T,)``
+    seconds, ``sum(task weight * the task's best measured latency so far)``; ``inf`` until
+    every task has a measured trial.
+
+    Args:
+        weights: task weight by the workload's structural hash (as the work dir's workload
+            file writes it, a decimal string); workloads not in it count with weight 0.
+    """
+    wl_path, rec_path = Path(work_dir) / ds.WORKLOAD_FILE, Path(work_dir) / ds.RECORD_FILE
+    if not rec_path.exists() or not wl_path.exists():
+        return np.zeros(0, dtype=np.float64)
+    hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
+    best = {h: np.inf for h in weights}
+    out = []
+    for _, obj in ds.iter_json_lines(rec_path):
+        h = hashes[int(obj[0])] if int(obj[0]) < len(hashes) else None
+        secs = obj[1][1] if len(obj) > 1 and isinstance(obj[1], list) else None
+        if h in best and secs and all(float(s) < 1e9 for s in secs):
+            best[h] = min(best[h], float(np.median([float(s) for s in secs])))
+        out.append(sum(weights[k] * v for k, v in best.items()) if best else np.inf)
+    return np.asarray(out, dtype=np.float64)
+
+
+def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = True) -> list[dict]:
+    """Tune a whole network once per cost model with ``tune_relax`` on this CPU, then compile
+    it with each tuning database and time it end to end in the Relax VM; resumable.
+
+    The work dir of each cost model is ``out_dir/<network>/<cost model>/seed<seed>`` (a
+    MetaSchedule JSONDatabase); a run with fewer than ``cfg.trials`` records starts again.
+    Each run waits for a quiet machine first (the collector's guard) and records the CPU
+    other processes used during it.
+
+    Returns:
+        One row per cost model: ``network``, ``cost_model``, ``seed``, ``tasks``,
+        ``trials`` (measured), ``other_cores``, ``tuned_sum_s`` (sum of task weight x
+        best measured latency), ``e2e_s`` (median end-to-end seconds in the Relax VM),
+        ``compile_s`` and ``tune_s`` (wall seconds; 0 for a run found finished).
+
+    Raises:
+        UnknownNetworkError: not a zoo network.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp import networks as zoo
+    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, _build_tmpdir
+    from cdmpp.device import local_cpu
+    from cdmpp.estimate import relax_tasks
+    from cdmpp.tvm_compat import (
+        LocalBuilder,
+        LocalRunner,
+        Target,
+        build_for_measurement,
+        load_tensor_intrinsics,
+        ms,
+        relax_module_and_params_from_torch,
+        structural_hash,
+    )
+
+    from .cost_model import CdmppCostModel
+    from .truth_check import compile_and_time
+
+    spec = zoo.get_network(cfg.network)
+    device = local_cpu()
+    target = Target(device.target)
+    m = MeasureConfig()
+    guard = QuietGuard(QuietConfig())
+    load_tensor_intrinsics()
+    model = spec.build()
+    mod, params = relax_module_and_params_from_torch(model, spec.example_inputs(), target)
+    unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
+    tasks = relax_tasks(mod, target)
+    weights = {str(structural_hash(t.mod)): float(t.weight) for t in tasks}
+    rows = []
+    for model_name in cfg.cost_models:
+        work_dir = Path(out_dir) / cfg.network / model_name / f"seed{cfg.seed}"
+        tune_s, load = 0.0, float("nan")
+        if len(_trials(work_dir)) < cfg.trials:
+            for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
+                (work_dir / f).unlink(missing_ok=True)
+            work_dir.mkdir(parents=True, exist_ok=True)
+            guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
+            if progress:
+                print(f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, seed {cfg.seed} "
+                      f"({cfg.trials} trials)", flush=True)
+            cost_model = (
+                CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None) if model_name == "cdmpp" else model_name
+            )
+            t0 = time.perf_counter()
+            start = guard.snapshot()
+            with _build_tmpdir(work_dir / "tmp"):
+                ms.relax_integration.tune_relax(
+                    mod,
+                    None,
+                    target,
+                    str(work_dir),
+                    max_trials_global=cfg.trials,
+                    num_trials_per_iter=cfg.trials_per_iter,
+                    builder=LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
+                    runner=LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()),
+                    cost_model=cost_model,
+                    seed=cfg.seed,
+                )
+            load = guard.other_cores(start)
+            tune_s = time.perf_counter() - t0
+        database = ms.database.JSONDatabase(
+            path_workload=str(work_dir / ds.WORKLOAD_FILE), path_tuning_record=str(work_dir / ds.RECORD_FILE)
+        )
+        e2e_s, compile_s = compile_and_time(database, unfused, params, spec.example_inputs(), target, cfg.repeat, guard)
+        curve = network_curve(work_dir, weights)
+        row = {"network": cfg.network, "cost_model": model_name, "seed": cfg.seed, "tasks": len(tasks),
+               "trials": int(curve.size), "other_cores": round(load, 3),
+               "tuned_sum_s": float(curve[-1]) if curve.size else float("nan"), "e2e_s": e2e_s,
+               "compile_s": compile_s, "tune_s": round(tune_s, 1)}
+        if progress:
+            print(format_network_tuning([row]), flush=True)
+        rows.append(row)
+    return rows
+
+
+def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Whole-network curves of every run of ``network`` under ``out_dir`` for
+    ``plot_tuning_curves``: ``{network: {cost model: [one (T,) curve per seed]}}``, each
+    from the finite part of :func:`network_curve` (every task measured)."""
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.device import local_cpu
+    from cdmpp.estimate import zoo_tasks
+    from cdmpp.tvm_compat import structural_hash
+
+    weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
+    panel: dict[str, list[np.ndarray]] = {}
+    for model_dir in sorted(p for p in (Path(out_dir) / network).iterdir() if p.is_dir()):
+        for run in sorted(model_dir.glob("seed*")):
+            curve = network_curve(run, weights)
+            finite = np.isfinite(curve)
+            if finite.any():
+                # trials before every task has a record have no network latency: hold the first finite value
+                curve = np.where(finite, curve, curve[finite][0])
+                panel.setdefault(model_dir.name, []).append(curve)
+    return {network: panel} if panel else {}
+
+
+def format_network_tuning(rows: list[dict], markdown: bool = False) -> str:
+    """The rows of :func:`run_network_tuning` as a table (milliseconds, minutes)."""
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    head = ["network", "cost model", "seed", "tasks", "trials", "tuned sum ms", "end to end ms", "tuning min"]
+    body = [
+        [r["network"], r["cost_model"], str(r["seed"]), str(r["tasks"]), str(r["trials"]),
+         f"{1e3 * r['tuned_sum_s']:.2f}", f"{1e3 * r['e2e_s']:.2f}", f"{r['tune_s'] / 60:.1f}"]
+        for r in rows
+    ]
+    return render_table(head, body, markdown)

@@ -117,7 +117,9 @@ def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: s
     return _save(plt, fig, path)
 
 
-def plot_tuning_curves(curves: dict[str, dict[str, list[np.ndarray]]], title: str, path: Path) -> Path:
+def plot_tuning_curves(
+    curves: dict[str, dict[str, list[np.ndarray]]], title: str, path: Path, ylabel: str = "best latency"
+) -> Path:
     """Best measured latency against trials, one panel per task, one line per cost model
     (the mean over seeds, with the band from the best to the worst seed), normalised by
     the mean final best of ``"xgb"`` when the panel has it.
@@ -125,6 +127,7 @@ def plot_tuning_curves(curves: dict[str, dict[str, list[np.ndarray]]], title: st
     Args:
         curves: panel title -> cost model -> one float64 ``(T,)`` best-so-far curve
             (seconds) per seed.
+        ylabel: what the curves measure (the axis says whether it is normalised).
     """
     plt = _pyplot()
     n = len(curves)
@@ -147,7 +150,7 @@ def plot_tuning_curves(curves: dict[str, dict[str, list[np.ndarray]]], title: st
                 ax.fill_between(x, arr.min(0), arr.max(0), color=line.get_color(), alpha=0.2)
         ax.set_title(panel, fontsize=8)
         ax.set_xlabel("measured trials")
-        ax.set_ylabel("best latency / XGBoost's final" if ref else "best latency (s)")
+        ax.set_ylabel(f"{ylabel} / XGBoost's final" if ref else f"{ylabel} (s)")
         ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
