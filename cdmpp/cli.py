@@ -499,7 +499,7 @@ def _cmd_tune_network(args) -> int:
 
         plot_tuning_curves(network_curve_panels(Path(args.output), args.whole_network),
                            f"MetaSchedule tune_relax on {local_cpu().device_id}", Path(args.plot),
-                           ylabel="tuned network (sum of task bests)")
+                           ylabel="network latency")
         print(f"plot written to {args.plot}")
     return 0
 
@@ -518,11 +518,13 @@ def _cmd_tune_benchmark(args) -> int:
 
     if args.whole_network:
         return _cmd_tune_network(args)
-    if not args.dataset or not args.network:
+    if not args.dataset or not (args.network or args.task):
         print("error: tune-benchmark needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
         return 2
     cfg = TuneBenchmarkConfig(
-        network=args.network,
+        network=args.network or "",
+        task_names=tuple(args.task),
+        model_trials=tuple(args.trials_for),
         tasks=args.tasks,
         trials=args.trials,
         trials_per_iter=args.trials_per_iter,
@@ -798,8 +800,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tune every task of a zoo network with tune_relax (a global budget of --trials), then "
                         "compile it with each database and time it end to end")
     s.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
+    s.add_argument("--task", action="append", default=[], metavar="NET:TASK",
+                   help="also tune this task (a task name or its prefix, e.g. mobilenet_v2-b1:fused_conv2d7); repeatable")
     s.add_argument("--trials", type=int, default=64, help="measured trials per task and cost model")
     s.add_argument("--trials-per-iter", type=int, default=16)
+    s.add_argument("--trials-for", action="append", default=[], metavar="MODEL=N",
+                   help="another budget for one cost model, e.g. xgb=512 (the reference the others must reach)")
     s.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=["xgb", "cdmpp", "random"])
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the cdmpp plugin (default: shipped)")
     s.add_argument("--seed", type=int, default=0)

@@ -13,6 +13,7 @@ NeurIPS 2021, section 6, uses the same search-curve comparison).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,41 @@ from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
 
 COST_MODELS = ("xgb", "cdmpp", "random")
+WEIGHTS_FILE = "task_weights.json"
+"""Task weight by workload structural hash, beside a whole-network run's work dirs."""
+
+
+def _check_cost_models(names) -> None:
+    bad = [m for m in names if m not in COST_MODELS]
+    if bad:
+        raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
+
+
+def _start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
+    """Clear an unfinished run's records, wait for a quiet machine, say what is tuned."""
+    for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
+        (work_dir / f).unlink(missing_ok=True)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
+    if progress:
+        print(message, flush=True)
+
+
+def _search_tools(model_name: str, checkpoint: Path | None) -> dict:
+    """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
+    points: the collector's measurement protocol, and the plugin for ``"cdmpp"``."""
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.collect import MeasureConfig
+    from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement
+
+    from .cost_model import CdmppCostModel
+
+    m = MeasureConfig()
+    return {
+        "cost_model": CdmppCostModel(str(checkpoint) if checkpoint else None) if model_name == "cdmpp" else model_name,
+        "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
+        "runner": LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()),
+    }
 
 
 @dataclass
@@ -40,6 +76,10 @@ class TuneBenchmarkConfig:
         seed: seed of the search (the same for every cost model).
         seeds: several seeds, each a run of its own (default: ``(seed,)``).
         checkpoints_at: trial counts at which the best latency is reported.
+        task_names: ``"<network>:<task name or prefix>"`` entries, tuned besides each
+            network's ``tasks`` largest (a network named only here contributes just these).
+        model_trials: ``"<cost model>=<trials>"`` entries overriding ``trials`` for that
+            cost model (``"xgb=512"``: XGBoost's longer run is the reference to reach).
     """
 
     network: str
@@ -51,29 +91,56 @@ class TuneBenchmarkConfig:
     seed: int = 0
     checkpoints_at: tuple[int, ...] = (16, 32, 64)
     seeds: tuple[int, ...] = ()
+    task_names: tuple[str, ...] = ()
+    model_trials: tuple[str, ...] = ()
+
+    def trials_for(self, cost_model: str) -> int:
+        """The trial budget of ``cost_model``'s runs."""
+        for e in self.model_trials:
+            name, _, n = e.partition("=")
+            if name == cost_model:
+                return int(n)
+        return self.trials
+
+    def names_for(self, network: str) -> tuple[str, ...]:
+        """The task names picked for ``network`` besides its largest ``tasks``."""
+        return tuple(e.split(":", 1)[1] for e in self.task_names if e.split(":", 1)[0] == network)
 
     @property
     def networks(self) -> list[str]:
         """The networks, in order."""
-        return [n.strip() for n in self.network.split(",") if n.strip()]
+        nets = [n.strip() for n in self.network.split(",") if n.strip()]
+        return nets + [n for n in dict.fromkeys(e.split(":", 1)[0] for e in self.task_names) if n not in nets]
 
     def __post_init__(self):
-        bad = [m for m in self.cost_models if m not in COST_MODELS]
-        if bad:
-            raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
+        _check_cost_models(self.cost_models)
         if self.tasks < 1 or self.trials < 1 or self.trials_per_iter < 1:
             raise InputError(f"tasks, trials and trials_per_iter must be >= 1, got {self.tasks}, {self.trials}, "
                              f"{self.trials_per_iter}")
+        bad = [e for e in self.task_names if ":" not in e]
+        if bad:
+            raise InputError(f"task names must read <network>:<task>, got {bad}")
+        bad = [e for e in self.model_trials
+               if e.partition("=")[0] not in COST_MODELS or not e.partition("=")[2].isdigit()
+               or int(e.partition("=")[2]) < 1]
+        if bad:
+            raise InputError(f"per-model trials must read <cost model>=<trials >= 1>, e.g. xgb=512; got {bad}")
 
 
-def choose_tasks(db: ds.DeviceDatabase, network: str, count: int) -> list[tuple[str, float, object]]:
-    """The ``count`` tasks of ``network`` with the largest weight x FLOPs that have a workload in ``db``.
+def choose_tasks(
+    db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...] = ()
+) -> list[tuple[str, float, object, int]]:
+    """Tasks of ``network`` that have a workload in ``db``: the ``count`` largest by weight x
+    FLOPs, and those in ``names`` (a task name, or its prefix before an ``_``:
+    ``fused_conv2d7`` picks ``fused_conv2d7_subtract5_...``), in weight x FLOPs order.
 
     Returns:
-        ``(task_name, weight, workload IRModule)`` per task.
+        ``(task_name, weight, workload IRModule, rank)`` per task, ``rank`` being the
+        task's place in the network's weight x FLOPs order (0: the largest).
 
     Raises:
-        ValueError: the network is not in the manifest.
+        UnknownNetworkError: the network is not in the manifest.
+        InputError: a name matches no task of the network.
     """
     tasks = [t for t in db.manifest.get("tasks", []) if t["network"] == network]
     if not tasks:
@@ -82,7 +149,17 @@ def choose_tasks(db: ds.DeviceDatabase, network: str, count: int) -> list[tuple[
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     tasks = [t for t in tasks if t["workload_key"] in index_of]
     tasks.sort(key=lambda t: -float(t["weight"]) * float(t.get("flops", 0.0)))
-    return [(t["task_name"], float(t["weight"]), db.workloads[index_of[t["workload_key"]]].mod) for t in tasks[:count]]
+    ranked = list(enumerate(tasks))
+    if names:
+        def named(t, n):
+            return t["task_name"] == n or t["task_name"].startswith(n + "_")
+
+        missing = [n for n in names if not any(named(t, n) for t in tasks)]
+        if missing:
+            raise InputError(f"{network} has no task named {', '.join(missing)}; its tasks: "
+                             f"{', '.join(t['task_name'][:40] for t in tasks[:12])}, ...")
+    ranked = [(r, t) for r, t in ranked if r < count or any(named(t, n) for n in names)]
+    return [(t["task_name"], float(t["weight"]), db.workloads[index_of[t["workload_key"]]].mod, r) for r, t in ranked]
 
 
 def best_so_far(run_secs: list[list[float] | None]) -> np.ndarray:
@@ -132,64 +209,43 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         DatasetError, ValueError: no such dataset or network, a bad config.
     """
     # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, _build_tmpdir
+    from cdmpp.collect import QuietConfig, QuietGuard, _build_tmpdir
     from cdmpp.device import local_cpu
-    from cdmpp.tvm_compat import (
-        LocalBuilder,
-        LocalRunner,
-        Target,
-        build_for_measurement,
-        load_tensor_intrinsics,
-        ms,
-    )
-
-    from .cost_model import CdmppCostModel
+    from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms
 
     dirs = ds.device_dirs(Path(dataset))
     if len(dirs) != 1:
         raise ds.DatasetError(f"{dataset}: give one device folder")
     db = ds.load_device_dir(dirs[0])
-    chosen = [(net, t_i, task) for net in cfg.networks for t_i, task in enumerate(choose_tasks(db, net, cfg.tasks))]
+    listed = set(n.strip() for n in cfg.network.split(","))
+    chosen = [
+        (net, task)
+        for net in cfg.networks
+        for task in choose_tasks(db, net, cfg.tasks if net in listed else 0, cfg.names_for(net))
+    ]
     device = local_cpu()
     target = Target(device.target)
-    m = MeasureConfig()
     guard = QuietGuard(QuietConfig())
     load_tensor_intrinsics()
     rows = []
     single = len(cfg.networks) == 1 and not cfg.seeds
-    for net, t_i, (name, weight, mod) in chosen:
+    for net, (name, weight, mod, t_i) in chosen:
         for seed in cfg.seeds or (cfg.seed,):
             for model_name in cfg.cost_models:
                 task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
                 work_dir = task_dir / model_name if single else task_dir / model_name / f"seed{seed}"
                 tune_s, load = 0.0, float("nan")
-                if len(_trials(work_dir)) < cfg.trials:  # not finished: start this run again from scratch
-                    for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
-                        (work_dir / f).unlink(missing_ok=True)
-                    work_dir.mkdir(parents=True, exist_ok=True)
-                    guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
-                    if progress:
-                        print(f"tuning {net} {name} with {model_name}, seed {seed} ({cfg.trials} trials)", flush=True)
-                    cost_model = (
-                        CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None)
-                        if model_name == "cdmpp" else model_name
-                    )
-                    evaluator = m.evaluator_config()
+                trials = cfg.trials_for(model_name)
+                if len(_trials(work_dir)) < trials:  # not finished: start this run again from scratch
+                    _start_run(work_dir, guard, progress,
+                               f"tuning {net} {name} with {model_name}, seed {seed} ({trials} trials)")
+                    tools = _search_tools(model_name, cfg.checkpoint)
                     t0 = time.perf_counter()
                     start = guard.snapshot()
                     with _build_tmpdir(work_dir / "tmp"):  # the builders' temporary files, removed after
-                        ms.tune_tir(
-                            mod,
-                            target,
-                            str(work_dir),
-                            max_trials_global=cfg.trials,
-                            num_trials_per_iter=cfg.trials_per_iter,
-                            builder=LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
-                            runner=LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=evaluator),
-                            cost_model=cost_model,
-                            seed=seed,
-                            num_tuning_cores=device.cores,
-                        )
+                        ms.tune_tir(mod, target, str(work_dir), max_trials_global=trials,
+                                    num_trials_per_iter=cfg.trials_per_iter, seed=seed,
+                                    num_tuning_cores=device.cores, **tools)
                     load = guard.other_cores(start)
                     tune_s = time.perf_counter() - t0
                 curve = best_so_far(_trials(work_dir))
@@ -293,9 +349,7 @@ class NetworkTuneConfig:
     repeat: int = 20
 
     def __post_init__(self):
-        bad = [m for m in self.cost_models if m not in COST_MODELS]
-        if bad:
-            raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
+        _check_cost_models(self.cost_models)
         if self.trials < 1 or self.trials_per_iter < 1 or self.repeat < 1:
             raise InputError(f"trials, trials_per_iter and repeat must be >= 1, got {self.trials}, "
                              f"{self.trials_per_iter}, {self.repeat}")
@@ -345,27 +399,15 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     """
     # pylint: disable=import-outside-toplevel
     from cdmpp import networks as zoo
-    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, _build_tmpdir
+    from cdmpp.collect import QuietConfig, QuietGuard, _build_tmpdir
     from cdmpp.device import local_cpu
     from cdmpp.estimate import relax_tasks
-    from cdmpp.tvm_compat import (
-        LocalBuilder,
-        LocalRunner,
-        Target,
-        build_for_measurement,
-        load_tensor_intrinsics,
-        ms,
-        relax_module_and_params_from_torch,
-        structural_hash,
-    )
-
-    from .cost_model import CdmppCostModel
+    from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms, relax_module_and_params_from_torch, structural_hash
     from .truth_check import compile_and_time
 
     spec = zoo.get_network(cfg.network)
     device = local_cpu()
     target = Target(device.target)
-    m = MeasureConfig()
     guard = QuietGuard(QuietConfig())
     load_tensor_intrinsics()
     model = spec.build()
@@ -373,36 +415,21 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
     tasks = relax_tasks(mod, target)
     weights = {str(structural_hash(t.mod)): float(t.weight) for t in tasks}
+    (Path(out_dir) / cfg.network).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / cfg.network / WEIGHTS_FILE).write_text(json.dumps(weights), encoding="utf-8")
     rows = []
     for model_name in cfg.cost_models:
         work_dir = Path(out_dir) / cfg.network / model_name / f"seed{cfg.seed}"
         tune_s, load = 0.0, float("nan")
         if len(_trials(work_dir)) < cfg.trials:
-            for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
-                (work_dir / f).unlink(missing_ok=True)
-            work_dir.mkdir(parents=True, exist_ok=True)
-            guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
-            if progress:
-                print(f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, seed {cfg.seed} "
-                      f"({cfg.trials} trials)", flush=True)
-            cost_model = (
-                CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None) if model_name == "cdmpp" else model_name
-            )
+            _start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
+                                                  f"seed {cfg.seed} ({cfg.trials} trials)")
+            tools = _search_tools(model_name, cfg.checkpoint)
             t0 = time.perf_counter()
             start = guard.snapshot()
             with _build_tmpdir(work_dir / "tmp"):
-                ms.relax_integration.tune_relax(
-                    mod,
-                    None,
-                    target,
-                    str(work_dir),
-                    max_trials_global=cfg.trials,
-                    num_trials_per_iter=cfg.trials_per_iter,
-                    builder=LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
-                    runner=LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()),
-                    cost_model=cost_model,
-                    seed=cfg.seed,
-                )
+                ms.relax_integration.tune_relax(mod, None, target, str(work_dir), max_trials_global=cfg.trials,
+                                                num_trials_per_iter=cfg.trials_per_iter, seed=cfg.seed, **tools)
             load = guard.other_cores(start)
             tune_s = time.perf_counter() - t0
         database = ms.database.JSONDatabase(
@@ -423,22 +450,27 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
 def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, list[np.ndarray]]]:
     """Whole-network curves of every run of ``network`` under ``out_dir`` for
     ``plot_tuning_curves``: ``{network: {cost model: [one (T,) curve per seed]}}``, each
-    from the finite part of :func:`network_curve` (every task measured)."""
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.device import local_cpu
-    from cdmpp.estimate import zoo_tasks
-    from cdmpp.tvm_compat import structural_hash
+    :func:`network_curve` with NaN (not drawn) until every task has a measured trial.
 
-    weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
+    The task weights come from ``out_dir/<network>/task_weights.json`` (written by
+    :func:`run_network_tuning`), else from extracting the network's tasks again.
+    """
+    weights_file = Path(out_dir) / network / WEIGHTS_FILE
+    if weights_file.exists():
+        weights = json.loads(weights_file.read_text(encoding="utf-8"))
+    else:
+        # pylint: disable=import-outside-toplevel
+        from cdmpp.device import local_cpu
+        from cdmpp.estimate import zoo_tasks
+        from cdmpp.tvm_compat import structural_hash
+
+        weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
     panel: dict[str, list[np.ndarray]] = {}
     for model_dir in sorted(p for p in (Path(out_dir) / network).iterdir() if p.is_dir()):
         for run in sorted(model_dir.glob("seed*")):
             curve = network_curve(run, weights)
-            finite = np.isfinite(curve)
-            if finite.any():
-                # trials before every task has a record have no network latency: hold the first finite value
-                curve = np.where(finite, curve, curve[finite][0])
-                panel.setdefault(model_dir.name, []).append(curve)
+            if np.isfinite(curve).any():
+                panel.setdefault(model_dir.name, []).append(np.where(np.isfinite(curve), curve, np.nan))
     return {network: panel} if panel else {}
 
 

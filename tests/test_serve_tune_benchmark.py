@@ -37,7 +37,25 @@ def test_config_and_task_choice_errors(tiny_featurized):
     with pytest.raises(ValueError, match="not in this dataset"):
         choose_tasks(db, "gpt2-b1", 2)
     chosen = choose_tasks(db, "dcgan-b1", 1)
-    assert len(chosen) == 1 and chosen[0][1] >= 1
+    assert len(chosen) == 1 and chosen[0][1] >= 1 and chosen[0][3] == 0
+    every = choose_tasks(db, "dcgan-b1", 99)
+    if len(every) > 1:  # a task picked by its name prefix keeps its rank in the weight x FLOPs order
+        name = every[1][0]
+        prefix = name.split("_subtract")[0] if "_subtract" in name else name
+        picked = choose_tasks(db, "dcgan-b1", 0, (prefix,))
+        assert [(p[0], p[3]) for p in picked] == [(name, 1)]
+        assert [p[0] for p in choose_tasks(db, "dcgan-b1", 1, (prefix,))] == [every[0][0], name]
+    with pytest.raises(ValueError, match="no task named conv99"):
+        choose_tasks(db, "dcgan-b1", 1, ("conv99",))
+    with pytest.raises(ValueError, match="<network>:<task>"):
+        TuneBenchmarkConfig(network="dcgan-b1", task_names=("fused_conv2d7",))
+    cfg = TuneBenchmarkConfig(network="dcgan-b1", task_names=("mobilenet_v2-b1:fused_conv2d7",))
+    assert cfg.networks == ["dcgan-b1", "mobilenet_v2-b1"] and cfg.names_for("mobilenet_v2-b1") == ("fused_conv2d7",)
+    cfg = TuneBenchmarkConfig(network="dcgan-b1", trials=64, model_trials=("xgb=512",))
+    assert cfg.trials_for("xgb") == 512 and cfg.trials_for("cdmpp") == 64
+    for bad in ("xgb:512", "ansor=512", "xgb=0", "xgb=many"):
+        with pytest.raises(ValueError, match="<cost model>=<trials"):
+            TuneBenchmarkConfig(network="dcgan-b1", model_trials=(bad,))
 
 
 def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsys):
@@ -69,3 +87,32 @@ def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsy
 def test_trials_to_reach():
     curve = best_so_far([[5.0], None, [3.0], [2.0]])
     assert trials_to_reach(curve, 3.0) == 3 and trials_to_reach(curve, 1.0) is None
+
+
+def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
+    from cdmpp.serve.tune_benchmark import network_curve
+
+    wl = [["111", "a"], ["222", "b"]]
+    recs = [[0, ["t", [4e-3], {}, []]], [0, ["t", [1e10], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]],
+            [0, ["t", [1e-3], {}, []]], [1, ["t", [5e-3], {}, []]]]
+    (tmp_path / "database_workload.json").write_text("".join(json.dumps(x) + "\n" for x in wl))
+    (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    curve = network_curve(tmp_path, {"111": 2.0, "222": 3.0})
+    assert curve[:2].tolist() == [np.inf, np.inf]  # task 222 has no trial yet
+    assert np.allclose(curve[2:], [2 * 4e-3 + 3 * 2e-3, 2 * 1e-3 + 3 * 2e-3, 2 * 1e-3 + 3 * 2e-3])
+    assert network_curve(tmp_path / "missing", {"111": 1.0}).shape == (0,)
+
+
+def test_network_tuning_config_and_cli_errors(capsys):
+    from cdmpp.cli import main
+    from cdmpp.serve.tune_benchmark import NetworkTuneConfig, format_network_tuning
+
+    with pytest.raises(ValueError, match="unknown cost models"):
+        NetworkTuneConfig(network="dcgan-b1", cost_models=("ansor",))
+    with pytest.raises(ValueError, match=">= 1"):
+        NetworkTuneConfig(network="dcgan-b1", trials=0)
+    assert main(["tune-benchmark", "--network", "dcgan-b1"]) == 2
+    assert "--whole-network" in capsys.readouterr().err
+    row = {"network": "dcgan-b1", "cost_model": "xgb", "seed": 0, "tasks": 5, "trials": 8, "tuned_sum_s": 6e-3,
+           "e2e_s": 7e-3, "compile_s": 1.0, "tune_s": 90.0}
+    assert "6.00" in format_network_tuning([row]) and "1.5" in format_network_tuning([row])

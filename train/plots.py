@@ -137,7 +137,7 @@ def plot_tuning_curves(
     for ax, (panel, models) in zip(axes.flat, curves.items()):
         ref = None
         if models.get("xgb"):
-            ref = float(np.mean([c[-1] for c in models["xgb"] if c.size]))
+            ref = float(np.mean([c[-1] for c in models["xgb"] if c.size]))  # NaN entries (not drawn) only lead
         for model, runs in sorted(models.items()):
             runs = [c for c in runs if c.size]
             if not runs:
@@ -145,7 +145,7 @@ def plot_tuning_curves(
             t = min(c.size for c in runs)
             arr = np.stack([c[:t] for c in runs]) / (ref or 1.0)
             x = np.arange(1, t + 1)
-            (line,) = ax.plot(x, arr.mean(0), label=f"{model} ({len(runs)} seeds)")
+            (line,) = ax.plot(x, arr.mean(0), label=f"{model} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
             if len(runs) > 1:
                 ax.fill_between(x, arr.min(0), arr.max(0), color=line.get_color(), alpha=0.2)
         ax.set_title(panel, fontsize=8)
