@@ -172,11 +172,10 @@ def best_so_far(run_secs: list[list[float] | None]) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def _trials(work_dir: Path) -> list[list[float] | None]:
-    """Measured trials of a ``tune_tir`` work dir, in measurement order (``None``: failed).
-
-    MetaSchedule's ``AddToDatabase`` stores a failed build or run as ``run_secs = [1e10]``.
-    """
+def _records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
+    """``(workload index, run_secs or None when failed)`` of each measured trial of a work dir,
+    in measurement order.  MetaSchedule's ``AddToDatabase`` stores a failed build or run as
+    ``run_secs = [1e10]``."""
     path = work_dir / ds.RECORD_FILE
     if not path.exists():
         return []
@@ -184,8 +183,13 @@ def _trials(work_dir: Path) -> list[list[float] | None]:
     for _, obj in ds.iter_json_lines(path):
         secs = obj[1][1] if isinstance(obj, list) and len(obj) > 1 and isinstance(obj[1], list) else None
         ok = bool(secs) and all(float(s) < 1e9 for s in secs)
-        out.append([float(s) for s in secs] if ok else None)
+        out.append((int(obj[0]), [float(s) for s in secs] if ok else None))
     return out
+
+
+def _trials(work_dir: Path) -> list[list[float] | None]:
+    """Measured trials of a ``tune_tir`` work dir, in measurement order (``None``: failed)."""
+    return [secs for _, secs in _records(work_dir)]
 
 
 def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, progress: bool = True) -> list[dict]:
@@ -364,17 +368,16 @@ def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
         weights: task weight by the workload's structural hash (as the work dir's workload
             file writes it, a decimal string); workloads not in it count with weight 0.
     """
-    wl_path, rec_path = Path(work_dir) / ds.WORKLOAD_FILE, Path(work_dir) / ds.RECORD_FILE
-    if not rec_path.exists() or not wl_path.exists():
+    wl_path = Path(work_dir) / ds.WORKLOAD_FILE
+    if not wl_path.exists():
         return np.zeros(0, dtype=np.float64)
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
     best = {h: np.inf for h in weights}
     out = []
-    for _, obj in ds.iter_json_lines(rec_path):
-        h = hashes[int(obj[0])] if int(obj[0]) < len(hashes) else None
-        secs = obj[1][1] if len(obj) > 1 and isinstance(obj[1], list) else None
-        if h in best and secs and all(float(s) < 1e9 for s in secs):
-            best[h] = min(best[h], float(np.median([float(s) for s in secs])))
+    for index, secs in _records(Path(work_dir)):
+        h = hashes[index] if index < len(hashes) else None
+        if h in best and secs:
+            best[h] = min(best[h], float(np.median(secs)))
         out.append(sum(weights[k] * v for k, v in best.items()) if best else np.inf)
     return np.asarray(out, dtype=np.float64)
 
