@@ -590,6 +590,23 @@ def _cmd_collect_benchmark(args) -> int:
     return 0
 
 
+def _cmd_search_check(args) -> int:
+    import json  # pylint: disable=import-outside-toplevel
+
+    from .collect_benchmark import SearchCheckConfig, format_search_check, run_search_check  # pylint: disable=import-outside-toplevel
+
+    cfg = SearchCheckConfig(dataset=Path(args.dataset), networks=args.networks,
+                            tasks_per_network=args.tasks_per_network, populations=tuple(args.populations),
+                            batch=args.batch, seed=args.seed)
+    rows = run_search_check(cfg)
+    print(format_search_check(rows))
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search_check.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    (out / "search_check.md").write_text(format_search_check(rows, markdown=True) + "\n", encoding="utf-8")
+    return 0
+
+
 def _cmd_speed(args) -> int:
     from .serve.speed import run  # pylint: disable=import-outside-toplevel
 
@@ -643,7 +660,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.5,
         help="share of each task's programs from evolutionary search, after the random ones (0: random only)",
     )
-    s.add_argument("--evolutionary-population", type=int, default=128)
+    s.add_argument("--evolutionary-population", type=int, default=64,
+                   help="population of the evolutionary search (smaller: faster search)")
     s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
     s.add_argument("--rpc-key", default=None, help="device key the boards registered with")
     s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")
@@ -913,6 +931,17 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["plain", "baseline", "current"])
     s.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
     s.set_defaults(func=_cmd_collect_benchmark)
+
+    s = sub.add_parser("search-check", help="the collector's evolutionary search at several populations: "
+                       "search time, and the measured latency of what it draws")
+    s.add_argument("dataset", help="dataset folder with this CPU's device folder (read only)")
+    s.add_argument("-n", "--networks", nargs="+", default=["resnet_50-b1", "mobilenet_v2-b1", "bert_base-b1s128"])
+    s.add_argument("--tasks-per-network", type=int, default=2)
+    s.add_argument("--populations", type=int, nargs="+", default=[128, 64, 32])
+    s.add_argument("--batch", type=int, default=32)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--output", default="runs/search-check")
+    s.set_defaults(func=_cmd_search_check)
 
     s = sub.add_parser("speed", help="time one 512-candidate predict call by stage, beside TVM's XGBModel")
     from .serve.speed import add_arguments as speed_arguments  # pylint: disable=import-outside-toplevel

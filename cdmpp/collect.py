@@ -63,7 +63,10 @@ class MeasureConfig:
         repeat: repeats kept per program (all are stored in ``run_secs``).
         min_repeat_ms: minimum duration of one repeat in ms (0: no inflation).
         enable_cpu_cache_flush: flush the CPU caches before each repeat.
-        build_timeout_s: per-program build timeout in seconds.
+        build_timeout_s: per-program build timeout in seconds.  A build takes about 0.3 s
+            of one core; the rare program that takes longer than this (LLVM's code
+            generation of a huge unrolled body can take 60-100 s) is recorded as a
+            failed build instead of holding a worker.
         run_timeout_s: per-program run timeout in seconds.
         build_workers: parallel build processes (``None``: all cores).
         max_repeat_cv: a program whose repeats' coefficient of variation exceeds this
@@ -74,7 +77,7 @@ class MeasureConfig:
     repeat: int = 10
     min_repeat_ms: int = 0
     enable_cpu_cache_flush: bool = True
-    build_timeout_s: float = 60.0
+    build_timeout_s: float = 20.0
     run_timeout_s: float = 30.0
     build_workers: int | None = None
     max_repeat_cv: float | None = 0.2
@@ -152,7 +155,8 @@ class CollectConfig:
         evolutionary_fraction: share of each task's programs sampled by MetaSchedule's
             evolutionary search (the rest are uniform random samples, taken first).
         evolutionary_population: population of that search; each round costs about
-            ``4 * population`` schedule mutations and cost-model predictions.
+            ``4 * population`` schedule mutations and cost-model predictions.  64 halves
+            the search time of 128 and draws programs as fast (``cdmpp search-check``).
         measure: the timing protocol.
         rpc: measure through an RPC tracker (``None``: on this host, with ``LocalRunner``).
         gpu: measure on this host's NVIDIA GPU (CUDA target, device id ``gpu-<name>-sm<XY>``)
@@ -182,7 +186,7 @@ class CollectConfig:
     num_cores: int | None = None
     max_tasks_per_network: int | None = None
     evolutionary_fraction: float = 0.5
-    evolutionary_population: int = 128
+    evolutionary_population: int = 64
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RPCSettings | None = None
     gpu: bool = False
@@ -657,6 +661,16 @@ def _repeat_cv(secs: list[float]) -> float:
     return (sum((x - mean) ** 2 for x in secs) / len(secs)) ** 0.5 / mean if mean > 0 else 0.0
 
 
+def _timed_build(args: tuple) -> tuple[str, float]:
+    """In a build worker: MetaSchedule's build-and-export of one program; returns the
+    artifact path and the seconds it took."""
+    from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func  # pylint: disable=import-outside-toplevel
+
+    start = time.perf_counter()
+    path = _worker_func(*args)
+    return path, time.perf_counter() - start
+
+
 class PooledBuilder:
     """MetaSchedule ``LocalBuilder``'s build, on worker processes kept from batch to batch.
 
@@ -664,17 +678,25 @@ class PooledBuilder:
     against a slow memory leak in long-lived workers); each start imports TVM again,
     about 3 s per batch on 2 cores, which was the largest part of the build stage of
     small batches.  This pool is restarted every ``recycle`` batches instead.  Results
-    are MetaSchedule ``BuilderResult``s, as from ``LocalBuilder.build``.
+    are MetaSchedule ``BuilderResult``s, as from ``LocalBuilder.build``.  ``f_export``
+    (``None``: MetaSchedule's tar archive, linked by the runner) writes each artifact.
+
+    Attributes:
+        build_seconds: seconds each finished build took in its worker, in order.
+        timeouts: builds stopped at ``timeout_sec``.
     """
 
-    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 25):
+    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 25, f_export=None):
         self.max_workers, self.timeout_sec, self.f_build, self.recycle = max_workers, timeout_sec, f_build, recycle
+        self.f_export = f_export
         self._pool = None
         self._batches = 0
+        self.build_seconds: list[float] = []
+        self.timeouts = 0
 
     def build(self, build_inputs: list) -> list:
         # pylint: disable=import-outside-toplevel
-        from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+        from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params
         from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
         from .tvm_compat import ms
@@ -683,16 +705,26 @@ class PooledBuilder:
             self.close()
             self._pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec)
         self._batches += 1
-        args = [(self.f_build, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
+        args = [(self.f_build, self.f_export, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
         results = []
-        for r in self._pool.map_with_error_catching(lambda x: _worker_func(*x), args):
+        for r in self._pool.map_with_error_catching(_timed_build, args):
             if r.status == StatusKind.COMPLETE:
-                results.append(ms.builder.BuilderResult(r.value, None))
+                path, secs = r.value
+                self.build_seconds.append(secs)
+                results.append(ms.builder.BuilderResult(path, None))
             elif r.status == StatusKind.TIMEOUT:
+                self.timeouts += 1
                 results.append(ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec} s"))
             else:
                 results.append(ms.builder.BuilderResult(None, f"build failed:\n{r.value}"))
         return results
+
+    def to_json(self) -> dict:
+        """Build times of this run, for the manifest: count, median, p99 and max (seconds), timeouts."""
+        secs = sorted(self.build_seconds)
+        pick = (lambda q: round(secs[min(len(secs) - 1, int(q * len(secs)))], 3)) if secs else (lambda q: None)
+        return {"built": len(secs), "median_s": pick(0.5), "p99_s": pick(0.99), "max_s": pick(1.0),
+                "timeouts": self.timeouts, "timeout_s": self.timeout_sec}
 
     def close(self) -> None:
         """Stop the worker processes (a later build starts new ones)."""
@@ -953,9 +985,11 @@ def _local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | N
                  clock: StageClock | None = None) -> _Bench:
     """A builder on all cores, a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is
     ``None``, the quiet-machine guard."""
-    from .tvm_compat import LocalRunner, build_for_measurement  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import LocalRunner, build_for_measurement, export_shared_library  # pylint: disable=import-outside-toplevel
 
-    builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement)
+    # linked into a shared library by the build workers, in parallel, not by the one runner
+    builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement,
+                            f_export=export_shared_library if dev_type == "cpu" else None)
     runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config())
     guard = QuietGuard(quiet) if quiet is not None else None
     return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file)
@@ -974,6 +1008,7 @@ def _make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: Sta
             evaluator_config=m.evaluator_config(),
             max_workers=r.parallel_sessions,
         )
+        bench.builder.f_export = None  # a tar archive, linked on the board by its own toolchain
         bench.guard = None
     return bench
 
@@ -1132,6 +1167,8 @@ class _Collection:
         """Write the manifest's counts, stage times and guard figures so far and, when asked to, the packed files."""
         entry = self.manifest["collections"][-1]
         entry.update({"measured": self.measured, "failed": self.failed, "stage_seconds": self.bench.clock.to_json()})
+        if isinstance(self.bench.builder, PooledBuilder):
+            entry["build_seconds"] = self.bench.builder.to_json()
         if self.bench.guard is not None:
             entry["quiet_machine"] = self.bench.guard.to_json()
         if final:
@@ -1235,6 +1272,7 @@ def collect(
             "measurement": asdict(cfg.measure),
             "seed": cfg.seed,
             "rounds": list(cfg.goals),
+            "evolutionary_population": cfg.evolutionary_population,
             # runs without this field seeded each task from the base seed and its workload key only
             "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
@@ -1242,7 +1280,7 @@ def collect(
     )
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
     with _build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
-        load_tensor_intrinsics()
+        load_tensor_intrinsics(target)
         bench = _make_bench(cfg, device, target, clock, tmp)
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
         try:
@@ -1280,7 +1318,7 @@ def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
     from .tvm_compat import Target, load_tensor_intrinsics, ms
 
     target = target if isinstance(target, Target) else Target(target)
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     ctx = ms.TuneContext(
         mod,
         target=target,
@@ -1550,7 +1588,7 @@ def measure_programs(
     )
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     bench = _local_bench(m, target, "cpu", quiet or QuietConfig())
     measured = failed = 0
     bar = tqdm(total=len(todo), disable=not progress, unit="prog", desc=device.device_id)

@@ -79,7 +79,7 @@ def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None
     device = local_cpu()
     target = Target(device.target)
     m = MeasureConfig()
-    load_tensor_intrinsics()
+    load_tensor_intrinsics(target)
     tasks = extract_network_tasks(network, target)
     builder = LocalBuilder(max_workers=os.cpu_count(), timeout_sec=m.build_timeout_s, f_build=build_for_measurement)
     runner = LocalRunner(
@@ -236,3 +236,128 @@ def format_collect_benchmark(rows: list[dict], markdown: bool = False) -> str:
         if now is not None and r is not now and r["per_min"] > 0:
             lines.append(f"this collector / {r['path']}: {now['per_min'] / r['per_min']:.2f}x")
     return "\n".join(lines)
+
+
+@dataclass
+class SearchCheckConfig:
+    """What ``run_search_check`` compares: the collector's evolutionary phase at several
+    population sizes, on tasks that already have measured programs in a dataset.
+
+    Attributes:
+        dataset: dataset folder holding this CPU's device folder (the search learns from
+            its programs, as the collector's evolutionary phase does; nothing is written).
+        networks: zoo networks whose largest tasks (task weight x FLOPs) are searched.
+        tasks_per_network: tasks taken from each network.
+        populations: ``EvolutionarySearch`` population sizes compared.
+        batch: candidates drawn by one search call (the collector's ``batch_size``).
+        seed: the search's random seed.
+    """
+
+    dataset: Path
+    networks: list[str] = field(default_factory=lambda: ["resnet_50-b1", "mobilenet_v2-b1", "bert_base-b1s128"])
+    tasks_per_network: int = 2
+    populations: tuple[int, ...] = (128, 64, 32)
+    batch: int = 32
+    seed: int = 0
+
+
+def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
+    """Draw one batch per task and population with the collector's evolutionary search and
+    time every program (the collector's protocol, quiet-machine guard on).
+
+    Each search's cost model is an XGBoost trained on every program of the task already
+    in ``cfg.dataset`` (as in ``cdmpp collect``).  A smaller population costs less search
+    time; the check shows whether its programs stay as fast.
+
+    Returns:
+        One row per (task, population): ``network``, ``task``, ``population``,
+        ``search_s`` (seconds of one search call), ``measured``, ``median_s`` and
+        ``best_s`` (median and fastest label of the batch, seconds), ``known_best_s`` (the
+        fastest label already in the dataset, seconds).
+
+    Raises:
+        InputError: this CPU has no device folder in ``cfg.dataset``, or none of its
+            tasks has measured programs.
+    """
+    # pylint: disable=import-outside-toplevel
+    from .collect import (
+        MeasureConfig,
+        QuietConfig,
+        _local_bench,
+        _measure_batch,
+        _program_key,
+        _Store,
+        _tune_context,
+        extract_network_tasks,
+    )
+    from .device import local_cpu
+    from .tvm_compat import Target, load_tensor_intrinsics
+
+    device = local_cpu()
+    device_dir = Path(cfg.dataset) / device.device_id
+    if not (device_dir / ds.MANIFEST_FILE).exists():
+        raise InputError(f"{device_dir}: no device folder of this CPU ({device.device_id}) to learn from")
+    target = Target(device.target)
+    load_tensor_intrinsics(target)
+    store = _Store(device_dir)
+    chosen = []
+    for network in cfg.networks:
+        tasks = []
+        for t in extract_network_tasks(network, target):
+            if not store.db.has_workload(t.mod):  # never measured here (and nothing is written)
+                continue
+            wl, t.workload_key = store.workload(t.mod)
+            t.mod = wl.mod
+            if store.done.get(t.workload_key, 0) >= 8:
+                tasks.append((t, wl))
+        tasks.sort(key=lambda tw: -tw[0].weight * tw[0].flops)
+        chosen += tasks[: cfg.tasks_per_network]
+    if not chosen:
+        raise InputError(f"{device_dir}: none of the networks' tasks has measured programs")
+    bench = _local_bench(MeasureConfig(), target, "cpu", QuietConfig())
+    rows = []
+    try:
+        for task, wl in chosen:
+            known = min(float(np.median([float(x) for x in r.run_secs])) for r in store.db.get_top_k(wl, 1 << 30))
+            for pop in cfg.populations:
+                ctx, cost_model = _tune_context(task, target, device, "evolutionary", cfg.seed, store, wl, pop)
+                ctx.pre_tuning(max_trials=cfg.batch * 4, num_trials_per_iter=cfg.batch, database=store.db,
+                               cost_model=cost_model)
+                t0 = time.perf_counter()
+                cands = ctx.generate_measure_candidates() or []
+                search_s = time.perf_counter() - t0
+                ctx.post_tuning()
+                out = _measure_batch(bench, [(c, _program_key(c.sch.mod)) for c in cands])
+                labels = [float(np.median(secs)) for _, _, secs, _, _ in out if secs]
+                rows.append({
+                    "network": task.network, "task": task.task_name, "population": pop, "search_s": search_s,
+                    "measured": len(labels), "median_s": float(np.median(labels)) if labels else float("nan"),
+                    "best_s": min(labels) if labels else float("nan"), "known_best_s": known,
+                })
+    finally:
+        bench.close()
+    return rows
+
+
+def format_search_check(rows: list[dict], markdown: bool = False) -> str:
+    """Per population: search seconds per call and, against the first population, the
+    geometric mean over tasks of the batch's median and fastest label."""
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    pops = list(dict.fromkeys(r["population"] for r in rows))
+    by = {(r["network"], r["task"], r["population"]): r for r in rows}
+    tasks = list(dict.fromkeys((r["network"], r["task"]) for r in rows))
+    head = ["population", "search s per call", "median label / first's (geo-mean)", "best label / first's (geo-mean)",
+            "batch best / known best (geo-mean)"]
+    body = []
+    for p in pops:
+        ok = [t for t in tasks if by[(*t, p)]["measured"] and by[(*t, pops[0])]["measured"]]
+
+        def gm(f, ok=ok):
+            return float(np.exp(np.mean([np.log(f(t)) for t in ok]))) if ok else float("nan")
+
+        body.append([str(p), f"{np.mean([by[(*t, p)]['search_s'] for t in tasks]):.2f}",
+                     f"{gm(lambda t: by[(*t, p)]['median_s'] / by[(*t, pops[0])]['median_s']):.3f}",
+                     f"{gm(lambda t: by[(*t, p)]['best_s'] / by[(*t, pops[0])]['best_s']):.3f}",
+                     f"{gm(lambda t: by[(*t, p)]['best_s'] / by[(*t, p)]['known_best_s']):.3f}"])
+    return render_table(head, body, markdown)

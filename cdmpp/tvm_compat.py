@@ -6,8 +6,8 @@ from here, so a TVM upgrade touches one file.  Written against
 ``tvm.tirx``).
 
 Importing this module imports TVM (about 1-2 s) but not
-``tvm.s_tir.tensor_intrin`` (35-45 s), which :func:`load_tensor_intrinsics`
-imports on demand.
+``tvm.s_tir.tensor_intrin`` (22-45 s), which :func:`load_tensor_intrinsics`
+imports on demand (about 1 s for a CPU target).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ __all__ = [
     "load_json",
     "save_json",
     "load_tensor_intrinsics",
+    "export_shared_library",
     "tvm_version",
     "build_for_measurement",
     "configure_cuda_compiler",
@@ -72,9 +73,49 @@ def tvm_version() -> str:
     return str(tvm.__version__)
 
 
-def load_tensor_intrinsics() -> None:
-    """Register TVM's tensor intrinsics (needed by design-space generation; slow, 35-45 s once)."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
+# Submodules of ``tvm.s_tir.tensor_intrin`` by target kind.  The package's ``__init__``
+# imports all of them; CUDA's alone takes about 15 s of the 22 s on a 2-core Zen 4 VM, and
+# an ``llvm`` target's schedule rules only use the CPU ones.
+_TENSOR_INTRIN_MODULES = {
+    "llvm": ("x86", "arm_cpu", "riscv_cpu"),
+    "all": ("cuda", "arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu"),
+}
+
+
+def load_tensor_intrinsics(target: Target | dict | str | None = None) -> None:
+    """Register TVM's tensor intrinsics, which design-space generation needs.
+
+    ``ms.TuneContext`` imports the whole ``tvm.s_tir.tensor_intrin`` package (about 22 s
+    on a 2-core VM, 15 s of it CUDA's intrinsics).  For an ``llvm`` target this
+    registers only the CPU intrinsics (about 1 s): it enters the package without running
+    its ``__init__`` and imports the CPU submodules, so a later ``TuneContext`` of this
+    process finds the package loaded.  Any other target, or ``None``, registers all of
+    them.  A process that first loads the CPU set and then tunes a GPU target with
+    TVM's own API (not through cdmpp) must call this with the GPU target first.
+
+    Args:
+        target: the target the design spaces are generated for (``None``: all targets).
+    """
+    import importlib  # pylint: disable=import-outside-toplevel
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    import tvm.s_tir  # pylint: disable=import-outside-toplevel
+
+    kind = "all"
+    if target is not None:
+        kind = (target if isinstance(target, Target) else Target(target)).kind.name
+    name = "tvm.s_tir.tensor_intrin"
+    if name not in sys.modules:
+        if kind not in _TENSOR_INTRIN_MODULES:
+            importlib.import_module(name)
+            return
+        spec = importlib.util.find_spec(name)
+        package = importlib.util.module_from_spec(spec)  # its __init__ is not run
+        sys.modules[name] = package
+        tvm.s_tir.tensor_intrin = package
+    for sub in _TENSOR_INTRIN_MODULES.get(kind, _TENSOR_INTRIN_MODULES["all"]):
+        importlib.import_module(f"{name}.{sub}")
 
 
 def build_for_measurement(mod: IRModule, target: Target, _params=None):
@@ -90,6 +131,23 @@ def build_for_measurement(mod: IRModule, target: Target, _params=None):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
+
+
+def export_shared_library(mod) -> str:
+    """Export function for build workers: the built module as a shared library, linked
+    with the host's compiler in the worker, so that the runner only loads it (MetaSchedule's
+    default exports a tar archive that the runner links before it can time anything).
+    For programs timed on this host only.
+
+    Returns:
+        The path of the ``.so`` file, in a fresh temporary folder.
+    """
+    import os  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+
+    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
+    mod.export_library(path)
+    return path
 
 
 def configure_cuda_compiler() -> str:

@@ -462,6 +462,8 @@ def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, mo
         assert entry["stage_seconds"][stage] > 0, stage
     timed = [t for t in entry["quiet_machine"]["timings"] if t[2]]
     assert len(timed) >= 2 and entry["quiet_machine"]["retimed_batches"] == 0
+    builds = entry["build_seconds"]  # each finished build's worker time
+    assert builds["built"] == 3 and builds["timeouts"] == 0 and 0 < builds["median_s"] <= builds["max_s"] < 60
 
 
 def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monkeypatch):
