@@ -23,6 +23,7 @@ time of each stage is recorded in the manifest (:class:`StageClock`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -576,6 +577,40 @@ class QuietGuard:
         self.waited_s += time.perf_counter() - start - self.cfg.settle_s
         return load
 
+    def run_quietly(self, fn: Callable[[], object], report: Callable[[str], None] | None = None, wait_stage=None):
+        """``fn()`` (a timing batch) on a quiet machine: wait for quiet, run, and run again
+        when other processes were busy during it.
+
+        The machine counts as quiet before a batch when other processes stayed under the
+        threshold since the last batch ended (no extra wait); otherwise this waits for a
+        quiet window.  Every run's start, load and outcome go to ``batches``.
+
+        Args:
+            fn: the batch; its return value is returned.
+            report: called with a line when waiting or running again.
+            wait_stage: a context manager factory timing the waits (``None``: not timed).
+
+        Raises:
+            MachineBusyError: as :meth:`wait_quiet`.
+        """
+        if not self.cfg.enabled:
+            return fn()
+        while True:
+            with wait_stage() if wait_stage is not None else contextlib.nullcontext():
+                if self.last is None or self.other_cores(self.last) > self.cfg.max_other_cores:
+                    self.wait_quiet(report)
+            start, started_at = self.snapshot(), time.time()
+            out = fn()
+            self.last = self.snapshot()
+            load = self.cores_between(start, self.last)
+            quiet = load <= self.cfg.max_other_cores
+            self.batches.append((started_at, load, quiet))
+            if quiet:
+                return out
+            self.retimed += 1
+            if report is not None:
+                report(f"a batch was timed while other processes used {load:.2f} cores: timing it again")
+
     def to_json(self) -> dict:
         return {
             "enabled": self.cfg.enabled,
@@ -783,29 +818,36 @@ def _run_batch(bench: _Bench, items: list, bounds: dict) -> list:
 
 
 def _timed_quietly(bench: _Bench, items: list, bounds: dict) -> list:
-    """:func:`_run_batch` on a quiet machine: wait for quiet, time, and time again when disturbed.
-
-    The machine counts as quiet before a batch when other processes stayed under the
-    threshold since the last batch ended (no extra wait); otherwise the guard waits
-    for a quiet window.
-    """
-    guard = bench.guard
-    if guard is None or not guard.cfg.enabled or not items:
+    """:func:`_run_batch` on a quiet machine (:meth:`QuietGuard.run_quietly`)."""
+    if bench.guard is None or not items:
         return _run_batch(bench, items, bounds)
-    while True:
-        with bench.clock.stage("quiet-machine wait"):
-            if guard.last is None or guard.other_cores(guard.last) > guard.cfg.max_other_cores:
-                guard.wait_quiet(_note)
-        start, started_at = guard.snapshot(), time.time()
-        results = _run_batch(bench, items, bounds)
-        guard.last = guard.snapshot()
-        load = guard.cores_between(start, guard.last)
-        quiet = load <= guard.cfg.max_other_cores
-        guard.batches.append((started_at, load, quiet))
-        if quiet:
-            return results
-        guard.retimed += 1
-        _note(f"a batch was timed while other processes used {load:.2f} cores: timing it again")
+    return bench.guard.run_quietly(lambda: _run_batch(bench, items, bounds), _note,
+                                   lambda: bench.clock.stage("quiet-machine wait"))
+
+
+def quiet_runner(inner, guard: QuietGuard, report: Callable[[str], None] | None = None):
+    """A MetaSchedule runner that times each batch of ``inner`` (for example a
+    ``LocalRunner``, which times a batch before ``run`` returns) on a quiet machine, as
+    the collector does: it waits for quiet before a batch, and times a batch again when
+    other processes were busy during it (:meth:`QuietGuard.run_quietly`).
+
+    Returns:
+        A ``ms.runner.PyRunner`` for ``ms.tune_tir`` / ``tune_relax``; ``guard`` keeps the
+        waits, the loads and the batches timed again.
+    """
+    from .tvm_compat import derived_object, ms  # pylint: disable=import-outside-toplevel
+
+    @derived_object
+    class QuietRunner(ms.runner.PyRunner):
+        def run(self, runner_inputs):  # pylint: disable=missing-function-docstring
+            def batch():
+                futures = inner.run(runner_inputs)
+                return [ms.runner.LocalRunnerFuture(None if r.run_secs is None else [float(x) for x in r.run_secs],
+                                                     r.error_msg) for r in (f.result() for f in futures)]
+
+            return guard.run_quietly(batch, report)
+
+    return QuietRunner()
 
 
 def _note(message: str) -> None:

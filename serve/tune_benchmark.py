@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +45,30 @@ def _start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
         print(message, flush=True)
 
 
-def _search_tools(model_name: str, checkpoint: Path | None) -> dict:
+def _tuned(guard, work_dir: Path, tune) -> dict:
+    """Run ``tune()`` (one MetaSchedule tuning call), its builders' temporary files under
+    ``work_dir/tmp`` (removed after).
+
+    Returns:
+        ``tune_s`` (wall seconds), ``other_cores`` (the CPU other processes used over the
+        whole run, in cores, building and search included) and ``retimed_batches``
+        (timing batches the guard timed again because another process was busy).
+    """
+    from cdmpp.collect import _build_tmpdir  # pylint: disable=import-outside-toplevel
+
+    retimed, t0, start = guard.retimed, time.perf_counter(), guard.snapshot()
+    with _build_tmpdir(work_dir / "tmp"):
+        tune()
+    return {"tune_s": round(time.perf_counter() - t0, 1), "other_cores": round(guard.other_cores(start), 3),
+            "retimed_batches": guard.retimed - retimed}
+
+
+def _search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
-    points: the collector's measurement protocol, and the plugin for ``"cdmpp"``."""
+    points: the collector's measurement protocol, every batch timed on a quiet machine
+    (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
     # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import MeasureConfig
+    from cdmpp.collect import MeasureConfig, quiet_runner
     from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement
 
     from .cost_model import CdmppCostModel
@@ -57,7 +77,8 @@ def _search_tools(model_name: str, checkpoint: Path | None) -> dict:
     return {
         "cost_model": CdmppCostModel(str(checkpoint) if checkpoint else None) if model_name == "cdmpp" else model_name,
         "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
-        "runner": LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()),
+        "runner": quiet_runner(LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()), guard,
+                               lambda msg: print(msg, flush=True)),
     }
 
 
@@ -199,13 +220,16 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         dataset: a device folder (or a dataset with one device) whose manifest lists
             ``cfg.network``; its workloads are tuned, for this host's target.
 
-    Each run waits for a quiet machine first (the collector's guard) and records the
-    CPU other processes used during it (``other_cores``, in cores; NaN for a run found
+    Each run waits for a quiet machine first, and every timing batch runs on a quiet
+    machine (the collector's guard, :func:`cdmpp.collect.quiet_runner`): a batch timed
+    while another process was busy is timed again (``retimed_batches``).  The CPU other
+    processes used over the whole run is ``other_cores`` (in cores; NaN for a run found
     finished).
 
     Returns:
         One row per (network, task, seed, cost model): ``network``, ``task``, ``weight``,
-        ``seed``, ``cost_model``, ``trials`` (measured), ``other_cores``, ``best_at_<k>`` (seconds, for each ``k`` in
+        ``seed``, ``cost_model``, ``trials`` (measured), ``other_cores``, ``retimed_batches``,
+        ``best_at_<k>`` (seconds, for each ``k`` in
         ``cfg.checkpoints_at``), ``best`` (seconds) and ``tune_s`` (wall seconds of
         the run; 0 for a run found finished).
 
@@ -213,7 +237,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         DatasetError, ValueError: no such dataset or network, a bad config.
     """
     # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import QuietConfig, QuietGuard, _build_tmpdir
+    from cdmpp.collect import QuietConfig, QuietGuard
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms
 
@@ -238,27 +262,23 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
             for model_name in cfg.cost_models:
                 task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
                 work_dir = task_dir / model_name if single else task_dir / model_name / f"seed{seed}"
-                tune_s, load = 0.0, float("nan")
+                run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
                 trials = cfg.trials_for(model_name)
                 if len(_trials(work_dir)) < trials:  # not finished: start this run again from scratch
                     _start_run(work_dir, guard, progress,
                                f"tuning {net} {name} with {model_name}, seed {seed} ({trials} trials)")
-                    tools = _search_tools(model_name, cfg.checkpoint)
-                    t0 = time.perf_counter()
-                    start = guard.snapshot()
-                    with _build_tmpdir(work_dir / "tmp"):  # the builders' temporary files, removed after
-                        ms.tune_tir(mod, target, str(work_dir), max_trials_global=trials,
-                                    num_trials_per_iter=cfg.trials_per_iter, seed=seed,
-                                    num_tuning_cores=device.cores, **tools)
-                    load = guard.other_cores(start)
-                    tune_s = time.perf_counter() - t0
+                    tools = _search_tools(model_name, cfg.checkpoint, guard)
+                    run = _tuned(guard, work_dir, partial(
+                        ms.tune_tir, mod, target, str(work_dir), max_trials_global=trials,
+                        num_trials_per_iter=cfg.trials_per_iter, seed=seed, num_tuning_cores=device.cores, **tools))
                 curve = best_so_far(_trials(work_dir))
                 row = {"network": net, "task": name, "weight": weight, "seed": seed, "cost_model": model_name,
-                       "trials": int(curve.size), "other_cores": round(load, 3)}
+                       "trials": int(curve.size), "other_cores": run["other_cores"],
+                       "retimed_batches": run["retimed_batches"]}
                 for k in cfg.checkpoints_at:
                     row[f"best_at_{k}"] = float(curve[min(k, curve.size) - 1]) if curve.size else float("nan")
                 row["best"] = float(curve[-1]) if curve.size else float("nan")
-                row["tune_s"] = round(tune_s, 1)
+                row["tune_s"] = run["tune_s"]
                 rows.append(row)
     return rows
 
@@ -388,12 +408,13 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
 
     The work dir of each cost model is ``out_dir/<network>/<cost model>/seed<seed>`` (a
     MetaSchedule JSONDatabase); a run with fewer than ``cfg.trials`` records starts again.
-    Each run waits for a quiet machine first (the collector's guard) and records the CPU
-    other processes used during it.
+    Each run waits for a quiet machine first, every timing batch runs on a quiet machine
+    (timed again when disturbed: ``retimed_batches``), and the run records the CPU other
+    processes used over it (``other_cores``).
 
     Returns:
         One row per cost model: ``network``, ``cost_model``, ``seed``, ``tasks``,
-        ``trials`` (measured), ``other_cores``, ``tuned_sum_s`` (sum of task weight x
+        ``trials`` (measured), ``other_cores``, ``retimed_batches``, ``tuned_sum_s`` (sum of task weight x
         best measured latency), ``e2e_s`` (median end-to-end seconds in the Relax VM),
         ``compile_s`` and ``tune_s`` (wall seconds; 0 for a run found finished).
 
@@ -402,7 +423,7 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     """
     # pylint: disable=import-outside-toplevel
     from cdmpp import networks as zoo
-    from cdmpp.collect import QuietConfig, QuietGuard, _build_tmpdir
+    from cdmpp.collect import QuietConfig, QuietGuard
     from cdmpp.device import local_cpu
     from cdmpp.estimate import relax_tasks
     from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms, relax_module_and_params_from_torch, structural_hash
@@ -423,27 +444,23 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     rows = []
     for model_name in cfg.cost_models:
         work_dir = Path(out_dir) / cfg.network / model_name / f"seed{cfg.seed}"
-        tune_s, load = 0.0, float("nan")
+        run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
         if len(_trials(work_dir)) < cfg.trials:
             _start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
                                                   f"seed {cfg.seed} ({cfg.trials} trials)")
-            tools = _search_tools(model_name, cfg.checkpoint)
-            t0 = time.perf_counter()
-            start = guard.snapshot()
-            with _build_tmpdir(work_dir / "tmp"):
-                ms.relax_integration.tune_relax(mod, None, target, str(work_dir), max_trials_global=cfg.trials,
-                                                num_trials_per_iter=cfg.trials_per_iter, seed=cfg.seed, **tools)
-            load = guard.other_cores(start)
-            tune_s = time.perf_counter() - t0
+            tools = _search_tools(model_name, cfg.checkpoint, guard)
+            run = _tuned(guard, work_dir, partial(
+                ms.relax_integration.tune_relax, mod, None, target, str(work_dir), max_trials_global=cfg.trials,
+                num_trials_per_iter=cfg.trials_per_iter, seed=cfg.seed, **tools))
         database = ms.database.JSONDatabase(
             path_workload=str(work_dir / ds.WORKLOAD_FILE), path_tuning_record=str(work_dir / ds.RECORD_FILE)
         )
         e2e_s, compile_s = compile_and_time(database, unfused, params, spec.example_inputs(), target, cfg.repeat, guard)
         curve = network_curve(work_dir, weights)
         row = {"network": cfg.network, "cost_model": model_name, "seed": cfg.seed, "tasks": len(tasks),
-               "trials": int(curve.size), "other_cores": round(load, 3),
+               "trials": int(curve.size), "other_cores": run["other_cores"], "retimed_batches": run["retimed_batches"],
                "tuned_sum_s": float(curve[-1]) if curve.size else float("nan"), "e2e_s": e2e_s,
-               "compile_s": compile_s, "tune_s": round(tune_s, 1)}
+               "compile_s": compile_s, "tune_s": run["tune_s"]}
         if progress:
             print(format_network_tuning([row]), flush=True)
         rows.append(row)

@@ -476,9 +476,11 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     from cdmpp.collect import QuietConfig, _Task
 
     monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import load_tensor_intrinsics
 
-    load_tensor_intrinsics()  # 35-45 s on a first call: before the loop, so the collection reaches a timing inside it
+    # slow on a first call: before the loop, so that the collection reaches a timing inside it
+    load_tensor_intrinsics(local_cpu().target)
     busy_s = 8.0
     # started through a shell that exits at once, so the loop is no descendant of this process
     loop = f"import time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass"
@@ -494,3 +496,37 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     assert kept and min(kept) >= ended - 1.0  # every kept timing started after the loop ended
     # it waited, or timed a disturbed batch again (the loop may have started after a quiet check)
     assert summary.stage_seconds["quiet-machine wait"] > 1.0 or q["retimed_batches"] >= 1
+
+
+def test_a_tuning_runner_times_a_disturbed_batch_again():
+    """``quiet_runner`` (the tuning benchmark's runner) keeps only a batch timed while
+    other processes stayed under the threshold."""
+    from cdmpp.collect import QuietConfig, QuietGuard, quiet_runner
+    from cdmpp.tvm_compat import ms
+
+    guard = QuietGuard(QuietConfig(settle_s=0.01))
+    busy = {"now": False}  # other processes: busy during the first timing only
+
+    def cores_between(_start, _end):
+        load, busy["now"] = (2.0 if busy["now"] else 0.0), False
+        return load
+
+    guard.cores_between = cores_between
+    calls = []
+
+    class Inner:  # a runner that times a batch before ``run`` returns, as LocalRunner does
+        def run(self, inputs):
+            calls.append(len(inputs))
+            busy["now"] = len(calls) == 1
+            return [ms.runner.LocalRunnerFuture([1e-3 * len(calls)], None) for _ in inputs]
+
+    runner = quiet_runner(Inner(), guard)
+    futures = runner.run([ms.runner.RunnerInput(f"/nonexistent/{i}.so", "cpu", []) for i in range(3)])
+    assert calls == [3, 3] and guard.retimed == 1
+    assert [kept for _, _, kept in guard.batches] == [False, True]
+    assert [[float(x) for x in f.result().run_secs] for f in futures] == [[2e-3]] * 3  # the second timing
+
+    off = QuietGuard(QuietConfig(enabled=False))  # --allow-busy: timed once, nothing checked
+    calls.clear()
+    quiet_runner(Inner(), off).run([ms.runner.RunnerInput("/nonexistent/0.so", "cpu", [])])
+    assert calls == [1] and off.batches == []
