@@ -40,6 +40,11 @@ class BenchmarkConfig:
         holdouts: networks held out in turn (``None``: every network with measured programs).
         random_split: also score a random split by program (tasks on both sides).
         positional_encoding_ablation: also train the transformer without the positional encoding.
+        psf_ablation: also train the transformer on the leaf features computed from the
+            loop-nest walk alone (``OWN_FEATURES``; TVM's ``PerStoreFeature`` columns set to
+            0), the features a predictor could compute without TVM's lowering passes, and
+            on those plus only ``PerStoreFeature``'s buffer-access group (its columns
+            57-146: 18 features for each of 5 buffers).
         model: the transformer's configuration.
         train: its training recipe (its ``seed`` seeds every model and split).
         mlp_epochs: training epochs of the segment-sum MLP.
@@ -49,6 +54,7 @@ class BenchmarkConfig:
     holdouts: list[str] | None = None
     random_split: bool = True
     positional_encoding_ablation: bool = True
+    psf_ablation: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mlp_epochs: int = 30
@@ -69,18 +75,22 @@ def _models(cfg: BenchmarkConfig, data, split: Split):
     # with a CMD term, the test programs are its unlabelled target domain (features only)
     target = split.test if cfg.train.cmd_weight > 0 else None
 
-    def transformer(mcfg):
+    def transformer(mcfg, inputs=data):
         return (
             lambda: fit_transformer(
-                data, split, mcfg, cfg.train, cfg.log_dir, use_wandb=True, progress=False, target=target
+                inputs, split, mcfg, cfg.train, cfg.log_dir, use_wandb=True, progress=False, target=target
             ),
-            lambda m, idx: predict_latency_array(m, data, idx),
+            lambda m, idx: predict_latency_array(m, inputs, idx),
         )
 
     models = [("cdmpp transformer", *transformer(cfg.model))]
     if cfg.positional_encoding_ablation:
         no_pe = dataclasses.replace(cfg.model, positional_encoding=False)
         models.append(("  without positional enc.", *transformer(no_pe)))
+    if cfg.psf_ablation:
+        models.append(("  without PerStoreFeature", *transformer(cfg.model, own_features_only(data))))
+        models.append(("  PerStoreFeature buffer access only",
+                       *transformer(cfg.model, own_features_only(data, keep=PSF_BUFFER_ACCESS))))
     models += [
         (
             "xgboost PerStoreFeature",
@@ -99,6 +109,27 @@ def _models(cfg: BenchmarkConfig, data, split: Split):
         ),
     ]
     return models
+
+
+PSF_BUFFER_ACCESS = slice(57, 147)
+"""``PerStoreFeature``'s buffer-access group (TVM ``per_store_feature.cc``, group 2):
+18 features for each of the 5 most-accessed buffers, after 57 columns of arithmetic,
+loop-annotation and GPU-binding features."""
+
+
+def own_features_only(data, keep: slice | None = None):
+    """A copy of ``data`` whose leaf rows keep only ``OWN_FEATURES`` (the loop-nest walk's
+    columns) and, when given, the ``PerStoreFeature`` columns ``keep`` (0-based within
+    its 164); the other ``PerStoreFeature`` columns and their presence flag are 0."""
+    from cdmpp.featurize.ast import OWN_FEATURES  # pylint: disable=import-outside-toplevel
+
+    x = data.x.copy()
+    own = len(OWN_FEATURES)
+    kept = x[:, own + keep.start: own + keep.stop].copy() if keep is not None else None
+    x[:, own:] = 0.0
+    if kept is not None:
+        x[:, own + keep.start: own + keep.stop] = kept
+    return dataclasses.replace(data, x=x)
 
 
 def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: Path | None = None) -> list[dict]:
