@@ -137,3 +137,25 @@ def test_a_store_tvm_removes_gets_no_row_and_shifts_no_other_leaf():
     d = tree.leaf_buffer.index("D")  # the relu output gets TVM's second row, not the matmul's
     np.testing.assert_array_equal(tree.leaf_features[d, -1 - rows.shape[1] : -1], rows[1].astype(np.float32))
     assert FEATURIZER_VERSION >= 2
+
+
+def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
+    """``access_features`` computes PerStoreFeature's buffer-access group (its columns
+    57-146) from the loop nest; where TVM's lowering changes nothing, they are equal."""
+    from cdmpp.featurize.access import ACCESS_DIM, access_features
+    from programs import matmul_rowsum_exp
+
+    own = len(OWN_FEATURES)
+    for func in (vector_add, matmul_relu, matmul_rowsum_exp):
+        tree, walk = featurize(func), access_features(func)
+        assert walk.shape == (tree.num_leaves, ACCESS_DIM) and walk.dtype == np.float32
+        rows = tree.leaf_features[:, PRESENT] > 0  # leaves with a PerStoreFeature row
+        assert rows.sum() >= 1
+        np.testing.assert_allclose(walk[rows], tree.leaf_features[rows, own + 57 : own + 147], atol=1e-4)
+    walk = access_features(matmul_relu)
+    # C += A * B under i, j, k: C is read and written, k does not index C (reused 16 times)
+    update = walk[1].reshape(5, 18)
+    c = [r for r in update if r[2] == 1]  # the read-write buffer
+    assert len(c) == 1 and c[0][7] == 1 and c[0][12] == pytest.approx(np.log2(17))
+    with pytest.raises(UnsupportedProgramError, match="While"):
+        access_features(with_while)

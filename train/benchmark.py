@@ -44,7 +44,8 @@ class BenchmarkConfig:
             loop-nest walk alone (``OWN_FEATURES``; TVM's ``PerStoreFeature`` columns set to
             0), the features a predictor could compute without TVM's lowering passes, and
             on those plus only ``PerStoreFeature``'s buffer-access group (its columns
-            57-146: 18 features for each of 5 buffers).
+            57-146: 18 features for each of 5 buffers), and on those columns computed by
+            the walk instead (:func:`cdmpp.featurize.access.access_features`).
         model: the transformer's configuration.
         train: its training recipe (its ``seed`` seeds every model and split).
         mlp_epochs: training epochs of the segment-sum MLP.
@@ -67,7 +68,7 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def _models(cfg: BenchmarkConfig, data, split: Split):
+def _models(cfg: BenchmarkConfig, data, split: Split, db=None):
     """``(name, fit() -> predictor, predict(predictor, index) -> seconds)`` of every model."""
     fit_index = np.concatenate([split.train, split.val])
     seed = cfg.train.seed
@@ -91,6 +92,8 @@ def _models(cfg: BenchmarkConfig, data, split: Split):
         models.append(("  without PerStoreFeature", *transformer(cfg.model, own_features_only(data))))
         models.append(("  PerStoreFeature buffer access only",
                        *transformer(cfg.model, own_features_only(data, keep=PSF_BUFFER_ACCESS))))
+        if db is not None:
+            models.append(("  walk's buffer access instead", *transformer(cfg.model, walk_access_features(data, db))))
     models += [
         (
             "xgboost PerStoreFeature",
@@ -132,6 +135,30 @@ def own_features_only(data, keep: slice | None = None):
     return dataclasses.replace(data, x=x)
 
 
+def walk_access_features(data, db):
+    """A copy of ``data`` whose ``PerStoreFeature`` columns are 0 except the buffer-access
+    group, which holds :func:`cdmpp.featurize.access.access_features` of each program
+    (rebuilt from its tuning record) instead of TVM's values.
+
+    Raises:
+        ValueError: a program's leaf count differs from ``data``'s (not the same programs).
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.featurize import as_module
+    from cdmpp.featurize.access import access_features
+    from cdmpp.featurize.ast import OWN_FEATURES
+
+    out = own_features_only(data)
+    own = len(OWN_FEATURES)
+    for i, p in enumerate(db.programs):
+        a, b = int(data.ptr[i]), int(data.ptr[i + 1])
+        rows = access_features(as_module(p.record))
+        if rows.shape[0] != b - a:
+            raise ValueError(f"program {i}: {rows.shape[0]} leaves from the walk, {b - a} featurized")
+        out.x[a:b, own + PSF_BUFFER_ACCESS.start: own + PSF_BUFFER_ACCESS.stop] = rows
+    return out
+
+
 def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: Path | None = None) -> list[dict]:
     """Train and score every model on every split of a dataset's first device.
 
@@ -161,7 +188,7 @@ def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: 
             continue
         weights = task_weights(db.manifest, data.workload_keys, net)
         true, groups = data.latency[split.test], data.workload[split.test]
-        for model_name, fit, predict in _models(cfg, data, split):
+        for model_name, fit, predict in _models(cfg, data, split, db if cfg.psf_ablation else None):
             model, train_s = _timed(fit)
             pred, pred_s = _timed(lambda: predict(model, split.test))  # noqa: B023  called at once
             row = {"split": name, "model": model_name.strip(), **summary(pred, true, groups, weights)}

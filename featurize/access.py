@@ -1,0 +1,278 @@
+"""Buffer-access leaf features computed from the loop nest, without TVM's lowering passes.
+
+TVM MetaSchedule's ``PerStoreFeature`` (``src/meta_schedule/feature_extractor/
+per_store_feature.cc``, group 2) describes, for each buffer store, the 5 buffers the
+store touches most (by cache lines, then bytes) with 18 features each: access type
+(read, write, read-write), bytes, unique bytes, cache lines, unique cache lines, reuse
+type (loop-invariant read, serial read-write, none), reuse distance in iterations and
+bytes, reuse count, the four sizes divided by the reuse count, and the innermost stride
+(all sizes ``log2(1 + x)``).  An ablation in RESULTS.md ("Prediction speed") shows that
+this group carries what the transformer needs from ``PerStoreFeature``.
+
+:func:`access_features` computes the same 90 columns per leaf of the compact AST from
+the scheduled PrimFunc as it stands, in one pass over its statements: block iteration
+variables are replaced by their bindings, every buffer index becomes an affine form of
+the enclosing loops, and the touched region under each loop is the bounding box of the
+indices over the loops inside it.  It differs from TVM's in what TVM's lowering changes
+or what an affine form cannot say:
+
+* buffer shapes are the declared ones (TVM compacts intermediate buffers first);
+* ``floordiv`` / ``floormod`` by a constant and other non-affine indices are
+  approximated (a division scales the coefficients; a modulo keeps them);
+* serial read-write reuse between *different* stores (TVM's reuse type 1) is not
+  detected: each store is described on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from .ast import UnsupportedProgramError, _single_func
+
+ACCESS_BUFFERS = 5
+ACCESS_FEATURES_PER_BUFFER = 18
+ACCESS_DIM = ACCESS_BUFFERS * ACCESS_FEATURES_PER_BUFFER
+CACHE_LINE_BYTES = 64
+_READ, _WRITE, _READ_WRITE = 0, 1, 2
+_LOOP_READ, _NO_REUSE = 0, 2
+
+
+def _slog(x: float) -> float:
+    return math.log2(1.0 + abs(x))
+
+
+def _dtype_bytes(dtype) -> int:
+    m = re.match(r"[a-z]+?(\d+)?(?:x(\d+))?$", str(dtype))
+    if m is None:
+        return 4
+    bits = int(m.group(1) or 8)
+    lanes = int(m.group(2) or 1)
+    return max(1, bits * lanes // 8)
+
+
+class _AccessWalker:
+    """Walks the statements in the compact AST's leaf order; one feature row per store."""
+
+    def __init__(self):
+        self.extents: list[int] = []  # loops of extent > 1, outer to inner
+        self.loop_pos: dict[int, tuple[int, float]] = {}  # loop var -> (position, min)
+        self.fixed: dict[int, float] = {}  # loop vars of extent-1 loops -> their value
+        self.env: dict[int, tuple[dict, float]] = {}  # block iteration var -> affine form
+        self.rows: list[np.ndarray] = []
+
+    # affine forms: ({loop position: coefficient}, constant)
+    def lin(self, e) -> tuple[dict, float]:
+        # pylint: disable=too-many-return-statements
+        name = type(e).__name__
+        if name == "IntImm":
+            return {}, float(e.value)
+        if name in ("Var", "SizeVar"):
+            h = e.__chandle__()
+            if h in self.loop_pos:
+                pos, lo = self.loop_pos[h]
+                return {pos: 1.0}, lo
+            if h in self.fixed:
+                return {}, self.fixed[h]
+            return self.env.get(h, ({}, 0.0))
+        if name in ("Add", "Sub"):
+            (ca, ka), (cb, kb) = self.lin(e.a), self.lin(e.b)
+            sign = 1.0 if name == "Add" else -1.0
+            out = dict(ca)
+            for p, c in cb.items():
+                out[p] = out.get(p, 0.0) + sign * c
+            return out, ka + sign * kb
+        if name == "Mul":
+            (ca, ka), (cb, kb) = self.lin(e.a), self.lin(e.b)
+            if not ca:
+                return {p: c * ka for p, c in cb.items()}, ka * kb
+            if not cb:
+                return {p: c * kb for p, c in ca.items()}, ka * kb
+            return {**ca, **cb}, ka * kb  # not affine: keep which loops it depends on
+        if name in ("FloorDiv", "Div"):
+            (ca, ka), (cb, kb) = self.lin(e.a), self.lin(e.b)
+            if not cb and kb:
+                return {p: c / kb for p, c in ca.items()}, ka // kb
+            return ca, ka
+        if name in ("FloorMod", "Mod", "Min", "Max"):
+            return self.lin(e.a)
+        if name == "Cast":
+            return self.lin(e.value)
+        return {}, 0.0  # a gathered index, a call: unknown, taken as constant
+
+    def visit(self, s) -> None:
+        # pylint: disable=too-many-branches
+        name = type(s).__name__
+        if name == "For":
+            ext = s.extent
+            extent = int(ext.value) if type(ext).__name__ == "IntImm" else 1
+            lo = float(s.min.value) if type(s.min).__name__ == "IntImm" else 0.0
+            h = s.loop_var.__chandle__()
+            if extent == 1:
+                self.fixed[h] = lo
+                self.visit(s.body)
+                return
+            self.loop_pos[h] = (len(self.extents), lo)
+            self.extents.append(extent)
+            self.visit(s.body)
+            self.extents.pop()
+            del self.loop_pos[h]
+        elif name == "SeqStmt":
+            for sub in s.seq:
+                self.visit(sub)
+        elif name == "BufferStore":
+            self.rows.append(self.features(s))
+        elif name == "SBlockRealize":
+            saved = self.env
+            self.env = dict(saved)
+            for iv, value in zip(s.block.iter_vars, s.iter_values):
+                self.env[iv.var.__chandle__()] = self.lin(value)
+            self.visit(s.block)
+            self.env = saved
+        elif name == "SBlock":
+            if s.init is not None:
+                self.visit(s.init)
+            self.visit(s.body)
+        elif name == "IfThenElse":
+            self.visit(s.then_case)
+            if s.else_case is not None:
+                self.visit(s.else_case)
+        elif name in ("AttrStmt", "LetStmt", "Bind", "AllocBuffer", "DeclBuffer", "AssertStmt", "Allocate"):
+            body = getattr(s, "body", None)
+            if body is not None:
+                self.visit(body)
+        elif name != "Evaluate":
+            raise UnsupportedProgramError(f"unsupported TensorIR construct {name!r} in the program body")
+
+    def _accesses(self, store) -> dict:
+        """``{buffer handle: [buffer, access type, [indices, ...]]}`` as TVM's ``Init``."""
+        acc = {store.buffer.__chandle__(): [store.buffer, _WRITE, [list(store.indices)]]}
+        stack = [store.value]
+        while stack:
+            e = stack.pop()
+            name = type(e).__name__
+            if name in ("IntImm", "FloatImm", "StringImm", "Var", "SizeVar"):
+                continue
+            if name in ("BufferLoad", "TensorLoad"):  # TVM 0.27 calls it TensorLoad, its buffer ``source``
+                buf = e.buffer if hasattr(e, "buffer") else e.source
+                h = buf.__chandle__()
+                entry = acc.get(h)
+                if entry is None:
+                    acc[h] = entry = [buf, _READ, []]
+                elif entry[1] == _WRITE:
+                    entry[1] = _READ_WRITE
+                if entry[1] != _READ_WRITE:
+                    entry[2].append(list(e.indices))
+                stack.extend(e.indices)
+                continue
+            if name == "Call":
+                stack.extend(e.args)
+                continue
+            for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+                sub = getattr(e, attr, None)
+                if sub is not None and not isinstance(sub, (int, float, str)):
+                    stack.append(sub)
+        return acc
+
+    def features(self, store) -> np.ndarray:
+        # pylint: disable=too-many-locals
+        ext = np.asarray(self.extents, dtype=np.float64)
+        n = ext.size
+        prod = float(np.prod(ext)) if n else 1.0
+        span = ext - 1.0
+        subs = []
+        for buf, kind, multi in self._accesses(store).values():
+            shape = np.asarray(
+                [float(d.value) if type(d).__name__ == "IntImm" else 1.0 for d in buf.shape], dtype=np.float64
+            )
+            ndim = shape.size
+            nbytes = _dtype_bytes(buf.dtype)
+            coef = np.zeros((len(multi), ndim, n))
+            const = np.zeros((len(multi), ndim))
+            for k, idx in enumerate(multi):
+                for d, e in enumerate(idx[:ndim]):
+                    cs, c0 = self.lin(e)
+                    const[k, d] = c0
+                    for p, c in cs.items():
+                        coef[k, d, p] = c
+            if n:
+                up = np.cumsum((np.maximum(coef, 0.0) * span)[..., ::-1], axis=-1)[..., ::-1]
+                down = np.cumsum((np.minimum(coef, 0.0) * span)[..., ::-1], axis=-1)[..., ::-1]
+                hi = (const[..., None] + up).max(axis=0)
+                lo = (const[..., None] + down).min(axis=0)  # (ndim, n): the union's bounding box
+                size = np.minimum(np.maximum(hi - lo + 1.0, 1.0), shape[:, None])
+                numel = np.prod(size, axis=0)  # (n,): elements touched by loops i.. inside
+                access_shape = size[:, 0]
+            else:
+                numel, access_shape = np.ones(0), np.ones(ndim)
+            stride_of_dim = np.ones(ndim)
+            for d in range(ndim - 2, -1, -1):
+                stride_of_dim[d] = stride_of_dim[d + 1] * shape[d + 1]
+            strides = np.abs(coef) * stride_of_dim[None, :, None]
+            strides = np.where(coef != 0, strides, np.inf).min(axis=(0, 1)) if n else np.zeros(0)
+            strided = np.nonzero(np.isfinite(strides))[0]
+            inner = int(strided[-1]) if strided.size else -1
+            min_stride = float(strides[inner]) if inner >= 0 else 0.0
+            innermost_stride = min_stride if inner == n - 1 else 0.0
+            prod_non_strided = float(np.prod(ext[inner + 1:])) if n else 1.0
+            continuous = 1.0
+            for d in range(ndim - 1, -1, -1):
+                if access_shape[d] == shape[d]:
+                    continuous = shape[d] * nbytes
+                    break
+            in_region = (coef != 0).any(axis=(0, 1)) if n else np.zeros(0, dtype=bool)
+            subs.append([buf, kind, nbytes, numel, in_region, min_stride, innermost_stride, prod_non_strided,
+                         continuous])
+        touched = sum(s[3] * s[2] for s in subs) if n else np.zeros(0)  # bytes under loops i.. (n,)
+        top_touch = float(sum(s[2] for s in subs))
+        rows = []
+        for buf, kind, nbytes, numel, in_region, min_stride, innermost_stride, prod_non_strided, continuous in subs:
+            reuse_type, reuse_iter, reuse_bytes, reuse_ct = _NO_REUSE, 0.0, 0.0, 0.0
+            for i in range(n - 1, -1, -1):
+                if not in_region[i]:
+                    reuse_type, reuse_ct = _LOOP_READ, ext[i]
+                    reuse_iter = float(np.prod(ext[i + 1:]))
+                    reuse_bytes = top_touch if i == n - 1 else float(touched[i + 1])
+                    break
+            size = nbytes * prod
+            if n:
+                unique = float(numel[0]) * nbytes
+                lines = max(1.0, prod / prod_non_strided * min(1.0, min_stride * nbytes / CACHE_LINE_BYTES))
+                unique_lines = max(1.0, unique / min(CACHE_LINE_BYTES, continuous))
+            else:
+                unique = lines = unique_lines = 1.0
+            proxy = reuse_ct if reuse_ct > 0 else 0.5
+            rows.append((lines, size, str(buf.name), [
+                float(kind == _READ), float(kind == _WRITE), float(kind == _READ_WRITE),
+                _slog(size), _slog(unique), _slog(lines), _slog(unique_lines),
+                float(reuse_type == _LOOP_READ), 0.0, float(reuse_type == _NO_REUSE),
+                _slog(reuse_iter), _slog(reuse_bytes), _slog(reuse_ct),
+                _slog(size / proxy), _slog(unique / proxy), _slog(lines / proxy), _slog(unique_lines / proxy),
+                _slog(innermost_stride),
+            ]))
+        rows.sort(key=lambda r: (-r[0], -r[1], r[2]))
+        out = np.zeros(ACCESS_DIM, dtype=np.float32)
+        for j, r in enumerate(rows[:ACCESS_BUFFERS]):
+            out[j * ACCESS_FEATURES_PER_BUFFER:(j + 1) * ACCESS_FEATURES_PER_BUFFER] = r[3]
+        return out
+
+
+def access_features(program) -> np.ndarray:
+    """The buffer-access features of every leaf of a scheduled program.
+
+    Args:
+        program: a scheduled PrimFunc, a one-PrimFunc IRModule or a Schedule.
+
+    Returns:
+        float32 ``(L, 90)``, one row per leaf in the compact AST's leaf order (see
+        :func:`cdmpp.featurize.ast.build_tree`): the layout of ``PerStoreFeature``'s
+        columns 57-146 (module docstring).
+
+    Raises:
+        UnsupportedProgramError: a construct the walk does not know.
+    """
+    walker = _AccessWalker()
+    walker.visit(_single_func(program).body)
+    return np.stack(walker.rows) if walker.rows else np.zeros((0, ACCESS_DIM), dtype=np.float32)
