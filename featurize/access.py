@@ -57,11 +57,12 @@ class _AccessWalker:
     """Walks the statements in the compact AST's leaf order; one feature row per store."""
 
     def __init__(self):
-        self.extents: list[int] = []  # loops of extent > 1, outer to inner
+        self.extents: list[float] = []  # extents of the loops of extent > 1, outer to inner
         self.loop_pos: dict[int, tuple[int, float]] = {}  # loop var -> (position, min)
         self.fixed: dict[int, float] = {}  # loop vars of extent-1 loops -> their value
         self.env: dict[int, tuple[dict, float]] = {}  # block iteration var -> affine form
         self.rows: list[np.ndarray] = []
+        self._buffers: dict[int, tuple] = {}
 
     # affine forms: ({loop position: coefficient}, constant)
     def lin(self, e) -> tuple[dict, float]:
@@ -115,7 +116,7 @@ class _AccessWalker:
                 self.visit(s.body)
                 return
             self.loop_pos[h] = (len(self.extents), lo)
-            self.extents.append(extent)
+            self.extents.append(float(extent))
             self.visit(s.body)
             self.extents.pop()
             del self.loop_pos[h]
@@ -176,69 +177,87 @@ class _AccessWalker:
                     stack.append(sub)
         return acc
 
+    def _buffer(self, buf) -> tuple[list[float], int, list[float]]:
+        """``(shape, bytes per element, row-major stride of each dimension)``, cached per buffer."""
+        h = buf.__chandle__()
+        info = self._buffers.get(h)
+        if info is None:
+            shape = [float(d.value) if type(d).__name__ == "IntImm" else 1.0 for d in buf.shape]
+            strides = [1.0] * len(shape)
+            for d in range(len(shape) - 2, -1, -1):
+                strides[d] = strides[d + 1] * shape[d + 1]
+            info = self._buffers[h] = (shape, _dtype_bytes(buf.dtype), strides)
+        return info
+
     def features(self, store) -> np.ndarray:
-        # pylint: disable=too-many-locals
-        ext = np.asarray(self.extents, dtype=np.float64)
-        n = ext.size
-        prod = float(np.prod(ext)) if n else 1.0
-        span = ext - 1.0
+        # pylint: disable=too-many-locals,too-many-branches
+        ext = self.extents
+        n = len(ext)
+        inner_prod = [1.0] * (n + 1)  # inner_prod[j]: product of the extents of loops j.. inside
+        for j in range(n - 1, -1, -1):
+            inner_prod[j] = inner_prod[j + 1] * ext[j]
+        prod = inner_prod[0]
         subs = []
         for buf, kind, multi in self._accesses(store).values():
-            shape = np.asarray(
-                [float(d.value) if type(d).__name__ == "IntImm" else 1.0 for d in buf.shape], dtype=np.float64
-            )
-            ndim = shape.size
-            nbytes = _dtype_bytes(buf.dtype)
-            coef = np.zeros((len(multi), ndim, n))
-            const = np.zeros((len(multi), ndim))
-            for k, idx in enumerate(multi):
-                for d, e in enumerate(idx[:ndim]):
-                    cs, c0 = self.lin(e)
-                    const[k, d] = c0
-                    for p, c in cs.items():
-                        coef[k, d, p] = c
-            if n:
-                up = np.cumsum((np.maximum(coef, 0.0) * span)[..., ::-1], axis=-1)[..., ::-1]
-                down = np.cumsum((np.minimum(coef, 0.0) * span)[..., ::-1], axis=-1)[..., ::-1]
-                hi = (const[..., None] + up).max(axis=0)
-                lo = (const[..., None] + down).min(axis=0)  # (ndim, n): the union's bounding box
-                size = np.minimum(np.maximum(hi - lo + 1.0, 1.0), shape[:, None])
-                numel = np.prod(size, axis=0)  # (n,): elements touched by loops i.. inside
-                access_shape = size[:, 0]
-            else:
-                numel, access_shape = np.ones(0), np.ones(ndim)
-            stride_of_dim = np.ones(ndim)
-            for d in range(ndim - 2, -1, -1):
-                stride_of_dim[d] = stride_of_dim[d + 1] * shape[d + 1]
-            strides = np.abs(coef) * stride_of_dim[None, :, None]
-            strides = np.where(coef != 0, strides, np.inf).min(axis=(0, 1)) if n else np.zeros(0)
-            strided = np.nonzero(np.isfinite(strides))[0]
-            inner = int(strided[-1]) if strided.size else -1
-            min_stride = float(strides[inner]) if inner >= 0 else 0.0
-            innermost_stride = min_stride if inner == n - 1 else 0.0
-            prod_non_strided = float(np.prod(ext[inner + 1:])) if n else 1.0
+            shape, nbytes, dim_stride = self._buffer(buf)
+            ndim = len(shape)
+            forms = [[self.lin(e) for e in idx[:ndim]] for idx in multi]
+            # the union of the indices' ranges when loops i.. vary: grow from the innermost loop out
+            up = [[f[1] for f in idx] for idx in forms]
+            down = [[f[1] for f in idx] for idx in forms]
+            by_loop: dict[int, list] = {}
+            for k, idx in enumerate(forms):
+                for d, (coefs, _) in enumerate(idx):
+                    for p, c in coefs.items():
+                        if c and p < n:
+                            by_loop.setdefault(p, []).append((k, d, c))
+            single = len(forms) == 1
+            numel = [1.0] * n
+            size0 = [1.0] * ndim
+            for i in range(n - 1, -1, -1):
+                span = ext[i] - 1
+                for k, d, c in by_loop.get(i, ()):
+                    if c > 0:
+                        up[k][d] += c * span
+                    else:
+                        down[k][d] += c * span
+                total = 1.0
+                for d in range(ndim):
+                    if single:
+                        hi, lo = up[0][d], down[0][d]
+                    else:
+                        hi = max(u[d] for u in up)
+                        lo = min(w[d] for w in down)
+                    size = min(max(hi - lo + 1.0, 1.0), shape[d])
+                    total *= size
+                    if i == 0:
+                        size0[d] = size
+                numel[i] = total
+            strides, in_region = [math.inf] * n, [False] * n
+            for p, entries in by_loop.items():
+                in_region[p] = True
+                strides[p] = min(abs(c) * dim_stride[d] for _, d, c in entries)
+            inner = next((j for j in range(n - 1, -1, -1) if strides[j] != math.inf), -1)
+            min_stride = strides[inner] if inner >= 0 else 0.0
             continuous = 1.0
             for d in range(ndim - 1, -1, -1):
-                if access_shape[d] == shape[d]:
+                if size0[d] == shape[d]:
                     continuous = shape[d] * nbytes
                     break
-            in_region = (coef != 0).any(axis=(0, 1)) if n else np.zeros(0, dtype=bool)
-            subs.append([buf, kind, nbytes, numel, in_region, min_stride, innermost_stride, prod_non_strided,
-                         continuous])
-        touched = sum(s[3] * s[2] for s in subs) if n else np.zeros(0)  # bytes under loops i.. (n,)
-        top_touch = float(sum(s[2] for s in subs))
+            subs.append((buf, kind, nbytes, numel, in_region, min_stride, min_stride if inner == n - 1 else 0.0,
+                         inner_prod[inner + 1], continuous))
+        top_touch = float(sum(sub[2] for sub in subs))
         rows = []
         for buf, kind, nbytes, numel, in_region, min_stride, innermost_stride, prod_non_strided, continuous in subs:
             reuse_type, reuse_iter, reuse_bytes, reuse_ct = _NO_REUSE, 0.0, 0.0, 0.0
             for i in range(n - 1, -1, -1):
                 if not in_region[i]:
-                    reuse_type, reuse_ct = _LOOP_READ, ext[i]
-                    reuse_iter = float(np.prod(ext[i + 1:]))
-                    reuse_bytes = top_touch if i == n - 1 else float(touched[i + 1])
+                    reuse_type, reuse_ct, reuse_iter = _LOOP_READ, ext[i], inner_prod[i + 1]
+                    reuse_bytes = top_touch if i == n - 1 else sum(sub[3][i + 1] * sub[2] for sub in subs)
                     break
             size = nbytes * prod
             if n:
-                unique = float(numel[0]) * nbytes
+                unique = numel[0] * nbytes
                 lines = max(1.0, prod / prod_non_strided * min(1.0, min_stride * nbytes / CACHE_LINE_BYTES))
                 unique_lines = max(1.0, unique / min(CACHE_LINE_BYTES, continuous))
             else:
