@@ -68,7 +68,7 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def _models(cfg: BenchmarkConfig, data, split: Split, db=None):
+def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
     """``(name, fit() -> predictor, predict(predictor, index) -> seconds)`` of every model."""
     fit_index = np.concatenate([split.train, split.val])
     seed = cfg.train.seed
@@ -88,12 +88,7 @@ def _models(cfg: BenchmarkConfig, data, split: Split, db=None):
     if cfg.positional_encoding_ablation:
         no_pe = dataclasses.replace(cfg.model, positional_encoding=False)
         models.append(("  without positional enc.", *transformer(no_pe)))
-    if cfg.psf_ablation:
-        models.append(("  without PerStoreFeature", *transformer(cfg.model, own_features_only(data))))
-        models.append(("  PerStoreFeature buffer access only",
-                       *transformer(cfg.model, own_features_only(data, keep=PSF_BUFFER_ACCESS))))
-        if db is not None:
-            models.append(("  walk's buffer access instead", *transformer(cfg.model, walk_access_features(data, db))))
+    models += [(name, *transformer(cfg.model, inputs)) for name, inputs in ablations]
     models += [
         (
             "xgboost PerStoreFeature",
@@ -182,13 +177,18 @@ def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: 
     ]
     if cfg.random_split:
         splits.append(("random by program", random_programs(len(data), seed=cfg.train.seed), None))
+    ablations = []  # the inputs of the PerStoreFeature ablation, built once for every split
+    if cfg.psf_ablation:
+        ablations = [("  without PerStoreFeature", own_features_only(data)),
+                     ("  PerStoreFeature buffer access only", own_features_only(data, keep=PSF_BUFFER_ACCESS)),
+                     ("  walk's buffer access instead", walk_access_features(data, db))]
     rows = []
     for name, split, net in splits:
         if len(split.test) == 0:
             continue
         weights = task_weights(db.manifest, data.workload_keys, net)
         true, groups = data.latency[split.test], data.workload[split.test]
-        for model_name, fit, predict in _models(cfg, data, split, db if cfg.psf_ablation else None):
+        for model_name, fit, predict in _models(cfg, data, split, ablations):
             model, train_s = _timed(fit)
             pred, pred_s = _timed(lambda: predict(model, split.test))  # noqa: B023  called at once
             row = {"split": name, "model": model_name.strip(), **summary(pred, true, groups, weights)}
