@@ -460,8 +460,9 @@ def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, mo
     assert list(entry["stage_seconds"]) == list(STAGES) == list(summary.stage_seconds)
     for stage in ("building", "timing", "random sampling", "argument allocation", "runner start-up"):
         assert entry["stage_seconds"][stage] > 0, stage
-    timed = [t for t in entry["quiet_machine"]["timings"] if t[2]]
-    assert len(timed) >= 2 and entry["quiet_machine"]["retimed_batches"] == 0
+    timings = entry["quiet_machine"]["timings"]  # CI may be busy: batches timed again are counted, not absent
+    assert sum(t[2] for t in timings) >= 2
+    assert entry["quiet_machine"]["retimed_batches"] == sum(1 - t[2] for t in timings)
     builds = entry["build_seconds"]  # each finished build's worker time
     assert builds["built"] == 3 and builds["timeouts"] == 0 and 0 < builds["median_s"] <= builds["max_s"] < 60
 
