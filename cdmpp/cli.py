@@ -562,7 +562,7 @@ def _benchmark(args) -> int:
         holdouts=holdouts,
         random_split=not args.no_random_split,
         positional_encoding_ablation=not args.no_ablation,
-        psf_ablation=args.psf_ablation,
+        access_ablation=args.access_ablation,
         model=mcfg,
         train=tcfg,
         log_dir=Path(args.output or "runs/benchmark") / "logs",
@@ -807,8 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--no-random-split", action="store_true", help="--benchmark: skip the random split")
     s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
-    s.add_argument("--psf-ablation", action="store_true",
-                   help="--benchmark: also train the transformer without TVM's PerStoreFeature columns")
+    s.add_argument("--access-ablation", action="store_true",
+                   help="--benchmark: also train the transformer without the buffer-access features")
     model_args(s)
     s.set_defaults(func=_cmd_evaluate)
 

@@ -9,11 +9,12 @@ bytes, reuse count, the four sizes divided by the reuse count, and the innermost
 (all sizes ``log2(1 + x)``).  An ablation in RESULTS.md ("Prediction speed") shows that
 this group carries what the transformer needs from ``PerStoreFeature``.
 
-:func:`access_features` computes the same 90 columns per leaf of the compact AST from
-the scheduled PrimFunc as it stands, in one pass over its statements: block iteration
-variables are replaced by their bindings, every buffer index becomes an affine form of
-the enclosing loops, and the touched region under each loop is the bounding box of the
-indices over the loops inside it.  It differs from TVM's in what TVM's lowering changes
+The compact-AST walk (:func:`cdmpp.featurize.ast.build_tree`) computes the same 90
+columns for every leaf from the scheduled PrimFunc as it stands, in its one pass over
+the statements (featurizer version 3; :func:`access_features` returns them alone):
+block iteration variables are replaced by their bindings, every buffer index becomes
+an affine form of the enclosing loops, and the touched region under each loop is the
+bounding box of the indices over the loops inside it.  It differs from TVM's in what TVM's lowering changes
 or what an affine form cannot say:
 
 * buffer shapes are the declared ones (TVM compacts intermediate buffers first);
@@ -30,14 +31,20 @@ import re
 
 import numpy as np
 
-from .ast import UnsupportedProgramError, _single_func
-
 ACCESS_BUFFERS = 5
 ACCESS_FEATURES_PER_BUFFER = 18
 ACCESS_DIM = ACCESS_BUFFERS * ACCESS_FEATURES_PER_BUFFER
 CACHE_LINE_BYTES = 64
 _READ, _WRITE, _READ_WRITE = 0, 1, 2
 _LOOP_READ, _NO_REUSE = 0, 2
+ACCESS_FEATURE_NAMES = (
+    "is_read", "is_write", "is_read_write", "bytes", "unique_bytes", "lines", "unique_lines",
+    "reuse_loop_read", "reuse_serial_read_write", "reuse_none", "reuse_distance_iterations",
+    "reuse_distance_bytes", "reuse_count", "bytes_per_reuse", "unique_bytes_per_reuse",
+    "lines_per_reuse", "unique_lines_per_reuse", "innermost_stride",
+)
+"""The 18 features of one buffer, in ``PerStoreFeature``'s order (sizes ``log2(1 + x)``)."""
+ACCESS_NAMES = tuple(f"access{b}_{n}" for b in range(ACCESS_BUFFERS) for n in ACCESS_FEATURE_NAMES)
 
 
 def _slog(x: float) -> float:
@@ -53,15 +60,16 @@ def _dtype_bytes(dtype) -> int:
     return max(1, bits * lanes // 8)
 
 
-class _AccessWalker:
-    """Walks the statements in the compact AST's leaf order; one feature row per store."""
+class _AccessState:
+    """The loop nest around the walk's current statement; :meth:`features` of a store under it.
+
+    The compact-AST walk calls the ``enter_*`` / ``exit_*`` hooks as it goes down and up."""
 
     def __init__(self):
         self.extents: list[float] = []  # extents of the loops of extent > 1, outer to inner
         self.loop_pos: dict[int, tuple[int, float]] = {}  # loop var -> (position, min)
         self.fixed: dict[int, float] = {}  # loop vars of extent-1 loops -> their value
         self.env: dict[int, tuple[dict, float]] = {}  # block iteration var -> affine form
-        self.rows: list[np.ndarray] = []
         self._buffers: dict[int, tuple] = {}
 
     # affine forms: ({loop position: coefficient}, constant)
@@ -103,49 +111,31 @@ class _AccessWalker:
             return self.lin(e.value)
         return {}, 0.0  # a gathered index, a call: unknown, taken as constant
 
-    def visit(self, s) -> None:
-        # pylint: disable=too-many-branches
-        name = type(s).__name__
-        if name == "For":
-            ext = s.extent
-            extent = int(ext.value) if type(ext).__name__ == "IntImm" else 1
-            lo = float(s.min.value) if type(s.min).__name__ == "IntImm" else 0.0
-            h = s.loop_var.__chandle__()
-            if extent == 1:
-                self.fixed[h] = lo
-                self.visit(s.body)
-                return
-            self.loop_pos[h] = (len(self.extents), lo)
-            self.extents.append(float(extent))
-            self.visit(s.body)
-            self.extents.pop()
-            del self.loop_pos[h]
-        elif name == "SeqStmt":
-            for sub in s.seq:
-                self.visit(sub)
-        elif name == "BufferStore":
-            self.rows.append(self.features(s))
-        elif name == "SBlockRealize":
-            saved = self.env
-            self.env = dict(saved)
-            for iv, value in zip(s.block.iter_vars, s.iter_values):
-                self.env[iv.var.__chandle__()] = self.lin(value)
-            self.visit(s.block)
-            self.env = saved
-        elif name == "SBlock":
-            if s.init is not None:
-                self.visit(s.init)
-            self.visit(s.body)
-        elif name == "IfThenElse":
-            self.visit(s.then_case)
-            if s.else_case is not None:
-                self.visit(s.else_case)
-        elif name in ("AttrStmt", "LetStmt", "Bind", "AllocBuffer", "DeclBuffer", "AssertStmt", "Allocate"):
-            body = getattr(s, "body", None)
-            if body is not None:
-                self.visit(body)
-        elif name != "Evaluate":
-            raise UnsupportedProgramError(f"unsupported TensorIR construct {name!r} in the program body")
+    def enter_loop(self, loop, extent: int) -> None:
+        """A ``For`` of constant ``extent`` > 1 (any other loop: :meth:`fix_loop`)."""
+        lo = float(loop.min.value) if type(loop.min).__name__ == "IntImm" else 0.0
+        self.loop_pos[loop.loop_var.__chandle__()] = (len(self.extents), lo)
+        self.extents.append(float(extent))
+
+    def exit_loop(self, loop) -> None:
+        self.extents.pop()
+        del self.loop_pos[loop.loop_var.__chandle__()]
+
+    def fix_loop(self, loop) -> None:
+        """A ``For`` of extent 1 (or a symbolic one): its variable is its ``min``."""
+        lo = float(loop.min.value) if type(loop.min).__name__ == "IntImm" else 0.0
+        self.fixed[loop.loop_var.__chandle__()] = lo
+
+    def enter_block(self, realize) -> dict:
+        """Bind an ``SBlockRealize``'s iteration variables; returns what :meth:`exit_block` restores."""
+        saved = self.env
+        self.env = dict(saved)
+        for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+            self.env[iv.var.__chandle__()] = self.lin(value)
+        return saved
+
+    def exit_block(self, saved: dict) -> None:
+        self.env = saved
 
     def _accesses(self, store) -> dict:
         """``{buffer handle: [buffer, access type, [indices, ...]]}`` as TVM's ``Init``."""
@@ -285,13 +275,13 @@ def access_features(program) -> np.ndarray:
         program: a scheduled PrimFunc, a one-PrimFunc IRModule or a Schedule.
 
     Returns:
-        float32 ``(L, 90)``, one row per leaf in the compact AST's leaf order (see
-        :func:`cdmpp.featurize.ast.build_tree`): the layout of ``PerStoreFeature``'s
-        columns 57-146 (module docstring).
+        float32 ``(L, 90)``, one row per leaf in the compact AST's leaf order: the layout
+        of ``PerStoreFeature``'s columns 57-146 (module docstring), the same values as
+        the leaves' columns :data:`ACCESS_NAMES` of :func:`cdmpp.featurize.ast.build_tree`.
 
     Raises:
         UnsupportedProgramError: a construct the walk does not know.
     """
-    walker = _AccessWalker()
-    walker.visit(_single_func(program).body)
-    return np.stack(walker.rows) if walker.rows else np.zeros((0, ACCESS_DIM), dtype=np.float32)
+    from .ast import OWN_FEATURES, build_tree  # pylint: disable=import-outside-toplevel
+
+    return np.ascontiguousarray(build_tree(program).leaf_features[:, len(OWN_FEATURES):])

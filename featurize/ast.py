@@ -8,14 +8,12 @@ pre-order with node 0 the PrimFunc root; a leaf's pre-order number is its positi
 for the positional encoding (section 4.2).
 
 Each leaf's feature vector is ``OWN_FEATURES`` (computed here from the tree and the
-store expression) followed by TVM's 164 ``PerStoreFeature`` columns of the leaf's
-buffer and a flag telling whether such a row was found.  TVM returns one row per
-written buffer, sorted by first store (``PerStoreFeatureCollector``), after its
-pre-passes; rows carry no buffer name, so they are matched to leaves by position in
-the first-store order of the buffers TVM sees.  Of those pre-passes, only
-``RemoveWeightLayoutRewriteBlock`` removes stores (the weight-layout-rewrite blocks
-that MetaSchedule's ``RewriteLayout`` adds), so such stores are leaves without a
-row; stores of a constant and ``init`` stores get none either, as in TVM.
+store expression) followed by the 90 buffer-access features of
+:mod:`cdmpp.featurize.access` (the layout of TVM ``PerStoreFeature``'s buffer-access
+group, computed in the same pass over the loop nest, without TVM's lowering passes).
+TVM's own ``PerStoreFeature`` rows (one per written buffer, 164 columns) can be
+attached to the tree (``ProgramAST.psf``) for the baselines that use them (TVM's
+XGBModel and MLPModel features); the transformer does not read them.
 """
 
 from __future__ import annotations
@@ -26,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdmpp.errors import CdmppError
+
+from .access import ACCESS_NAMES, _AccessState
 
 ROOT, SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING, LEAF = -1, 0, 1, 2, 3, 4, 5
 LOOP_KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
@@ -62,15 +62,16 @@ OWN_FEATURES = (
     "program_loops",
 )
 PSF_DIM = 164
-FEATURIZER_VERSION = 2
+"""Columns of one TVM ``PerStoreFeature`` row."""
+FEATURIZER_VERSION = 3
 """Version of the leaf features; bumped whenever a change alters any feature value.
 It is part of the featurization cache key and of every checkpoint (a checkpoint of
 another version is refused on load).  2: stores of weight-layout-rewrite blocks get
-no ``PerStoreFeature`` row (TVM removes those blocks before extracting), so later
-leaves are no longer matched to the row of the buffer before them."""
+no ``PerStoreFeature`` row.  3: the leaves carry the walk's buffer-access features
+(:mod:`cdmpp.featurize.access`) instead of TVM's ``PerStoreFeature`` row."""
 LAYOUT_REWRITE_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
-FEATURE_DIM = len(OWN_FEATURES) + PSF_DIM + 1
-FEATURE_NAMES = OWN_FEATURES + tuple(f"psf_{i}" for i in range(PSF_DIM)) + ("psf_present",)
+FEATURE_NAMES = OWN_FEATURES + ACCESS_NAMES
+FEATURE_DIM = len(FEATURE_NAMES)
 
 
 class UnsupportedProgramError(CdmppError, ValueError):
@@ -82,7 +83,7 @@ class ProgramAST:
     """The compact AST of one scheduled PrimFunc.
 
     ``N`` is the node count (root + loops + leaves), ``L`` the leaf count, ``F`` is
-    :data:`FEATURE_DIM` (= 194).
+    :data:`FEATURE_DIM` (= 119).
 
     Attributes:
         node_parent: int32 ``(N,)``: pre-order index of each node's parent; -1 for the root.
@@ -94,12 +95,10 @@ class ProgramAST:
         leaf_position: int32 ``(L,)``: each leaf's pre-order index, i.e. its node index.
         leaf_features: float32 ``(L, F)``: the leaf feature vectors (see module docstring).
         leaf_buffer: the buffer each leaf stores to.
-        psf_buffers: the buffers expected to have a ``PerStoreFeature`` row, in
-            first-store order (the leaves' rows are matched by position in it).
-        psf_rows: rows TVM returned (-1 when none were given); a count other than
-            ``len(psf_buffers)`` means some leaves may sit on the wrong row.
-        dropped_leaves: leaves TVM removes before extracting (weight-layout-rewrite
-            stores); they get no row.
+        psf: float32 ``(R, 164)``: TVM's ``PerStoreFeature`` rows of the program, one per
+            written buffer (``None`` unless extracted: ``featurize_many(..., psf=True)``).
+        dropped_leaves: stores of weight-layout-rewrite blocks (TVM's ``PerStoreFeature``
+            removes them first, ``RemoveWeightLayoutRewriteBlock``).
     """
 
     node_parent: np.ndarray
@@ -110,8 +109,7 @@ class ProgramAST:
     leaf_position: np.ndarray
     leaf_features: np.ndarray
     leaf_buffer: tuple[str, ...]
-    psf_buffers: tuple[str, ...] = ()
-    psf_rows: int = -1
+    psf: np.ndarray | None = None
     dropped_leaves: int = 0
 
     @property
@@ -206,8 +204,10 @@ class _Builder:
         self.name: list[str] = []
         self.ann: list[dict] = []
         self.leaves: list[tuple[int, object, list[int], bool]] = []  # node, store, loop path, is_init
-        self.dropped: set[int] = set()  # leaves TVM's PerStoreFeature never sees (see build_tree)
+        self.dropped: set[int] = set()  # stores of weight-layout-rewrite blocks
         self._in_rewrite = False
+        self.access = _AccessState()
+        self.access_rows: list[np.ndarray] = []
 
     def add(self, parent: int, kind: int, extent: int, name: str, ann: dict) -> int:
         self.parent.append(parent)
@@ -224,6 +224,7 @@ class _Builder:
             ext = s.extent
             extent = int(ext.value) if type(ext).__name__ == "IntImm" else -1
             if extent == 1:
+                self.access.fix_loop(s)
                 self.visit(s.body, parent, path, in_init)
                 return
             kind = int(s.kind)
@@ -231,7 +232,13 @@ class _Builder:
             if s.thread_binding is not None:
                 ann["thread_tag"] = str(s.thread_binding.thread_tag)
             node = self.add(parent, kind, extent, str(s.loop_var.name), ann)
-            self.visit(s.body, node, path + [node], in_init)
+            if extent > 1:
+                self.access.enter_loop(s, extent)
+                self.visit(s.body, node, path + [node], in_init)
+                self.access.exit_loop(s)
+            else:  # symbolic extent: the access features take the loop at its min
+                self.access.fix_loop(s)
+                self.visit(s.body, node, path + [node], in_init)
         elif name == "SeqStmt":
             for sub in s.seq:
                 self.visit(sub, parent, path, in_init)
@@ -240,8 +247,11 @@ class _Builder:
             if self._in_rewrite:
                 self.dropped.add(len(self.leaves))
             self.leaves.append((node, s, path, in_init))
+            self.access_rows.append(self.access.features(s))
         elif name == "SBlockRealize":
+            saved = self.access.enter_block(s)
             self.visit(s.block, parent, path, in_init)
+            self.access.exit_block(saved)
         elif name == "SBlock":
             outer = self._in_rewrite
             self._in_rewrite = outer or LAYOUT_REWRITE_ANNOTATION in s.annotations
@@ -288,8 +298,8 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
 
     Args:
         program: the scheduled program.
-        psf_rows: float32 ``(R, 164)`` ``PerStoreFeature`` rows of the same program, or
-            ``None`` to leave those columns zero.
+        psf_rows: float32 ``(R, 164)`` TVM ``PerStoreFeature`` rows of the same program
+            to keep in ``ProgramAST.psf`` (``None``: not extracted).
 
     Raises:
         UnsupportedProgramError: not a PrimFunc, an IRModule with other than one
@@ -307,7 +317,6 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
     kinds = np.asarray(b.kind, dtype=np.int8)
     n_loops = int(np.sum((kinds >= 0) & (kinds != LEAF)))
     own = np.zeros((len(b.leaves), len(OWN_FEATURES)), dtype=np.float64)
-    psf_order: list[str] = []
     for i, (node, store, path, in_init) in enumerate(b.leaves):
         st = _ExprStats()
         _walk_expr(store.value, st)
@@ -348,18 +357,6 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
             _log(n_loops),
         ]
         own[i] = row
-        const_value = type(store.value).__name__ in ("IntImm", "FloatImm")
-        if not in_init and not const_value and buf not in psf_order and i not in b.dropped:
-            psf_order.append(buf)
-
-    psf = np.zeros((len(b.leaves), PSF_DIM + 1), dtype=np.float64)
-    if psf_rows is not None and len(psf_rows):
-        row_of = {name: j for j, name in enumerate(psf_order) if j < len(psf_rows)}
-        for i, (_, store, _, in_init) in enumerate(b.leaves):
-            j = row_of.get(str(store.buffer.name))
-            if j is not None and not in_init and i not in b.dropped:
-                psf[i, :PSF_DIM] = psf_rows[j]
-                psf[i, PSF_DIM] = 1.0
     leaves = np.asarray([node for node, _, _, _ in b.leaves], dtype=np.int32)
     return ProgramAST(
         node_parent=np.asarray(b.parent, dtype=np.int32),
@@ -368,9 +365,8 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         node_name=tuple(b.name),
         node_annotations=tuple(b.ann),
         leaf_position=leaves,
-        leaf_features=np.concatenate([own, psf], axis=1).astype(np.float32),
+        leaf_features=np.concatenate([own.astype(np.float32), np.stack(b.access_rows)], axis=1),
         leaf_buffer=tuple(str(s.buffer.name) for _, s, _, _ in b.leaves),
-        psf_buffers=tuple(psf_order),
-        psf_rows=-1 if psf_rows is None else int(len(psf_rows)),
+        psf=None if psf_rows is None else np.asarray(psf_rows, dtype=np.float32).reshape(-1, PSF_DIM),
         dropped_leaves=len(b.dropped),
     )

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, OWN_FEATURES, ProgramAST
+from cdmpp.errors import InputError
+
+from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, ProgramAST
 
 
 @dataclass
@@ -32,8 +34,11 @@ class FeaturizedPrograms:
         workload: int64 ``(P,)``: index into ``workload_keys``.
         workload_keys: the workloads' structural-hash strings.
         flops: float64 ``(P,)``: FLOPs of the program's workload (0 when unknown).
-        psf_sum: float32 ``(P, 164)``: ``PerStoreFeature`` rows summed per program
-            (the input of the gradient-boosted-tree baseline).
+        psf: float32 ``(sum R_i, 164)``: TVM's ``PerStoreFeature`` rows, one per written
+            buffer, program after program (the baselines' input; ``None`` when the
+            programs were featurized without them, as on the prediction path).
+        psf_ptr: int64 ``(P + 1,)``: program ``i`` owns ``psf`` rows ``psf_ptr[i]:psf_ptr[i+1]``
+            (``None`` with ``psf``).
         device: int64 ``(P,)``: each program's row in a model's device table (see
             :class:`cdmpp.train.model.LatencyTransformer`), or ``None`` for programs
             of one device (a single device folder).  Not saved by :meth:`save`.
@@ -46,11 +51,41 @@ class FeaturizedPrograms:
     workload: np.ndarray
     workload_keys: list[str]
     flops: np.ndarray
-    psf_sum: np.ndarray
+    psf: np.ndarray | None = None
+    psf_ptr: np.ndarray | None = None
     device: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.ptr.shape[0] - 1)
+
+    @property
+    def psf_sum(self) -> np.ndarray:
+        """float32 ``(P, 164)``: each program's ``PerStoreFeature`` rows summed (the input
+        of the gradient-boosted-tree baseline, as TVM's XGBModel sums them).
+
+        Raises:
+            InputError: the programs were featurized without ``PerStoreFeature``.
+        """
+        psf, ptr = self._psf()
+        cum = np.concatenate([np.zeros((1, PSF_DIM)), np.cumsum(psf, axis=0, dtype=np.float64)])
+        return (cum[ptr[1:]] - cum[ptr[:-1]]).astype(np.float32)
+
+    def _psf(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.psf is None or self.psf_ptr is None:
+            raise InputError(
+                "these programs were featurized without TVM's PerStoreFeature rows "
+                "(featurize_many(..., psf=True) extracts them)"
+            )
+        return self.psf, self.psf_ptr
+
+    def psf_rows(self, i: int) -> np.ndarray:
+        """float32 ``(R_i, 164)``: program ``i``'s ``PerStoreFeature`` rows.
+
+        Raises:
+            InputError: as :attr:`psf_sum`.
+        """
+        psf, ptr = self._psf()
+        return psf[ptr[i] : ptr[i + 1]]
 
     def leaves(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """``(x_i, pos_i)`` of program ``i``: ``(L_i, F)`` float32 and ``(L_i,)`` int32."""
@@ -60,18 +95,21 @@ class FeaturizedPrograms:
     def subset(self, index: np.ndarray) -> "FeaturizedPrograms":
         """The programs at ``index`` (int array), in that order."""
         index = np.asarray(index, dtype=np.int64)
-        lens = self.ptr[index + 1] - self.ptr[index]
-        rows = np.concatenate([np.arange(self.ptr[i], self.ptr[i + 1]) for i in index]) if len(index) else []
-        rows = np.asarray(rows, dtype=np.int64)
+        rows, ptr = _gather(self.ptr, index)
+        psf = psf_ptr = None
+        if self.psf is not None and self.psf_ptr is not None:
+            psf_rows, psf_ptr = _gather(self.psf_ptr, index)
+            psf = self.psf[psf_rows]
         return FeaturizedPrograms(
             x=self.x[rows],
             pos=self.pos[rows],
-            ptr=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+            ptr=ptr,
             latency=self.latency[index],
             workload=self.workload[index],
             workload_keys=self.workload_keys,
             flops=self.flops[index],
-            psf_sum=self.psf_sum[index],
+            psf=psf,
+            psf_ptr=psf_ptr,
             device=None if self.device is None else self.device[index],
         )
 
@@ -84,7 +122,8 @@ class FeaturizedPrograms:
         and each program's ``workload`` is remapped into it, so a workload measured on
         two devices keeps one index.
 
-        ``device`` is kept when every part has one (``None`` otherwise).
+        ``device`` is kept when every part has one, and ``psf`` when every part has
+        it (``None`` otherwise).
 
         Raises:
             ValueError: no part.
@@ -92,6 +131,7 @@ class FeaturizedPrograms:
         if not parts:
             raise ValueError("concat needs at least one FeaturizedPrograms")
         with_device = all(p.device is not None for p in parts)
+        with_psf = all(p.psf is not None and p.psf_ptr is not None for p in parts)
         keys: list[str] = []
         index_of: dict[str, int] = {}
         for p in parts:
@@ -109,12 +149,18 @@ class FeaturizedPrograms:
             workload=np.concatenate(workload).astype(np.int64),
             workload_keys=keys,
             flops=np.concatenate([p.flops for p in parts]),
-            psf_sum=np.concatenate([p.psf_sum for p in parts]),
+            psf=np.concatenate([p.psf for p in parts]) if with_psf else None,
+            psf_ptr=np.concatenate([[0], np.cumsum(np.concatenate([np.diff(p.psf_ptr) for p in parts]))]).astype(
+                np.int64
+            )
+            if with_psf
+            else None,
             device=np.concatenate([p.device for p in parts]).astype(np.int64) if with_device else None,
         )
 
     def save(self, path: Path) -> None:
         """Write to an ``.npz`` file (no pickle)."""
+        psf = {} if self.psf is None or self.psf_ptr is None else {"psf": self.psf, "psf_ptr": self.psf_ptr}
         np.savez_compressed(
             path,
             x=self.x,
@@ -124,7 +170,7 @@ class FeaturizedPrograms:
             workload=self.workload,
             workload_keys=np.asarray(self.workload_keys, dtype=np.str_),
             flops=self.flops,
-            psf_sum=self.psf_sum,
+            **psf,
             feature_dim=np.asarray(FEATURE_DIM),
             featurizer_version=np.asarray(FEATURIZER_VERSION),
         )
@@ -151,7 +197,8 @@ class FeaturizedPrograms:
                     workload=z["workload"],
                     workload_keys=[str(k) for k in z["workload_keys"]],
                     flops=z["flops"],
-                    psf_sum=z["psf_sum"],
+                    psf=z["psf"] if "psf" in z else None,
+                    psf_ptr=z["psf_ptr"] if "psf_ptr" in z else None,
                 )
         except (OSError, KeyError, EOFError) as err:
             raise ValueError(f"corrupt featurized-programs file {path}: {err}") from err
@@ -160,10 +207,14 @@ class FeaturizedPrograms:
 def from_trees(
     trees: list[ProgramAST], latency, workload, workload_keys: list[str], flops
 ) -> FeaturizedPrograms:
-    """Stack trees (and their labels) into a :class:`FeaturizedPrograms`."""
+    """Stack trees (and their labels) into a :class:`FeaturizedPrograms` (with ``psf``
+    when every tree carries its ``PerStoreFeature`` rows)."""
     lens = [t.num_leaves for t in trees]
     x = np.concatenate([t.leaf_features for t in trees]) if trees else np.zeros((0, FEATURE_DIM), np.float32)
-    psf = slice(len(OWN_FEATURES), len(OWN_FEATURES) + PSF_DIM)
+    psf = psf_ptr = None
+    if all(t.psf is not None for t in trees):
+        psf = np.concatenate([t.psf for t in trees] + [np.zeros((0, PSF_DIM), np.float32)]).astype(np.float32)
+        psf_ptr = np.concatenate([[0], np.cumsum([len(t.psf) for t in trees])]).astype(np.int64)
     return FeaturizedPrograms(
         x=x.astype(np.float32),
         pos=np.concatenate([t.leaf_position for t in trees]).astype(np.int32) if trees else np.zeros(0, np.int32),
@@ -172,20 +223,17 @@ def from_trees(
         workload=np.asarray(workload, dtype=np.int64),
         workload_keys=list(workload_keys),
         flops=np.asarray(flops, dtype=np.float64),
-        psf_sum=np.stack([_unique_rows_sum(t, psf) for t in trees]).astype(np.float32)
-        if trees
-        else np.zeros((0, PSF_DIM), np.float32),
+        psf=psf,
+        psf_ptr=psf_ptr,
     )
 
 
-def _unique_rows_sum(tree: ProgramAST, cols: slice) -> np.ndarray:
-    """Sum of the program's ``PerStoreFeature`` rows (each buffer's row counted once)."""
-    seen, total = set(), np.zeros(PSF_DIM, dtype=np.float64)
-    for buf, row in zip(tree.leaf_buffer, tree.leaf_features):
-        if row[-1] > 0 and buf not in seen:
-            seen.add(buf)
-            total += row[cols]
-    return total
+def _gather(ptr: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, new ptr)``: the rows of the segments ``index`` of a pointer array, in that order."""
+    lens = ptr[index + 1] - ptr[index]
+    new_ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    rows = np.repeat(ptr[index] - new_ptr[:-1], lens) + np.arange(int(new_ptr[-1]))
+    return rows.astype(np.int64), new_ptr
 
 
 def _cache_key(cache_dir: Path, device_id: str, workload_keys: list[str], programs) -> Path:
@@ -255,6 +303,7 @@ def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> Featu
 def featurize_database(db, cache_dir: Path | None = None, progress: bool = False) -> FeaturizedPrograms:
     """Featurize every measured program of a :class:`cdmpp.dataset.DeviceDatabase`.
 
+    The programs carry TVM's ``PerStoreFeature`` rows too (``psf``, the baselines' input).
     With ``cache_dir``, the result is cached under a key of the database's content.
 
     Raises:
@@ -288,7 +337,7 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
 
         rng = tqdm(rng, desc="featurize", unit="chunk")
     for s in rng:
-        trees += featurize_many([p.record for p in db.programs[s : s + chunk]], target)
+        trees += featurize_many([p.record for p in db.programs[s : s + chunk]], target, psf=True)
     workload = [p.workload_index for p in db.programs]
     flops = [flops_of.get(db.workload_keys[w], 0.0) for w in workload]
     out = from_trees(trees, [p.latency for p in db.programs], workload, db.workload_keys, flops)

@@ -10,8 +10,8 @@ best *measured* cost, also one scale per task).
 
 Online adaptation: ``update`` receives the task's measured trials.  The pretrained
 transformer's log-latency is the base margin of a small XGBoost over the same
-programs' ``PerStoreFeature`` rows summed per program (the features TVM's XGBModel
-uses), so the trees learn the transformer's residual on this device and task, and take
+programs' leaf features summed per program (as TVM's XGBModel sums its per-store
+rows), so the trees learn the transformer's residual on this device and task, and take
 over as trials accumulate (TenSet's transfer-tuning, NeurIPS 2021, section 6, fits
 the same residual idea with a local model).
 
@@ -66,10 +66,10 @@ class OnlineConfig:
 
 @dataclass
 class _Entry:
-    """What the model knows of one program: its transformer log-latency and summed ``PerStoreFeature`` row."""
+    """What the model knows of one program: its transformer log-latency and summed leaf features."""
 
     base: float  # natural log of seconds
-    psf_sum: np.ndarray  # float32 (164,)
+    leaf_sum: np.ndarray  # float32 (FEATURE_DIM,)
 
 
 @derived_object
@@ -131,18 +131,26 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         if (folder / ONLINE_CONFIG_FILE).exists():
             self.online = OnlineConfig(**json.loads((folder / ONLINE_CONFIG_FILE).read_text(encoding="utf-8")))
         if (folder / ONLINE_FILE).exists():
+            from cdmpp.featurize import FEATURE_DIM  # pylint: disable=import-outside-toplevel
+
             try:
                 with np.load(folder / ONLINE_FILE, allow_pickle=False) as z:
-                    keys, base, psf, y = z["keys"], z["base"], z["psf_sum"], z["log_latency"]
+                    keys, base, leaf, y = z["keys"], z["base"], z["leaf_sum"], z["log_latency"]
             except (OSError, KeyError, ValueError) as err:
                 raise CheckpointError(f"corrupt adapted state {folder / ONLINE_FILE}: {err}") from err
-            for k, b, p, v in zip(keys, base, psf, y):
+            if leaf.ndim != 2 or leaf.shape[1] != FEATURE_DIM:
+                raise CheckpointError(
+                    f"adapted state {folder / ONLINE_FILE} has {leaf.shape[-1]} leaf features per program, "
+                    f"this featurizer {FEATURE_DIM}: it was saved by another featurizer version"
+                )
+            for k, b, p, v in zip(keys, base, leaf, y):
                 self._cache[str(k)] = _Entry(float(b), p.astype(np.float32))
                 self._trials[str(k)] = float(v)
         self._refit()
 
     def save(self, path: str) -> None:
         """Write the checkpoint in use and the adapted state (the measured trials) to ``path``."""
+        from cdmpp.featurize import FEATURE_DIM  # pylint: disable=import-outside-toplevel
         from cdmpp.predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
 
         folder = Path(path)
@@ -155,9 +163,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             folder / ONLINE_FILE,
             keys=np.asarray(keys, dtype=str),
             base=np.asarray([self._cache[k].base for k in keys], dtype=np.float64),
-            psf_sum=np.stack([self._cache[k].psf_sum for k in keys]).astype(np.float32)
+            leaf_sum=np.stack([self._cache[k].leaf_sum for k in keys]).astype(np.float32)
             if keys
-            else np.zeros((0, 164), np.float32),
+            else np.zeros((0, FEATURE_DIM), np.float32),
             log_latency=np.asarray([self._trials[k] for k in keys], dtype=np.float64),
         )
 
@@ -176,7 +184,6 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
     def _featurize(self, keys: list[str], schedules: list, target) -> None:
         # pylint: disable=import-outside-toplevel
         from cdmpp.featurize import UnsupportedProgramError, featurize_many
-        from cdmpp.featurize.batch import from_trees
 
         try:
             trees = featurize_many(schedules, target)
@@ -194,11 +201,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                 self._cache[keys[i]] = None
         if not ok:
             return
-        n = len(ok)
-        data = from_trees([trees[i] for i in ok], np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
         base = np.log(self.predictor.predict_trees([trees[i] for i in ok], self.device_id))
         for j, i in enumerate(ok):
-            self._cache[keys[i]] = _Entry(float(base[j]), data.psf_sum[j])
+            self._cache[keys[i]] = _Entry(float(base[j]), trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32))
 
     # -- the PyCostModel interface -----------------------------------------------------------
     def _log_latency(self, entries: list[_Entry]) -> np.ndarray:
@@ -207,7 +212,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             return base
         import xgboost as xgb  # pylint: disable=import-outside-toplevel
 
-        d = xgb.DMatrix(np.stack([e.psf_sum for e in entries]), base_margin=base)
+        d = xgb.DMatrix(np.stack([e.leaf_sum for e in entries]), base_margin=base)
         return self._booster.predict(d, output_margin=True).astype(np.float64)
 
     def predict(self, context, candidates) -> np.ndarray:
@@ -271,7 +276,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         import xgboost as xgb  # pylint: disable=import-outside-toplevel
 
         o = self.online
-        d = xgb.DMatrix(np.stack([self._cache[k].psf_sum for k in keys]), label=y, base_margin=base + self._offset)
+        d = xgb.DMatrix(np.stack([self._cache[k].leaf_sum for k in keys]), label=y, base_margin=base + self._offset)
         params = {"max_depth": o.max_depth, "eta": o.learning_rate, "seed": o.seed, "nthread": 1,
                   "objective": "reg:squarederror", "base_score": 0.0}
         self._booster = xgb.train(params, d, num_boost_round=o.rounds)

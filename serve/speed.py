@@ -4,8 +4,10 @@ MetaSchedule's evolutionary search asks its cost model about 512 candidates at a
 about 5 times per search iteration (``shared/notes/tvm-0.27.md``).  This benchmark times
 such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage by stage:
 
-* ``PerStoreFeature``: TVM's 164 per-store features (TVM's XGBoost model pays this too);
-* ``compact AST``: the loop-nest walk that builds the leaves (:func:`cdmpp.featurize.build_tree`);
+* ``PerStoreFeature (TVM, not used by cdmpp)``: TVM's 164 per-store features, what TVM's
+  XGBoost model pays for its features (shown for reference);
+* ``compact AST``: the loop-nest walk that builds the leaves and their features
+  (:func:`cdmpp.featurize.build_tree`);
 * ``transformer``: collating the leaves and the model's forward pass;
 * ``predict (end to end)``: :meth:`LatencyPredictor.predict`, all of the above;
 * ``XGBModel.predict (TVM)``: TVM's own cost model on the same candidates, fitted first on
@@ -78,8 +80,7 @@ def predict_call_seconds(
     mods = [as_module(db.programs[i].record) for i in pick]
     target = Target(db.manifest["device"]["target"])
     predictor = LatencyPredictor.load(checkpoint)
-    rows = per_store_features(target, mods)
-    trees = [build_tree(m, r) for m, r in zip(mods, rows)]
+    trees = [build_tree(m) for m in mods]
     n = len(trees)
     ctx = feature_context(target)
     cands = [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in mods]
@@ -95,8 +96,8 @@ def predict_call_seconds(
     plugin.predict(ctx, cands)  # fills its cache for the "seen" row
 
     return n, {
-        "PerStoreFeature": _best_of(lambda: per_store_features(target, mods), repeats),
-        "compact AST": _best_of(lambda: [build_tree(m, r) for m, r in zip(mods, rows)], repeats),
+        "PerStoreFeature (TVM, not used by cdmpp)": _best_of(lambda: per_store_features(target, mods), repeats),
+        "compact AST": _best_of(lambda: [build_tree(m) for m in mods], repeats),
         "transformer": _best_of(lambda: predictor.predict_trees(trees), repeats),
         "predict (end to end)": _best_of(lambda: predictor.predict(mods, target), repeats),
         "XGBModel.predict (TVM)": _best_of(lambda: xgb.predict(ctx, cands), repeats),

@@ -45,26 +45,15 @@ def test_benchmark_rows_files_and_table(tiny_collection, tmp_path):
     assert "segment-sum MLP" in format_benchmark(rows)
 
 
-def test_psf_ablation_inputs_keep_the_walks_columns(tiny_featurized):
-    """The ablation's inputs: the walk's own columns stay, ``PerStoreFeature``'s go (all,
-    or all but the buffer-access group, or that group replaced by the walk's)."""
+def test_access_ablation_input_keeps_only_the_walks_own_columns(tiny_featurized):
+    """The ablation's input: the walk's own columns stay, the buffer-access columns go."""
     import numpy as np
 
-    from cdmpp.featurize import as_module
-    from cdmpp.featurize.access import access_features
     from cdmpp.featurize.ast import OWN_FEATURES
-    from cdmpp.train.benchmark import PSF_BUFFER_ACCESS, own_features_only, walk_access_features
+    from cdmpp.train.benchmark import own_features_only
 
-    db, data = tiny_featurized
-    own, group = len(OWN_FEATURES), slice(len(OWN_FEATURES) + 57, len(OWN_FEATURES) + 147)
-    assert np.abs(data.x[:, own:]).sum() > 0  # the tiny programs have PerStoreFeature rows
+    _, data = tiny_featurized
+    own = len(OWN_FEATURES)
     bare = own_features_only(data)
     np.testing.assert_array_equal(bare.x[:, :own], data.x[:, :own])
     assert not bare.x[:, own:].any() and data.x[:, own:].any()  # a copy: data is untouched
-    kept = own_features_only(data, keep=PSF_BUFFER_ACCESS)
-    np.testing.assert_array_equal(kept.x[:, group], data.x[:, group])
-    assert not kept.x[:, own:group.start].any() and not kept.x[:, group.stop:].any()
-    walked = walk_access_features(data, db)
-    first = access_features(as_module(db.programs[0].record))
-    np.testing.assert_allclose(walked.x[: data.ptr[1], group], first)
-    assert not walked.x[:, own:group.start].any() and walked.x[:, group].any()

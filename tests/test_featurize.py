@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from cdmpp.errors import InputError
 from cdmpp.featurize import (
     FEATURE_DIM,
     LEAF,
@@ -17,7 +18,18 @@ from cdmpp.featurize.batch import collate, dense, from_trees
 from programs import matmul_relu, vector_add, with_while
 
 COL = {name: i for i, name in enumerate(OWN_FEATURES)}
-PRESENT = len(OWN_FEATURES) + PSF_DIM
+OWN = len(OWN_FEATURES)
+
+
+def _psf_row_of_leaf(tree) -> dict[int, int]:
+    """Leaf index -> its buffer's ``PerStoreFeature`` row: TVM gives one row per written
+    buffer in first-store order, init stores skipped (plain loop nests only)."""
+    order, out = [], {}
+    for i, (buf, init) in enumerate(zip(tree.leaf_buffer, tree.leaf_features[:, COL["is_init"]])):
+        if not init:
+            order += [buf] if buf not in order else []
+            out[i] = order.index(buf)
+    return out
 
 
 def test_vector_add_tree():
@@ -34,7 +46,9 @@ def test_vector_add_tree():
     assert f[COL["inner_vectorized"]] == 1 and f[COL["inner_serial"]] == 0
     assert f[COL["loads"]] == pytest.approx(np.log2(3))  # A and B
     assert f[COL["add_sub"]] == pytest.approx(np.log2(3))  # two adds
-    assert f[PRESENT] == 1  # aligned with a PerStoreFeature row
+    access = f[OWN:].reshape(5, 18)  # C written, A and B read, two buffers' slots empty
+    assert access[:, 0].sum() == 2 and access[:, 1].sum() == 1 and not access[3:].any()
+    assert t.psf is None  # TVM's PerStoreFeature runs only on request
 
 
 def test_matmul_tree_with_init_and_two_stages():
@@ -49,9 +63,9 @@ def test_matmul_tree_with_init_and_two_stages():
     assert f[:, COL["extent_unrolled"]].tolist() == pytest.approx([4.0, 4.0, 0.0])  # log2(16)
     assert f[:, COL["mul"]].tolist() == pytest.approx([0, 1, 0])
     assert f[:, COL["max_min"]].tolist() == pytest.approx([0, 0, 1])
-    # PerStoreFeature has one row per written buffer (init skipped): C's row on the update, D's on D
-    assert f[:, PRESENT].tolist() == [0, 1, 1]
-    assert not np.array_equal(f[1, len(OWN_FEATURES) : PRESENT], f[2, len(OWN_FEATURES) : PRESENT])
+    # PerStoreFeature, on request, has one row per written buffer (init skipped): C, then D
+    rows = featurize(matmul_relu, psf=True).psf
+    assert rows.shape == (2, PSF_DIM) and rows.dtype == np.float32 and not np.array_equal(rows[0], rows[1])
 
 
 def test_unsupported_constructs_are_named():
@@ -82,7 +96,7 @@ def test_batches_of_ragged_trees_collate():
 def test_concat_keeps_programs_and_merges_workload_keys():
     from cdmpp.featurize.batch import FeaturizedPrograms
 
-    trees = featurize_many([vector_add, matmul_relu])
+    trees = featurize_many([vector_add, matmul_relu], psf=True)
     a = from_trees(trees, [1e-3, 2e-3], [0, 1], ["va", "mm"], [1.0, 2.0])
     b = from_trees(trees[::-1], [5e-3, 4e-3], [0, 1], ["mm", "other"], [3.0, 4.0])
     both = FeaturizedPrograms.concat([a, b])
@@ -93,6 +107,12 @@ def test_concat_keeps_programs_and_merges_workload_keys():
     assert np.diff(both.ptr).tolist() == [1, 3, 3, 1] and both.x.shape == (8, FEATURE_DIM)
     np.testing.assert_array_equal(both.leaves(2)[0], a.leaves(1)[0])
     np.testing.assert_array_equal(both.psf_sum[3], a.psf_sum[0])
+    np.testing.assert_array_equal(both.psf_rows(2), trees[1].psf)  # the matmul's C and D rows
+    np.testing.assert_array_equal(both.subset(np.array([2, 0])).psf_rows(0), trees[1].psf)
+    bare = from_trees(featurize_many([vector_add]), [1e-3], [0], ["va"], [1.0])
+    assert bare.psf is None and FeaturizedPrograms.concat([a, bare]).psf is None
+    with pytest.raises(InputError, match="without TVM's PerStoreFeature"):
+        bare.psf_sum  # noqa: B018
     with pytest.raises(ValueError, match="at least one"):
         FeaturizedPrograms.concat([])
 
@@ -101,8 +121,7 @@ def test_cuda_programs_featurize_with_thread_bindings(cuda_schedules):
     from cdmpp.featurize.ast import THREAD_BINDING
 
     target, schedules = cuda_schedules
-    trees = featurize_many([s.mod for s in schedules], target)
-    present = []
+    trees = featurize_many([s.mod for s in schedules], target, psf=True)
     for t in trees:
         bound = np.flatnonzero(t.node_kind == THREAD_BINDING)
         tags = {t.node_annotations[i]["thread_tag"] for i in bound}
@@ -110,15 +129,14 @@ def test_cuda_programs_featurize_with_thread_bindings(cuda_schedules):
         leaves = t.leaf_features
         # every leaf under a thread-bound loop counts its extent in extent_thread_binding (log2)
         assert np.all(leaves[:, COL["extent_thread_binding"]] > 0)
-        present.extend(leaves[:, PRESENT].tolist())
-    # cross-thread reductions are lowered first, so PerStoreFeature rows find their leaves
-    assert np.mean(present) >= 0.9
+        assert leaves[:, OWN:].any(axis=1).all()  # every store touches some buffer
+        assert len(t.psf) >= 1  # TVM's rows, on request, for the GPU target too
 
 
-def test_a_store_tvm_removes_gets_no_row_and_shifts_no_other_leaf():
+def test_a_store_tvm_removes_is_counted_and_tvms_rows_are_kept_as_tvm_returns_them():
     """MetaSchedule's RewriteLayout adds a weight-layout-rewrite block; TVM's PerStoreFeature
-    removes it before extracting (RemoveWeightLayoutRewriteBlock), so it returns one row
-    fewer than the program has written buffers.  Matching by position must skip that store."""
+    removes it before extracting (RemoveWeightLayoutRewriteBlock).  The tree keeps the store
+    as a leaf, counts it, and keeps TVM's rows (requested) exactly as TVM returns them."""
     from cdmpp.collect import sample_schedules
     from cdmpp.featurize import featurize_many
     from cdmpp.featurize.ast import FEATURIZER_VERSION
@@ -128,30 +146,28 @@ def test_a_store_tvm_removes_gets_no_row_and_shifts_no_other_leaf():
     func = matmul_relu.with_attr("global_symbol", "main").with_attr("layout_free_buffers", [1])
     sch = sample_schedules(IRModule({"main": func}), target, 2, seed=0)[0]
     assert "layout_rewrite_preproc" in sch.mod.script()  # the program holds a store TVM removes
-    tree = featurize_many([sch], target)[0]
+    tree = featurize_many([sch], target, psf=True)[0]
     rows = per_store_features(Target(target), [sch])[0]
-    assert tree.dropped_leaves == 1 and len(rows) == 2 == tree.psf_rows == len(tree.psf_buffers)
-    assert tree.psf_buffers == ("C", "D")
-    present = dict(zip(tree.leaf_buffer, tree.leaf_features[:, -1]))
-    assert present[tree.leaf_buffer[0]] == 0.0  # the rewrite store (first in the body): no row
-    d = tree.leaf_buffer.index("D")  # the relu output gets TVM's second row, not the matmul's
-    np.testing.assert_array_equal(tree.leaf_features[d, -1 - rows.shape[1] : -1], rows[1].astype(np.float32))
-    assert FEATURIZER_VERSION >= 2
+    assert tree.dropped_leaves == 1 and len(rows) == 2
+    np.testing.assert_array_equal(tree.psf, rows.astype(np.float32))
+    assert FEATURIZER_VERSION >= 3
 
 
 def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
-    """``access_features`` computes PerStoreFeature's buffer-access group (its columns
-    57-146) from the loop nest; where TVM's lowering changes nothing, they are equal."""
+    """The leaves' buffer-access features (``access_features``) are PerStoreFeature's
+    buffer-access group (its columns 57-146) computed from the loop nest; where TVM's
+    lowering changes nothing, they are equal."""
     from cdmpp.featurize.access import ACCESS_DIM, access_features
     from programs import matmul_rowsum_exp
 
-    own = len(OWN_FEATURES)
     for func in (vector_add, matmul_relu, matmul_rowsum_exp):
-        tree, walk = featurize(func), access_features(func)
+        tree, walk = featurize(func, psf=True), access_features(func)
         assert walk.shape == (tree.num_leaves, ACCESS_DIM) and walk.dtype == np.float32
-        rows = tree.leaf_features[:, PRESENT] > 0  # leaves with a PerStoreFeature row
-        assert rows.sum() >= 1
-        np.testing.assert_allclose(walk[rows], tree.leaf_features[rows, own + 57 : own + 147], atol=1e-4)
+        np.testing.assert_array_equal(walk, tree.leaf_features[:, OWN:])
+        row_of = _psf_row_of_leaf(tree)
+        assert len(row_of) >= 1 and max(row_of.values()) == len(tree.psf) - 1
+        for leaf, row in row_of.items():
+            np.testing.assert_allclose(walk[leaf], tree.psf[row, 57:147], atol=1e-4)
     walk = access_features(matmul_relu)
     # C += A * B under i, j, k: C is read and written, k does not index C (reused 16 times)
     update = walk[1].reshape(5, 18)

@@ -121,7 +121,9 @@ def test_each_prediction_carries_a_calibrated_interval(client):
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["low_s"][0] < out["latency_s"][0] < out["high_s"][0]
-    assert out["low_s"] == out["low_s"][:1] * 2  # the same program gets the same interval (seeded MC dropout)
+    # the same program gets the same interval (seeded MC dropout), to float32 rounding of the batched point
+    assert out["low_s"][1] == pytest.approx(out["low_s"][0], rel=1e-5)
+    assert out["high_s"][1] == pytest.approx(out["high_s"][0], rel=1e-5)
     # calibrated on validation workloads: far wider than the raw MC-dropout spread (about 1.15x)
     assert out["high_s"][0] / out["low_s"][0] > 1.5
     assert LatencyPredictor.load().metadata["interval"]["method"] == "mc-normalized"

@@ -8,7 +8,7 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
     n, secs = predict_call_seconds(summary.device_dir, candidates=4, repeats=1)
     assert n == 4
     assert list(secs) == [
-        "PerStoreFeature",
+        "PerStoreFeature (TVM, not used by cdmpp)",
         "compact AST",
         "transformer",
         "predict (end to end)",
@@ -17,8 +17,6 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
         "CdmppCostModel.predict, seen candidates",
     ]
     assert all(s > 0 for s in secs.values())
-    # the end-to-end call does the work of the stages (timed separately, so only roughly)
-    assert secs["predict (end to end)"] > 0.5 * secs["PerStoreFeature"]
     assert main(["speed", "-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "one predict call on 3 candidates" in out and "plugin / XGBModel" in out

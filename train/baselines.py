@@ -114,19 +114,19 @@ def store_rows(data, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Returns:
         ``(rows, segment)``: float32 ``(R, 164)`` and int64 ``(R,)`` (position in
-        ``index`` of each row's program).  A program's leaves that carry the same row
-        (stores to one buffer) give it once, as TVM's extractor does.
-    """
-    from cdmpp.featurize.ast import OWN_FEATURES, PSF_DIM  # pylint: disable=import-outside-toplevel
+        ``index`` of each row's program).  A program without a row (e.g. only constant
+        stores) gets one zero row.
 
-    cols = slice(len(OWN_FEATURES), len(OWN_FEATURES) + PSF_DIM)
+    Raises:
+        InputError: ``data`` was featurized without ``PerStoreFeature`` rows.
+    """
+    from cdmpp.featurize.ast import PSF_DIM  # pylint: disable=import-outside-toplevel
+
     rows, seg = [], []
     for j, i in enumerate(np.asarray(index, dtype=np.int64)):
-        x = data.x[data.ptr[i] : data.ptr[i + 1]]
-        x = x[x[:, -1] > 0][:, cols]
-        if len(x) == 0:  # no row aligned (e.g. only constant stores): one zero row
+        x = data.psf_rows(int(i))
+        if len(x) == 0:
             x = np.zeros((1, PSF_DIM), np.float32)
-        x = np.unique(x, axis=0)
         rows.append(x)
         seg.append(np.full(len(x), j, dtype=np.int64))
     return np.concatenate(rows).astype(np.float32), np.concatenate(seg)

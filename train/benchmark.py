@@ -40,12 +40,8 @@ class BenchmarkConfig:
         holdouts: networks held out in turn (``None``: every network with measured programs).
         random_split: also score a random split by program (tasks on both sides).
         positional_encoding_ablation: also train the transformer without the positional encoding.
-        psf_ablation: also train the transformer on the leaf features computed from the
-            loop-nest walk alone (``OWN_FEATURES``; TVM's ``PerStoreFeature`` columns set to
-            0), the features a predictor could compute without TVM's lowering passes, and
-            on those plus only ``PerStoreFeature``'s buffer-access group (its columns
-            57-146: 18 features for each of 5 buffers), and on those columns computed by
-            the walk instead (:func:`cdmpp.featurize.access.access_features`).
+        access_ablation: also train the transformer without the buffer-access features
+            (:mod:`cdmpp.featurize.access` columns set to 0; ``OWN_FEATURES`` only).
         model: the transformer's configuration.
         train: its training recipe (its ``seed`` seeds every model and split).
         mlp_epochs: training epochs of the segment-sum MLP.
@@ -55,7 +51,7 @@ class BenchmarkConfig:
     holdouts: list[str] | None = None
     random_split: bool = True
     positional_encoding_ablation: bool = True
-    psf_ablation: bool = False
+    access_ablation: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     mlp_epochs: int = 30
@@ -109,49 +105,14 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
     return models
 
 
-PSF_BUFFER_ACCESS = slice(57, 147)
-"""``PerStoreFeature``'s buffer-access group (TVM ``per_store_feature.cc``, group 2):
-18 features for each of the 5 most-accessed buffers, after 57 columns of arithmetic,
-loop-annotation and GPU-binding features."""
-
-
-def own_features_only(data, keep: slice | None = None):
-    """A copy of ``data`` whose leaf rows keep only ``OWN_FEATURES`` (the loop-nest walk's
-    columns) and, when given, the ``PerStoreFeature`` columns ``keep`` (0-based within
-    its 164); the other ``PerStoreFeature`` columns and their presence flag are 0."""
+def own_features_only(data):
+    """A copy of ``data`` whose leaf rows keep only ``OWN_FEATURES`` (the buffer-access
+    columns set to 0)."""
     from cdmpp.featurize.ast import OWN_FEATURES  # pylint: disable=import-outside-toplevel
 
     x = data.x.copy()
-    own = len(OWN_FEATURES)
-    kept = x[:, own + keep.start: own + keep.stop].copy() if keep is not None else None
-    x[:, own:] = 0.0
-    if kept is not None:
-        x[:, own + keep.start: own + keep.stop] = kept
+    x[:, len(OWN_FEATURES):] = 0.0
     return dataclasses.replace(data, x=x)
-
-
-def walk_access_features(data, db):
-    """A copy of ``data`` whose ``PerStoreFeature`` columns are 0 except the buffer-access
-    group, which holds :func:`cdmpp.featurize.access.access_features` of each program
-    (rebuilt from its tuning record) instead of TVM's values.
-
-    Raises:
-        ValueError: a program's leaf count differs from ``data``'s (not the same programs).
-    """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.featurize import as_module
-    from cdmpp.featurize.access import access_features
-    from cdmpp.featurize.ast import OWN_FEATURES
-
-    out = own_features_only(data)
-    own = len(OWN_FEATURES)
-    for i, p in enumerate(db.programs):
-        a, b = int(data.ptr[i]), int(data.ptr[i + 1])
-        rows = access_features(as_module(p.record))
-        if rows.shape[0] != b - a:
-            raise ValueError(f"program {i}: {rows.shape[0]} leaves from the walk, {b - a} featurized")
-        out.x[a:b, own + PSF_BUFFER_ACCESS.start: own + PSF_BUFFER_ACCESS.stop] = rows
-    return out
 
 
 def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: Path | None = None) -> list[dict]:
@@ -177,11 +138,9 @@ def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: 
     ]
     if cfg.random_split:
         splits.append(("random by program", random_programs(len(data), seed=cfg.train.seed), None))
-    ablations = []  # the inputs of the PerStoreFeature ablation, built once for every split
-    if cfg.psf_ablation:
-        ablations = [("  without PerStoreFeature", own_features_only(data)),
-                     ("  PerStoreFeature buffer access only", own_features_only(data, keep=PSF_BUFFER_ACCESS)),
-                     ("  walk's buffer access instead", walk_access_features(data, db))]
+    ablations = []  # the ablation's inputs, built once for every split
+    if cfg.access_ablation:
+        ablations = [("  without buffer-access features", own_features_only(data))]
     rows = []
     for name, split, net in splits:
         if len(split.test) == 0:
