@@ -26,6 +26,7 @@ or what an affine form cannot say:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -45,6 +46,32 @@ ACCESS_FEATURE_NAMES = (
 )
 """The 18 features of one buffer, in ``PerStoreFeature``'s order (sizes ``log2(1 + x)``)."""
 ACCESS_NAMES = tuple(f"access{b}_{n}" for b in range(ACCESS_BUFFERS) for n in ACCESS_FEATURE_NAMES)
+
+
+class _ExprStats:
+    """Operation counts of a store's value expression (the compact AST's own features)."""
+
+    __slots__ = ("loads", "add_sub", "mul", "div_mod", "max_min", "calls", "select_cmp", "casts", "buffers_read")
+
+    def __init__(self):
+        self.loads = self.add_sub = self.mul = self.div_mod = self.max_min = 0
+        self.calls = self.select_cmp = self.casts = 0
+        self.buffers_read: set[str] = set()
+
+
+_ADD = {"Add", "Sub"}
+_MUL = {"Mul"}
+_DIV = {"Div", "FloorDiv", "FloorMod", "Mod"}
+_MAXMIN = {"Max", "Min"}
+_CMP = {"Select", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
+_LEAF_EXPR = {"IntImm", "FloatImm", "StringImm", "Var", "SizeVar"}
+_LOADS = {"BufferLoad", "TensorLoad"}  # TVM 0.27 calls it TensorLoad, its buffer ``source``
+_SUB_EXPRS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_bytes_cached(dtype: str) -> int:
+    return _dtype_bytes(dtype)
 
 
 def _slog(x: float) -> float:
@@ -130,38 +157,59 @@ class _AccessState:
         """Bind an ``SBlockRealize``'s iteration variables; returns what :meth:`exit_block` restores."""
         saved = self.env
         self.env = dict(saved)
-        for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        for iv, value in zip(realize.block.iter_vars[:], realize.iter_values[:]):
             self.env[iv.var.__chandle__()] = self.lin(value)
         return saved
 
     def exit_block(self, saved: dict) -> None:
         self.env = saved
 
-    def _accesses(self, store) -> dict:
-        """``{buffer handle: [buffer, access type, [indices, ...]]}`` as TVM's ``Init``."""
-        acc = {store.buffer.__chandle__(): [store.buffer, _WRITE, [list(store.indices)]]}
+    def _accesses(self, store, st: _ExprStats) -> dict:
+        """``{buffer handle: [buffer, access type, [indices, ...]]}`` as TVM's ``Init``; counts
+        the value expression's operations into ``st`` in the same pass."""
+        acc = {store.buffer.__chandle__(): [store.buffer, _WRITE, [store.indices[:]]]}
         stack = [store.value]
         while stack:
             e = stack.pop()
             name = type(e).__name__
-            if name in ("IntImm", "FloatImm", "StringImm", "Var", "SizeVar"):
+            if name in _LEAF_EXPR:
                 continue
-            if name in ("BufferLoad", "TensorLoad"):  # TVM 0.27 calls it TensorLoad, its buffer ``source``
+            if name in _LOADS:
                 buf = e.buffer if hasattr(e, "buffer") else e.source
+                st.loads += 1
+                st.buffers_read.add(str(buf.name))
                 h = buf.__chandle__()
                 entry = acc.get(h)
                 if entry is None:
                     acc[h] = entry = [buf, _READ, []]
                 elif entry[1] == _WRITE:
                     entry[1] = _READ_WRITE
+                indices = e.indices[:]  # a slice converts the FFI array in one go
                 if entry[1] != _READ_WRITE:
-                    entry[2].append(list(e.indices))
-                stack.extend(e.indices)
+                    entry[2].append(indices)
+                stack.extend(indices)
                 continue
             if name == "Call":
-                stack.extend(e.args)
+                op = str(getattr(e.op, "name", e.op))
+                if op.endswith("if_then_else"):
+                    st.select_cmp += 1
+                else:
+                    st.calls += 1
+                stack.extend(e.args[:])
                 continue
-            for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            if name in _ADD:
+                st.add_sub += 1
+            elif name in _MUL:
+                st.mul += 1
+            elif name in _DIV:
+                st.div_mod += 1
+            elif name in _MAXMIN:
+                st.max_min += 1
+            elif name in _CMP:
+                st.select_cmp += 1
+            elif name == "Cast":
+                st.casts += 1
+            for attr in _SUB_EXPRS:
                 sub = getattr(e, attr, None)
                 if sub is not None and not isinstance(sub, (int, float, str)):
                     stack.append(sub)
@@ -172,14 +220,16 @@ class _AccessState:
         h = buf.__chandle__()
         info = self._buffers.get(h)
         if info is None:
-            shape = [float(d.value) if type(d).__name__ == "IntImm" else 1.0 for d in buf.shape]
+            shape = [float(d.value) if type(d).__name__ == "IntImm" else 1.0 for d in buf.shape[:]]
             strides = [1.0] * len(shape)
             for d in range(len(shape) - 2, -1, -1):
                 strides[d] = strides[d + 1] * shape[d + 1]
-            info = self._buffers[h] = (shape, _dtype_bytes(buf.dtype), strides)
+            info = self._buffers[h] = (shape, _dtype_bytes_cached(str(buf.dtype)), strides)
         return info
 
-    def features(self, store) -> np.ndarray:
+    def features(self, store, st: _ExprStats) -> np.ndarray:
+        """float32 ``(90,)``: the buffer-access features of ``store`` under the current loop
+        nest; counts its value expression's operations into ``st``."""
         # pylint: disable=too-many-locals,too-many-branches
         ext = self.extents
         n = len(ext)
@@ -188,7 +238,7 @@ class _AccessState:
             inner_prod[j] = inner_prod[j + 1] * ext[j]
         prod = inner_prod[0]
         subs = []
-        for buf, kind, multi in self._accesses(store).values():
+        for buf, kind, multi in self._accesses(store, st).values():
             shape, nbytes, dim_stride = self._buffer(buf)
             ndim = len(shape)
             forms = [[self.lin(e) for e in idx[:ndim]] for idx in multi]
@@ -202,27 +252,32 @@ class _AccessState:
                         if c and p < n:
                             by_loop.setdefault(p, []).append((k, d, c))
             single = len(forms) == 1
+
+            def extent_of(d: int) -> float:
+                if single:
+                    hi, lo = up[0][d], down[0][d]
+                else:
+                    hi = max(u[d] for u in up)
+                    lo = min(w[d] for w in down)
+                return min(max(hi - lo + 1.0, 1.0), shape[d])
+
+            sizes = [extent_of(d) for d in range(ndim)]
+            total = math.prod(sizes)
             numel = [1.0] * n
-            size0 = [1.0] * ndim
             for i in range(n - 1, -1, -1):
-                span = ext[i] - 1
-                for k, d, c in by_loop.get(i, ()):
-                    if c > 0:
-                        up[k][d] += c * span
-                    else:
-                        down[k][d] += c * span
-                total = 1.0
-                for d in range(ndim):
-                    if single:
-                        hi, lo = up[0][d], down[0][d]
-                    else:
-                        hi = max(u[d] for u in up)
-                        lo = min(w[d] for w in down)
-                    size = min(max(hi - lo + 1.0, 1.0), shape[d])
-                    total *= size
-                    if i == 0:
-                        size0[d] = size
+                entries = by_loop.get(i)
+                if entries:  # only the dimensions this loop indexes change
+                    span = ext[i] - 1
+                    for k, d, c in entries:
+                        if c > 0:
+                            up[k][d] += c * span
+                        else:
+                            down[k][d] += c * span
+                    for d in {d for _, d, _ in entries}:
+                        sizes[d] = extent_of(d)
+                    total = math.prod(sizes)
                 numel[i] = total
+            size0 = sizes if n else [1.0] * ndim
             strides, in_region = [math.inf] * n, [False] * n
             for p, entries in by_loop.items():
                 in_region[p] = True

@@ -25,7 +25,7 @@ import numpy as np
 
 from cdmpp.errors import CdmppError
 
-from .access import ACCESS_NAMES, _AccessState
+from .access import ACCESS_NAMES, _AccessState, _ExprStats
 
 ROOT, SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING, LEAF = -1, 0, 1, 2, 3, 4, 5
 LOOP_KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
@@ -138,64 +138,6 @@ def _log(x: float) -> float:
     return math.copysign(math.log2(1.0 + abs(x)), x)
 
 
-class _ExprStats:
-    __slots__ = ("loads", "add_sub", "mul", "div_mod", "max_min", "calls", "select_cmp", "casts", "buffers_read")
-
-    def __init__(self):
-        self.loads = self.add_sub = self.mul = self.div_mod = self.max_min = 0
-        self.calls = self.select_cmp = self.casts = 0
-        self.buffers_read: set[str] = set()
-
-
-_ADD = {"Add", "Sub"}
-_MUL = {"Mul"}
-_DIV = {"Div", "FloorDiv", "FloorMod", "Mod"}
-_MAXMIN = {"Max", "Min"}
-_CMP = {"Select", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
-_LEAF_EXPR = {"IntImm", "FloatImm", "StringImm", "Var", "SizeVar"}
-
-
-def _walk_expr(e, st: _ExprStats) -> None:
-    stack = [e]
-    while stack:
-        e = stack.pop()
-        name = type(e).__name__
-        if name in _LEAF_EXPR:
-            continue
-        if name in ("BufferLoad", "TensorLoad"):
-            st.loads += 1
-            buf = e.buffer if hasattr(e, "buffer") else e.source  # 0.27 calls it TensorLoad.source
-            st.buffers_read.add(str(getattr(buf, "name", buf)))
-            stack.extend(e.indices)
-            continue
-        if name in _ADD:
-            st.add_sub += 1
-        elif name in _MUL:
-            st.mul += 1
-        elif name in _DIV:
-            st.div_mod += 1
-        elif name in _MAXMIN:
-            st.max_min += 1
-        elif name in _CMP:
-            st.select_cmp += 1
-        elif name == "Cast":
-            st.casts += 1
-            stack.append(e.value)
-            continue
-        elif name == "Call":
-            op = str(getattr(e.op, "name", e.op))
-            if op.endswith("if_then_else"):
-                st.select_cmp += 1
-            else:
-                st.calls += 1
-            stack.extend(e.args)
-            continue
-        for attr in ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride"):
-            sub = getattr(e, attr, None)
-            if sub is not None and not isinstance(sub, (int, float, str)):
-                stack.append(sub)
-
-
 class _Builder:
     def __init__(self):
         self.parent: list[int] = []
@@ -203,7 +145,7 @@ class _Builder:
         self.extent: list[int] = []
         self.name: list[str] = []
         self.ann: list[dict] = []
-        self.leaves: list[tuple[int, object, list[int], bool]] = []  # node, store, loop path, is_init
+        self.leaves: list[tuple[int, object, list[int], bool, _ExprStats]] = []  # node, store, path, is_init, ops
         self.dropped: set[int] = set()  # stores of weight-layout-rewrite blocks
         self._in_rewrite = False
         self.access = _AccessState()
@@ -240,14 +182,15 @@ class _Builder:
                 self.access.fix_loop(s)
                 self.visit(s.body, node, path + [node], in_init)
         elif name == "SeqStmt":
-            for sub in s.seq:
+            for sub in s.seq[:]:  # a slice converts the FFI array in one go
                 self.visit(sub, parent, path, in_init)
         elif name == "BufferStore":
             node = self.add(parent, LEAF, 0, str(s.buffer.name), {})
             if self._in_rewrite:
                 self.dropped.add(len(self.leaves))
-            self.leaves.append((node, s, path, in_init))
-            self.access_rows.append(self.access.features(s))
+            st = _ExprStats()
+            self.access_rows.append(self.access.features(s, st))
+            self.leaves.append((node, s, path, in_init, st))
         elif name == "SBlockRealize":
             saved = self.access.enter_block(s)
             self.visit(s.block, parent, path, in_init)
@@ -317,9 +260,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
     kinds = np.asarray(b.kind, dtype=np.int8)
     n_loops = int(np.sum((kinds >= 0) & (kinds != LEAF)))
     own = np.zeros((len(b.leaves), len(OWN_FEATURES)), dtype=np.float64)
-    for i, (node, store, path, in_init) in enumerate(b.leaves):
-        st = _ExprStats()
-        _walk_expr(store.value, st)
+    for i, (node, store, path, in_init, st) in enumerate(b.leaves):
         per_kind = [1.0] * 5
         unroll = 0
         for p in path:
@@ -329,9 +270,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         iters = math.prod(per_kind)
         inner = path[-1] if path else -1
         dtype = store.buffer.dtype
-        shape_elems = 1
-        for d in store.buffer.shape:
-            shape_elems *= int(d.value) if type(d).__name__ == "IntImm" else 1
+        shape_elems = math.prod(int(d) for d in b.access._buffer(store.buffer)[0])
         buf = str(store.buffer.name)
         row = [
             len(path),
@@ -357,7 +296,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
             _log(n_loops),
         ]
         own[i] = row
-    leaves = np.asarray([node for node, _, _, _ in b.leaves], dtype=np.int32)
+    leaves = np.asarray([leaf[0] for leaf in b.leaves], dtype=np.int32)
     return ProgramAST(
         node_parent=np.asarray(b.parent, dtype=np.int32),
         node_kind=kinds,
@@ -366,7 +305,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         node_annotations=tuple(b.ann),
         leaf_position=leaves,
         leaf_features=np.concatenate([own.astype(np.float32), np.stack(b.access_rows)], axis=1),
-        leaf_buffer=tuple(str(s.buffer.name) for _, s, _, _ in b.leaves),
+        leaf_buffer=tuple(str(leaf[1].buffer.name) for leaf in b.leaves),
         psf=None if psf_rows is None else np.asarray(psf_rows, dtype=np.float32).reshape(-1, PSF_DIM),
         dropped_leaves=len(b.dropped),
     )

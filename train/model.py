@@ -280,6 +280,11 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
     return model.eval(), cfg.get("metadata", {})
 
 
+BUCKET_PROGRAMS = 128
+"""Programs per inference batch, taken in order of leaf count: a batch pads its programs
+to its longest one, and most programs have few leaves."""
+
+
 @torch.no_grad()
 def predict_latency_array(
     model: LatencyTransformer, data, index=None, batch_size: int = 512, device=None
@@ -301,10 +306,15 @@ def predict_latency_array(
         device = data.device[index] if getattr(data, "device", None) is not None else 0
     dev = torch.as_tensor(np.broadcast_to(np.asarray(device, dtype=np.int64), index.shape).copy())
     model.eval()
-    out = [
-        model.predict_log_latency(*dense_programs(data, index[s : s + batch_size]), dev[s : s + batch_size])
-        for s in range(0, len(index), batch_size)
-    ]
-    if not out:
+    if len(index) == 0:
         return np.zeros(0, dtype=np.float64)
-    return np.exp(torch.cat(out).double().numpy())
+    # programs sorted by leaf count, so that each batch pads to a similar length
+    order = np.argsort(data.ptr[index + 1] - data.ptr[index], kind="stable")
+    step = min(batch_size, BUCKET_PROGRAMS)
+    out = torch.cat([
+        model.predict_log_latency(*dense_programs(data, index[order[s : s + step]]), dev[order[s : s + step]])
+        for s in range(0, len(index), step)
+    ]).double().numpy()
+    log_latency = np.empty_like(out)
+    log_latency[order] = out
+    return np.exp(log_latency)
