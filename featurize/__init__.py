@@ -120,10 +120,10 @@ def featurize_many(programs, target=None, psf: bool = False) -> list[ProgramAST]
             mods.append(as_module(p))
         except UnsupportedProgramError as err:
             raise UnsupportedProgramError(f"program {i}: {err}") from err
-    # a Schedule goes to PerStoreFeature as it is (no second Schedule built from its module)
-    sources = [p if isinstance(p, Schedule) else m for p, m in zip(programs, mods)]
     rows = [None] * len(mods)
     if psf and mods:
+        # a Schedule goes to PerStoreFeature as it is (no second Schedule built from its module)
+        sources = [p if isinstance(p, Schedule) else m for p, m in zip(programs, mods)]
         try:
             rows = per_store_features(target, sources)
         except Exception as err:  # noqa: BLE001

@@ -69,17 +69,14 @@ _LOADS = {"BufferLoad", "TensorLoad"}  # TVM 0.27 calls it TensorLoad, its buffe
 _SUB_EXPRS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
 
 
-@functools.lru_cache(maxsize=64)
-def _dtype_bytes_cached(dtype: str) -> int:
-    return _dtype_bytes(dtype)
-
-
 def _slog(x: float) -> float:
     return math.log2(1.0 + abs(x))
 
 
-def _dtype_bytes(dtype) -> int:
-    m = re.match(r"[a-z]+?(\d+)?(?:x(\d+))?$", str(dtype))
+@functools.lru_cache(maxsize=64)
+def _dtype_bytes(dtype: str) -> int:
+    """Bytes per element of a dtype string such as ``float32`` or ``int8x4``."""
+    m = re.match(r"[a-z]+?(\d+)?(?:x(\d+))?$", dtype)
     if m is None:
         return 4
     bits = int(m.group(1) or 8)
@@ -215,7 +212,7 @@ class _AccessState:
                     stack.append(sub)
         return acc
 
-    def _buffer(self, buf) -> tuple[list[float], int, list[float]]:
+    def buffer_info(self, buf) -> tuple[list[float], int, list[float]]:
         """``(shape, bytes per element, row-major stride of each dimension)``, cached per buffer."""
         h = buf.__chandle__()
         info = self._buffers.get(h)
@@ -224,7 +221,7 @@ class _AccessState:
             strides = [1.0] * len(shape)
             for d in range(len(shape) - 2, -1, -1):
                 strides[d] = strides[d + 1] * shape[d + 1]
-            info = self._buffers[h] = (shape, _dtype_bytes_cached(str(buf.dtype)), strides)
+            info = self._buffers[h] = (shape, _dtype_bytes(str(buf.dtype)), strides)
         return info
 
     def features(self, store, st: _ExprStats) -> np.ndarray:
@@ -239,7 +236,7 @@ class _AccessState:
         prod = inner_prod[0]
         subs = []
         for buf, kind, multi in self._accesses(store, st).values():
-            shape, nbytes, dim_stride = self._buffer(buf)
+            shape, nbytes, dim_stride = self.buffer_info(buf)
             ndim = len(shape)
             forms = [[self.lin(e) for e in idx[:ndim]] for idx in multi]
             # the union of the indices' ranges when loops i.. vary: grow from the innermost loop out

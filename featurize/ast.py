@@ -146,7 +146,7 @@ class _Builder:
         self.name: list[str] = []
         self.ann: list[dict] = []
         self.leaves: list[tuple[int, object, list[int], bool, _ExprStats]] = []  # node, store, path, is_init, ops
-        self.dropped: set[int] = set()  # stores of weight-layout-rewrite blocks
+        self.dropped = 0  # stores of weight-layout-rewrite blocks
         self._in_rewrite = False
         self.access = _AccessState()
         self.access_rows: list[np.ndarray] = []
@@ -187,7 +187,7 @@ class _Builder:
         elif name == "BufferStore":
             node = self.add(parent, LEAF, 0, str(s.buffer.name), {})
             if self._in_rewrite:
-                self.dropped.add(len(self.leaves))
+                self.dropped += 1
             st = _ExprStats()
             self.access_rows.append(self.access.features(s, st))
             self.leaves.append((node, s, path, in_init, st))
@@ -270,7 +270,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         iters = math.prod(per_kind)
         inner = path[-1] if path else -1
         dtype = store.buffer.dtype
-        shape_elems = math.prod(int(d) for d in b.access._buffer(store.buffer)[0])
+        shape_elems = math.prod(int(d) for d in b.access.buffer_info(store.buffer)[0])
         buf = str(store.buffer.name)
         row = [
             len(path),
@@ -307,5 +307,5 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         leaf_features=np.concatenate([own.astype(np.float32), np.stack(b.access_rows)], axis=1),
         leaf_buffer=tuple(str(leaf[1].buffer.name) for leaf in b.leaves),
         psf=None if psf_rows is None else np.asarray(psf_rows, dtype=np.float32).reshape(-1, PSF_DIM),
-        dropped_leaves=len(b.dropped),
+        dropped_leaves=b.dropped,
     )
