@@ -155,6 +155,8 @@ class CollectConfig:
         max_tasks_per_network: cap on tasks per network (``None``: all), for tests.
         evolutionary_fraction: share of each task's programs sampled by MetaSchedule's
             evolutionary search (the rest are uniform random samples, taken first).
+            Above 0, that search also tops up a random phase that fell short (failed
+            builds, a small design space); at 0 nothing but random samples is measured.
         evolutionary_population: population of that search; each round costs about
             ``4 * population`` schedule mutations and cost-model predictions.  64 halves
             the search time of 128 and draws programs as fast (``cdmpp search-check``).
@@ -1094,7 +1096,7 @@ class _Collection:
                 want = min(need, n_random - done)
                 if want <= 0:
                     continue
-            elif not done:  # nothing measured to learn from: the task cannot run here
+            elif not done or cfg.evolutionary_fraction <= 0:  # random only, or nothing to learn from
                 break
             else:
                 want = need

@@ -335,6 +335,33 @@ def _gather_module(rows: int = 4096):
     return IRModule({"main": gather.with_attr("global_symbol", "main")})
 
 
+def test_random_only_collection_never_starts_the_evolutionary_phase(tmp_path, monkeypatch):
+    """With evolutionary_fraction 0, a task whose random phase falls short stays short:
+    no XGBoost-guided search (which an H200 collection without xgboost failed on)."""
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import CollectConfig, MeasureConfig
+
+    phases = []
+    real = collect_mod._Collection._phase
+
+    def short_random(self, task, wl, phase, want, *args):
+        phases.append(phase)
+        return real(self, task, wl, phase, want - 1 if phase == "random" else want, *args)
+
+    monkeypatch.setattr(collect_mod._Collection, "_phase", short_random)
+    cfg = CollectConfig(
+        networks=["dcgan-b1"],
+        out_dir=tmp_path,
+        programs_per_task=2,
+        batch_size=4,
+        max_tasks_per_network=1,
+        evolutionary_fraction=0.0,
+        measure=MeasureConfig(repeat=3),
+    )
+    summary = collect(cfg, progress=False)
+    assert phases == ["random"] and summary.measured == 1 and summary.task_errors == 0
+
+
 def test_index_bounds_are_the_extents_the_indices_address():
     from tvm.script import tirx as T
 
