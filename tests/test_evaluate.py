@@ -59,3 +59,21 @@ def test_train_pooled_with_another_device(tiny_collection, tmp_path, capsys):
     # scored on every program of a device folder ('none': no held-out network)
     assert main(["evaluate", "-c", str(out), "-d", str(other), "--holdout", "none", "--cache", str(tmp_path / "c")]) == 0
     assert f"all {len(db.programs)} programs of {other}" in capsys.readouterr().out
+
+
+def test_the_shipped_h200_folder_is_scored_zero_shot_and_says_so():
+    """The measured H200 programs (CUDA) featurize on a CPU-only machine; the CPU-trained
+    checkpoint scores them from the GPU's descriptor and the title names that."""
+    from pathlib import Path
+
+    from cdmpp.predictor import DEFAULT_CHECKPOINT
+    from cdmpp.train.evaluate import evaluate_checkpoint
+
+    folder = Path(__file__).parent.parent / "datasets" / "gpu"
+    rows, title = evaluate_checkpoint(DEFAULT_CHECKPOINT, dataset=folder, holdout=None, progress=False)
+    assert "is not in this checkpoint: zero-shot from its descriptor" in title
+    import gzip
+
+    with gzip.open(folder / "gpu-nvidia_h200-sm90" / "database_tuning_record.json.gz", "rt") as f:
+        measured = sum(1 for _ in f)  # every record of the folder is a measured program
+    assert measured >= 286 and rows["cdmpp transformer"]["programs"] == measured

@@ -367,7 +367,15 @@ def evaluate_checkpoint(
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
-    return _score(model, extra, data, index, weights), title
+    return _score(model, extra, data, index, weights), title + _device_note(model, meta, db)
+
+
+def _device_note(model, meta: dict, db) -> str:
+    """A title suffix naming how a device the checkpoint never saw is scored ('' for a known one)."""
+    if model.config.num_devices <= 0 or db.device_id in {d["device_id"] for d in meta.get("devices", [])}:
+        return ""
+    how = "zero-shot from its descriptor" if db.manifest.get("device") else "the unknown-device row"
+    return f"; device {db.device_id} is not in this checkpoint: {how}"
 
 
 def _for_device(model, meta: dict, db, data: FeaturizedPrograms):
