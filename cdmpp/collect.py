@@ -1294,10 +1294,11 @@ def collect(
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name
     start = time.time()
+    compile_mode = None
     if cfg.gpu:
         device = local_gpu(num_cores=cfg.num_cores)  # raises before anything is written
         try:
-            configure_cuda_compiler()
+            compile_mode = configure_cuda_compiler()
         except RuntimeError as err:
             raise DeviceUnavailableError(str(err)) from err
         cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
@@ -1322,6 +1323,8 @@ def collect(
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
         }
     )
+    if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
+        manifest["collections"][-1]["cuda_compile_mode"] = compile_mode
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
     with _build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
         load_tensor_intrinsics(target)
