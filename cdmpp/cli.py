@@ -219,7 +219,16 @@ def _model_configs(args):
         return {k: v for k, v in kw.items() if v is not None}
 
     pe = False if args.no_pe else None
-    model = ModelConfig(**given(d_model=args.d_model, n_layers=args.layers, pooling=args.pooling, positional_encoding=pe))
+    model = ModelConfig(
+        **given(
+            d_model=args.d_model,
+            n_layers=args.layers,
+            ff_dim=args.ff_dim,
+            dropout=args.dropout,
+            pooling=args.pooling,
+            positional_encoding=pe,
+        )
+    )
     train = TrainConfig(
         **given(
             epochs=args.epochs,
@@ -229,6 +238,8 @@ def _model_configs(args):
             rank_weight=args.rank_weight,
             task_group=args.task_group,
             cmd_weight=args.cmd_weight,
+            device_dropout=args.device_dropout,
+            weight_decay=args.weight_decay,
         )
     )
     return model, train
@@ -731,6 +742,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--lr", type=float, default=None)
         s.add_argument("--d-model", type=int, default=None)
         s.add_argument("--layers", type=int, default=None)
+        s.add_argument("--ff-dim", type=int, default=None, help="feed-forward width of each encoder layer")
+        s.add_argument("--dropout", type=float, default=None, help="dropout rate of the encoder layers (prediction intervals need it above 0)")
+        s.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
+        s.add_argument("--device-dropout", type=float, default=None,
+                       help="share of training programs scored with the unknown-device row (several devices)")
         s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
         s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
         s.add_argument("--seed", type=int, default=None)

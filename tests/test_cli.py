@@ -129,3 +129,18 @@ def test_cli_prints_its_own_errors_in_one_line_and_keeps_other_tracebacks(tmp_pa
     for name in ("CdmppError", "CheckpointError", "DatasetError", "InputError", "UnknownDeviceError",
                  "UnsupportedProgramError", "MachineBusyError", "DeviceUnavailableError"):
         assert issubclass(getattr(cdmpp, name), cdmpp.CdmppError)
+
+
+def test_train_flags_reach_the_model_and_training_configs(capsys):
+    from cdmpp.cli import _model_configs, build_parser
+
+    args = build_parser().parse_args(
+        ["train", "-d", "x", "-o", "y", "--dropout", "0.05", "--ff-dim", "512", "--device-dropout", "0.2",
+         "--weight-decay", "0.01"]
+    )
+    model, train = _model_configs(args)
+    assert (model.dropout, model.ff_dim, train.device_dropout, train.weight_decay) == (0.05, 512, 0.2, 0.01)
+    default_model, _ = _model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
+    assert default_model.dropout == 0.1 and default_model.ff_dim == 256  # unset flags keep the defaults
+    assert main(["train", "-d", "x", "-o", "y", "--dropout", "1.5"]) == 2
+    assert "dropout must be in [0, 1), got 1.5" in capsys.readouterr().err

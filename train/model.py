@@ -67,6 +67,8 @@ class ModelConfig:
             raise InputError(f"pooling must be 'sum', 'mean' or 'max', got {self.pooling!r}")
         if self.d_model % self.n_heads:
             raise InputError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if not 0 <= self.dropout < 1:
+            raise InputError(f"dropout must be in [0, 1), got {self.dropout}")
 
     @staticmethod
     def from_json(obj: dict) -> "ModelConfig":
