@@ -295,6 +295,8 @@ def predict_latency_array(
     ``(K,)``, default all) of ``data`` (:class:`cdmpp.featurize.batch.FeaturizedPrograms`).
 
     Args:
+        batch_size: programs per forward pass, at most ``BUCKET_PROGRAMS`` (128): programs
+            go through sorted by leaf count, so that each pass pads to a similar length.
         device: the device-table row to predict for: an int for all programs, or int
             ``(K,)``; default ``data.device`` (each program's own device) when set, else
             row 0.  Ignored by a model without devices.
