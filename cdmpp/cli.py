@@ -524,6 +524,7 @@ def _cmd_tune_benchmark(args) -> int:
         reach_table,
         run_tune_benchmark,
         tuning_curves,
+        with_reference,
         write_tune_benchmark,
     )
 
@@ -549,13 +550,16 @@ def _cmd_tune_benchmark(args) -> int:
     print(format_tune_benchmark(rows))
     csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
     print(f"written: {csv_path}, {md_path}")
-    curves = tuning_curves(Path(args.output))
+    curves, yardstick = tuning_curves(Path(args.output)), "xgb"
+    if curves and args.reference:
+        curves, yardstick = with_reference(curves, tuning_curves(Path(args.reference)))
     if curves:
-        print(reach_table(curves, markdown=False))
+        print(reach_table(curves, markdown=False, yardstick=yardstick))
         if args.plot:
             from .train.plots import plot_tuning_curves
 
-            plot_tuning_curves(curves, f"MetaSchedule tune_tir on {local_cpu().device_id}", Path(args.plot))
+            plot_tuning_curves(curves, f"MetaSchedule tune_tir on {local_cpu().device_id}", Path(args.plot),
+                               yardstick=yardstick, log_trials=yardstick != "xgb")
             print(f"plot written to {args.plot}")
     return 0
 
@@ -849,6 +853,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
     s.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
     s.add_argument("--plot", default=None, metavar="PNG", help="also plot best latency against trials per task")
+    s.add_argument("--reference", default=None, metavar="DIR",
+                   help="another tune-benchmark output whose XGBoost runs (e.g. --trials-for xgb=512) are the "
+                        "yardstick of the reach table and the plot")
     s.set_defaults(func=_cmd_tune_benchmark)
 
     s = sub.add_parser(

@@ -307,15 +307,38 @@ def trials_to_reach(curve: np.ndarray, target_s: float) -> int | None:
     return int(hit[0]) + 1 if hit.size else None
 
 
-def reach_table(curves: dict[str, dict[str, list[np.ndarray]]], markdown: bool = True) -> str:
-    """Per task and cost model: mean final best relative to XGBoost's (per seed), and in
-    how many trials each seed reached its own seed's XGBoost final best."""
+def with_reference(
+    curves: dict[str, dict[str, list[np.ndarray]]], reference: dict[str, dict[str, list[np.ndarray]]]
+) -> tuple[dict[str, dict[str, list[np.ndarray]]], str]:
+    """``curves`` with, in each task that ``reference`` (another run's :func:`tuning_curves`)
+    also tuned, its XGBoost runs added as the yardstick ``"xgb <T>"`` (``T``: their
+    trials, e.g. 512 from ``--trials-for xgb=512``).  Returns ``(curves, yardstick name)``;
+    the name is ``"xgb"`` when ``reference`` holds no XGBoost run."""
+    runs = [c for models in reference.values() for c in models.get("xgb", [])]
+    if not runs:
+        return curves, "xgb"
+    name = f"xgb {max(c.size for c in runs)}"
+    out = {task: dict(models) for task, models in curves.items()}
+    for task, models in out.items():
+        if reference.get(task, {}).get("xgb"):
+            models[name] = reference[task]["xgb"]
+    return out, name
+
+
+def reach_table(
+    curves: dict[str, dict[str, list[np.ndarray]]], markdown: bool = True, yardstick: str = "xgb"
+) -> str:
+    """Per task and cost model: mean final best relative to the yardstick's (per seed),
+    and in how many trials each seed reached its own seed's yardstick final best (seeds
+    paired in order; the yardstick is XGBoost's runs, or a longer reference run of it,
+    :func:`with_reference`)."""
     from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
 
-    head = ["task", "cost model", "seeds", "final best / xgb's", "trials to reach xgb's final best (per seed)"]
+    head = ["task", "cost model", "seeds", f"final best / {yardstick}'s",
+            f"trials to reach {yardstick}'s final best (per seed)"]
     body = []
     for task, models in curves.items():
-        xgb = models.get("xgb", [])
+        xgb = models.get(yardstick, [])
         for model, runs in sorted(models.items()):
             ratio = [r[-1] / x[-1] for r, x in zip(runs, xgb)] if xgb else []
             reach = [trials_to_reach(r, x[-1]) for r, x in zip(runs, xgb)] if xgb else []

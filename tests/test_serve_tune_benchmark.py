@@ -116,3 +116,17 @@ def test_network_tuning_config_and_cli_errors(capsys):
     row = {"network": "dcgan-b1", "cost_model": "xgb", "seed": 0, "tasks": 5, "trials": 8, "tuned_sum_s": 6e-3,
            "e2e_s": 7e-3, "compile_s": 1.0, "tune_s": 90.0}
     assert "6.00" in format_network_tuning([row]) and "1.5" in format_network_tuning([row])
+
+
+def test_a_longer_xgboost_reference_is_the_yardstick():
+    from cdmpp.serve.tune_benchmark import with_reference
+
+    curves = {"t": {"xgb": [best_so_far([[4.0], [3.0]])], "cdmpp": [best_so_far([[2.5], [1.5]])]}}
+    ref = {"t": {"xgb": [best_so_far([[5.0], [3.0], [2.0], [1.0]])]}, "other": {"xgb": [best_so_far([[1.0]])]}}
+    both, name = with_reference(curves, ref)
+    assert name == "xgb 4" and set(both) == {"t"} and "xgb 4" not in curves["t"]  # the input is left as it was
+    table = reach_table(both, markdown=False, yardstick=name)
+    cdmpp_row = next(line for line in table.splitlines() if " cdmpp " in line)
+    assert "1.50" in cdmpp_row and "never" in cdmpp_row  # 1.5 s against the reference's 1.0 s, never reached
+    assert "0.50" in next(line for line in reach_table(curves, markdown=False).splitlines() if " cdmpp " in line)
+    assert with_reference(curves, {"t": {"cdmpp": [best_so_far([[1.0]])]}}) == (curves, "xgb")

@@ -118,16 +118,24 @@ def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: s
 
 
 def plot_tuning_curves(
-    curves: dict[str, dict[str, list[np.ndarray]]], title: str, path: Path, ylabel: str = "best latency"
+    curves: dict[str, dict[str, list[np.ndarray]]],
+    title: str,
+    path: Path,
+    ylabel: str = "best latency",
+    yardstick: str = "xgb",
+    log_trials: bool = False,
 ) -> Path:
     """Best measured latency against trials, one panel per task, one line per cost model
     (the mean over seeds, with the band from the best to the worst seed), normalised by
-    the mean final best of ``"xgb"`` when the panel has it.
+    the mean final best of ``yardstick`` when the panel has it.
 
     Args:
         curves: panel title -> cost model -> one float64 ``(T,)`` best-so-far curve
             (seconds) per seed.
         ylabel: what the curves measure (the axis says whether it is normalised).
+        yardstick: the cost model whose final best is 1 (e.g. ``"xgb 512"``,
+            :func:`cdmpp.serve.tune_benchmark.with_reference`).
+        log_trials: a log-scale trial axis (for budgets of very different sizes).
     """
     plt = _pyplot()
     n = len(curves)
@@ -136,8 +144,8 @@ def plot_tuning_curves(
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
     for ax, (panel, models) in zip(axes.flat, curves.items()):
         ref = None
-        if models.get("xgb"):
-            ref = float(np.mean([c[-1] for c in models["xgb"] if c.size]))  # NaN entries (not drawn) only lead
+        if models.get(yardstick):
+            ref = float(np.mean([c[-1] for c in models[yardstick] if c.size]))  # NaN entries (not drawn) only lead
         for model, runs in sorted(models.items()):
             runs = [c for c in runs if c.size]
             if not runs:
@@ -150,8 +158,10 @@ def plot_tuning_curves(
                 ax.fill_between(x, arr.min(0), arr.max(0), color=line.get_color(), alpha=0.2)
         ax.set_title(panel, fontsize=8)
         ax.set_xlabel("measured trials")
-        ax.set_ylabel(f"{ylabel} / XGBoost's final" if ref else f"{ylabel} (s)")
+        ax.set_ylabel(f"{ylabel} / {yardstick}'s final" if ref else f"{ylabel} (s)")
         ax.set_yscale("log")
+        if log_trials:
+            ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[n:]:
