@@ -334,7 +334,7 @@ def reach_table(
     :func:`with_reference`)."""
     from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
 
-    head = ["task", "cost model", "seeds", f"final best / {yardstick}'s",
+    head = ["task", "cost model", "seeds", f"final best / {yardstick}'s",  # seeds: those paired with the yardstick
             f"trials to reach {yardstick}'s final best (per seed)"]
     body = []
     for task, models in curves.items():
@@ -343,7 +343,7 @@ def reach_table(
             ratio = [r[-1] / x[-1] for r, x in zip(runs, xgb)] if xgb else []
             reach = [trials_to_reach(r, x[-1]) for r, x in zip(runs, xgb)] if xgb else []
             body.append([
-                task, model, str(len(runs)), f"{np.mean(ratio):.2f}" if ratio else "-",
+                task, model, str(len(ratio) or len(runs)), f"{np.mean(ratio):.2f}" if ratio else "-",
                 ", ".join("never" if t is None else str(t) for t in reach) or "-",
             ])
     return render_table(head, body, markdown)

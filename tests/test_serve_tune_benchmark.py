@@ -130,3 +130,7 @@ def test_a_longer_xgboost_reference_is_the_yardstick():
     assert "1.50" in cdmpp_row and "never" in cdmpp_row  # 1.5 s against the reference's 1.0 s, never reached
     assert "0.50" in next(line for line in reach_table(curves, markdown=False).splitlines() if " cdmpp " in line)
     assert with_reference(curves, {"t": {"cdmpp": [best_so_far([[1.0]])]}}) == (curves, "xgb")
+    two_seeds = {"t": {"cdmpp": [best_so_far([[1.5]]), best_so_far([[9.0]])]}}
+    row = next(line for line in reach_table(with_reference(two_seeds, ref)[0], markdown=False, yardstick="xgb 4")
+               .splitlines() if " cdmpp " in line)
+    assert row.split()[2:4] == ["1", "1.50"]  # only the seed paired with the reference's one run counts
