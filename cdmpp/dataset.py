@@ -331,6 +331,14 @@ def _throughput_line(manifest: dict) -> str:
     )
 
 
+def _evolutionary_share(sampling: dict) -> str:
+    """The card's note of the evolutionary share ('' when the manifest records none)."""
+    frac = sampling.get("evolutionary_fraction")
+    if frac is None:
+        return ""
+    return "; evolutionary_fraction 0: random samples only" if frac == 0 else f"; evolutionary_fraction {frac}"
+
+
 def card(device_dir: Path) -> str:
     """A markdown dataset card of one device folder: counts, latency range and noise.
 
@@ -357,7 +365,8 @@ def card(device_dir: Path) -> str:
         f"- Device: {dev.get('model', '?')}, {dev.get('cores', '?')} cores, ISA {dev.get('isa', '?')}; "
         f"TVM target `{json.dumps(dev.get('target', {}))}`",
         f"- TVM {m.get('tvm_version', '?')}; measurement {json.dumps(m.get('measurement', {}))}",
-        f"- Sampling: {m.get('sampling', {}).get('policy', '?')}; seed {m.get('sampling', {}).get('seed', '?')}",
+        f"- Sampling: {m.get('sampling', {}).get('policy', '?')}; seed {m.get('sampling', {}).get('seed', '?')}"
+        + _evolutionary_share(m.get("sampling", {})),
         *([f"- Program inputs: {m['inputs']}"] if m.get("inputs") else []),
         f"- Measured programs: {len(db.programs)} over {int((per_wl > 0).sum())} workloads; "
         f"failed builds/runs kept in `{FAILURE_FILE}`: {failures}",

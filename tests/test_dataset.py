@@ -44,3 +44,4 @@ def test_pack_and_card(tiny_collection, tmp_path):
     text = ds.card(dev)
     # every extracted task is listed in the manifest; max_tasks_per_network=2 measures two
     assert re.search(r"\| dcgan-b1 \| 2 / \d+ \|", text) and "Repeat CV" in text
+    assert "evolutionary_fraction 0: random samples only" in text  # the tiny collection samples at random only
