@@ -349,7 +349,7 @@ def evaluate_checkpoint(
     weights = None
     if dataset is not None:
         db, data = load_featurized(dataset, cache_dir, progress)
-        model, data = _for_device(model, meta, db, data)
+        model, data, note = _for_device(model, meta, db, data)
         net = meta.get("holdout") if holdout == "auto" else holdout
         weights = task_weights(db.manifest, data.workload_keys, net)
         if net is None:
@@ -363,40 +363,36 @@ def evaluate_checkpoint(
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
-        model, data = _for_device(model, meta, db, data)
+        model, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
-    return _score(model, extra, data, index, weights), title + _device_note(model, meta, db)
-
-
-def _device_note(model, meta: dict, db) -> str:
-    """A title suffix naming how a device the checkpoint never saw is scored ('' for a known one)."""
-    if model.config.num_devices <= 0 or db.device_id in {d["device_id"] for d in meta.get("devices", [])}:
-        return ""
-    how = "zero-shot from its descriptor" if db.manifest.get("device") else "the unknown-device row"
-    return f"; device {db.device_id} is not in this checkpoint: {how}"
+    return _score(model, extra, data, index, weights), title + note
 
 
 def _for_device(model, meta: dict, db, data: FeaturizedPrograms):
-    """``(model, data)`` set to predict for ``db``'s device: for a model with a device
+    """``(model, data, note)`` set to predict for ``db``'s device: for a model with a device
     table, its row when the checkpoint knows the device, else a new zero-shot row
     from the device's descriptor (or the unknown row 0 when the folder records no
-    device)."""
+    device).  ``note`` is a title suffix naming how an unknown device is scored ('' for
+    a known one)."""
     if model.config.num_devices <= 0:
-        return model, data
+        return model, data, ""
     from cdmpp.device import DeviceDescriptor, descriptor_vector  # pylint: disable=import-outside-toplevel
 
     rows = {d["device_id"]: int(d["row"]) for d in meta.get("devices", [])}
+    note = ""
     if db.device_id in rows:
         row = rows[db.device_id]
     elif db.manifest.get("device"):
         from .adapt import with_new_device  # pylint: disable=import-outside-toplevel
 
         model, row = with_new_device(model, descriptor_vector(DeviceDescriptor.from_json(db.manifest["device"])))
+        note = f"; device {db.device_id} is not in this checkpoint: zero-shot from its descriptor"
     else:
         row = 0
-    return model, dataclasses.replace(data, device=np.full(len(data), row, dtype=np.int64))
+        note = f"; device {db.device_id} is not in this checkpoint: the unknown-device row"
+    return model, dataclasses.replace(data, device=np.full(len(data), row, dtype=np.int64)), note
 
 
 def finetune_and_compare(
