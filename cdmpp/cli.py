@@ -256,14 +256,15 @@ def _cmd_train(args) -> int:
 
     holdout = None if args.holdout in (None, "none") else args.holdout
     mcfg, tcfg = _model_configs(args)
-    if _several_devices(Path(args.dataset)):
+    datasets = [Path(d) for d in args.dataset]
+    if len(datasets) > 1 or _several_devices(datasets[0]):
         from .train.devices import format_device_table, train_device_model  # pylint: disable=import-outside-toplevel
 
-        if args.pool or args.cmd_target or args.benchmark_table:
-            print("error: --pool, --cmd-target and --benchmark-table take one device folder as --dataset", file=sys.stderr)
+        if args.pool or args.benchmark_table:
+            print("error: --pool and --benchmark-table take one device folder as --dataset", file=sys.stderr)
             return 2
         rows = train_device_model(
-            Path(args.dataset),
+            datasets if len(datasets) > 1 else datasets[0],
             holdout,
             Path(args.out),
             mcfg,
@@ -272,18 +273,19 @@ def _cmd_train(args) -> int:
             tuple(args.exclude_device or ()),
             use_wandb=not args.no_wandb,
             split=args.split,
+            cmd_target=Path(args.cmd_target) if args.cmd_target else None,
         )
         print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
         if rows:
             what = {"network": f"held-out network {holdout}", "within-task": "within-task test programs",
                     "cdmpp": f"CDMPP's protocol, held-out network {holdout}"}[args.split]
-            print(format_device_table(rows, f"{what} ({args.dataset})"))
+            print(format_device_table(rows, f"{what} ({', '.join(args.dataset)})"))
         return 0
     if args.exclude_device or args.split != "network":
         print("error: --exclude-device and --split need a dataset with several device folders", file=sys.stderr)
         return 2
     rows = train_and_compare(
-        Path(args.dataset),
+        datasets[0],
         holdout,
         Path(args.out),
         mcfg,
@@ -296,7 +298,7 @@ def _cmd_train(args) -> int:
     )
     print(f"checkpoint written to {args.out}")
     if rows:
-        print(format_table(rows, f"held-out network {holdout} ({args.dataset})"))
+        print(format_table(rows, f"held-out network {holdout} ({args.dataset[0]})"))
     return 0
 
 
@@ -443,8 +445,9 @@ def _cmd_calibrate(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .train.uncertainty import IntervalConfig, calibrate_checkpoint, format_coverage
 
+    roots = [Path(d) for d in args.dataset]
     calibration, report = calibrate_checkpoint(
-        Path(args.checkpoint), Path(args.dataset), Path(args.cache), IntervalConfig(passes=args.passes),
+        Path(args.checkpoint), roots[0] if len(roots) == 1 else roots, Path(args.cache), IntervalConfig(passes=args.passes),
         args.method, progress=True, write=not args.dry_run,
     )
     print(format_coverage(report, calibration))
@@ -765,7 +768,14 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
-    s.add_argument("-d", "--dataset", required=True)
+    s.add_argument(
+        "-d",
+        "--dataset",
+        required=True,
+        nargs="+",
+        help="a dataset folder (one device folder, or several: one model over every device); several dataset "
+        "folders (for example datasets/corpus datasets/gpu) pool all their device folders",
+    )
     s.add_argument("--holdout", default=None, help="network to hold out for testing ('none': train on all)")
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
@@ -776,7 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DEVICE_DIR",
         help="another device's folder whose programs (features only, never latencies) are the CMD term's target "
-        "domain: cross-device adaptation (needs --cmd-weight)",
+        "domain: cross-device adaptation (needs --cmd-weight; with several device folders, a device outside "
+        "training, for example the one left out with --exclude-device)",
     )
     s.add_argument(
         "--pool",
@@ -916,7 +927,8 @@ def build_parser() -> argparse.ArgumentParser:
         "calibrate", help="calibrate a checkpoint's 10-90%% intervals on its validation workloads; report coverage"
     )
     s.add_argument("-c", "--checkpoint", required=True, help="a checkpoint of cdmpp train -d DATASET")
-    s.add_argument("-d", "--dataset", default="datasets/corpus", help="the dataset it was trained on")
+    s.add_argument("-d", "--dataset", nargs="+", default=["datasets/corpus"],
+                   help="the dataset folder(s) it was trained on")
     s.add_argument("--passes", type=int, default=16, help="MC-dropout passes per program")
     s.add_argument("--method", default="mc-normalized", choices=["mc-normalized", "mc-raw", "constant"],
                    help="the interval the checkpoint serves")

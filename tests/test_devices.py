@@ -236,6 +236,12 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
                 "2 random shots, descriptor + offset", "4 random shots, nearest + offset"):
         assert row in out
     assert png.read_bytes()[:4] == b"\x89PNG"
+    # scoring the left-out device says in the title that it is scored zero-shot
+    from cdmpp.train.evaluate import evaluate_checkpoint
+
+    rows, title = evaluate_checkpoint(ckpt, dataset=two_device_dataset / AVX2, holdout=None, progress=False)
+    assert f"device {AVX2} is not in this checkpoint: zero-shot from its descriptor" in title
+    assert rows["cdmpp transformer"]["programs"] > 0
     # a device the checkpoint was trained on is not a leave-one-device-out target
     assert main(["adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX512), "--cache", str(tmp_path / "c")]) == 2
 
@@ -253,3 +259,54 @@ def test_cdmpp_protocol_filters_and_keeps_shared_tasks_on_both_sides(two_device_
     assert counts["test"] == len(split.test) > 0
     with pytest.raises(Exception, match="nothing is left"):
         split_cdmpp(corpus, "dcgan-b1", min_programs=10_000)
+
+
+def test_several_dataset_folders_pool_their_devices_once(two_device_dataset, tmp_path):
+    from cdmpp.dataset import DatasetError
+    from cdmpp.train.devices import corpus_dirs, load_corpus
+
+    a, b = tmp_path / "cpu", tmp_path / "other"
+    a.mkdir(), b.mkdir()
+    (a / AVX512).symlink_to(two_device_dataset / AVX512)
+    (b / AVX2).symlink_to(two_device_dataset / AVX2)
+    assert [d.name for d in corpus_dirs([a, b])] == [AVX512, AVX2]
+    corpus = load_corpus([a, b], tmp_path / "c", progress=False)
+    assert [d.device_id for d in corpus.devices] == [AVX512, AVX2]
+    assert sorted(set(corpus.data.device.tolist())) == [1, 2]
+    with pytest.raises(DatasetError, match=f"{AVX2} is in both"):
+        corpus_dirs([b, two_device_dataset])
+    # `cdmpp train -d A B` trains one model over both folders' devices
+    from cdmpp.cli import main
+
+    ckpt = tmp_path / "both"
+    assert main(["train", "-d", str(a), str(b), "--holdout", "none", "-o", str(ckpt), "--no-wandb", "--epochs", "1",
+                 "--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c")]) == 0
+    meta = json.loads((ckpt / "config.json").read_text())["metadata"]
+    assert [d["device_id"] for d in meta["devices"]] == [AVX512, AVX2] and meta["dataset"] == f"{a}, {b}"
+
+
+def test_cmd_toward_the_left_out_device_reads_its_programs_but_never_trains_on_them(two_device_dataset, tmp_path):
+    from cdmpp.errors import InputError
+    from cdmpp.train.devices import train_device_model
+    from cdmpp.train.lightning import TrainConfig
+    from cdmpp.train.model import ModelConfig
+
+    mcfg = ModelConfig(d_model=16, n_heads=2, ff_dim=32, n_layers=1, device_dim=4)
+    cmd = TrainConfig(epochs=1, batch_size=16, cmd_weight=0.5)
+    out = tmp_path / "lodo-cmd"
+    train_device_model(two_device_dataset, None, out, mcfg, cmd, tmp_path / "c", (AVX2,), use_wandb=False,
+                       progress=False, cmd_target=two_device_dataset / AVX2)
+    meta = json.loads((out / "config.json").read_text())["metadata"]
+    assert meta["cmd_target_device"] == AVX2 and meta["excluded_devices"] == [AVX2]
+    assert [d["device_id"] for d in meta["devices"]] == [AVX512]
+    assert meta["train_programs"] + meta["val_programs"] == meta["devices"][0]["programs"]
+    # a device in training is no target, and a target needs the CMD term on
+    with pytest.raises(InputError, match="is in training"):
+        train_device_model(two_device_dataset, None, tmp_path / "x", mcfg, cmd, tmp_path / "c", (AVX2,),
+                           use_wandb=False, progress=False, cmd_target=two_device_dataset / AVX512)
+    with pytest.raises(InputError, match="needs cmd_weight > 0"):
+        train_device_model(two_device_dataset, None, tmp_path / "x", mcfg, TrainConfig(epochs=1), tmp_path / "c",
+                           (AVX2,), use_wandb=False, progress=False, cmd_target=two_device_dataset / AVX2)
+    with pytest.raises(InputError, match="held-out network or a CMD target"):
+        train_device_model(two_device_dataset, None, tmp_path / "x", mcfg, cmd, tmp_path / "c", (AVX2,),
+                           use_wandb=False, progress=False)

@@ -61,19 +61,26 @@ def test_train_pooled_with_another_device(tiny_collection, tmp_path, capsys):
     assert f"all {len(db.programs)} programs of {other}" in capsys.readouterr().out
 
 
-def test_the_shipped_h200_folder_is_scored_zero_shot_and_says_so():
-    """The measured H200 programs (CUDA) featurize on a CPU-only machine; the CPU-trained
-    checkpoint scores them from the GPU's descriptor and the title names that."""
+def test_the_shipped_checkpoint_knows_the_h200_and_a_cuda_target_picks_it():
+    """The measured H200 programs (CUDA) featurize on a CPU-only machine; the shipped
+    checkpoint trained on them, so a CUDA sm_90 target picks the H200's row, and it
+    scores them as a known device, far closer than the CPU-only model's zero-shot
+    RMSE(log) of 4.6."""
+    import gzip
     from pathlib import Path
 
-    from cdmpp.predictor import DEFAULT_CHECKPOINT
+    from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
     from cdmpp.train.evaluate import evaluate_checkpoint
 
+    h200 = "gpu-nvidia_h200-sm90"
+    p = LatencyPredictor.load()
+    assert h200 in p.devices
+    assert p.resolve_device(target={"kind": "cuda", "arch": "sm_90"}).device_id == h200
     folder = Path(__file__).parent.parent / "datasets" / "gpu"
     rows, title = evaluate_checkpoint(DEFAULT_CHECKPOINT, dataset=folder, holdout=None, progress=False)
-    assert "is not in this checkpoint: zero-shot from its descriptor" in title
-    import gzip
-
-    with gzip.open(folder / "gpu-nvidia_h200-sm90" / "database_tuning_record.json.gz", "rt") as f:
+    assert "is not in this checkpoint" not in title
+    with gzip.open(folder / h200 / "database_tuning_record.json.gz", "rt") as f:
         measured = sum(1 for _ in f)  # every record of the folder is a measured program
-    assert measured >= 286 and rows["cdmpp transformer"]["programs"] == measured
+    row = rows["cdmpp transformer"]
+    assert measured >= 797 and row["programs"] == measured
+    assert row["rmse_log"] < 1.0 and row["kendall_tau"] > 0.3

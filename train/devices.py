@@ -17,6 +17,7 @@ import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -85,21 +86,39 @@ def device_of_manifest(manifest: dict, folder: Path) -> DeviceDescriptor:
     return DeviceDescriptor.from_json(dev)
 
 
+def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
+    """Device folders of one dataset folder or of several (``datasets/corpus`` and
+    ``datasets/gpu``, say), in the order given, each dataset's sorted.
+
+    Raises:
+        DatasetError: a folder holds no device folder, or two hold the same device id.
+    """
+    roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
+    dirs = [d for r in roots for d in ds.device_dirs(r)]
+    seen: dict[str, Path] = {}
+    for d in dirs:
+        if d.name in seen:
+            raise ds.DatasetError(f"device folder {d.name} is in both {seen[d.name].parent} and {d.parent}; pool it once")
+        seen[d.name] = d
+    return dirs
+
+
 def load_corpus(
-    root: Path, cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True
+    root: Path | Sequence[Path], cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True
 ) -> DeviceCorpus:
     """Featurize (or read from the cache) every device folder under ``root``.
 
     Args:
-        root: a dataset folder holding device folders.
+        root: a dataset folder holding device folders, or several such folders
+            (:func:`corpus_dirs`).
         exclude: device ids to leave out (for example the device of a
             leave-one-device-out run).
 
     Raises:
-        DatasetError: no device folder, an excluded id that is not there, or a folder
-            without a recorded device.
+        DatasetError: no device folder, an excluded id that is not there, a device
+            folder in two of the roots, or a folder without a recorded device.
     """
-    dirs = ds.device_dirs(Path(root))
+    dirs = corpus_dirs(root)
     names = {d.name for d in dirs}
     missing = [e for e in exclude if e not in names]
     if missing:
@@ -282,7 +301,7 @@ def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, networ
 
 
 def train_device_model(
-    root: Path,
+    root: Path | Sequence[Path],
     holdout: str | None,
     out: Path,
     model_config: ModelConfig | None = None,
@@ -292,6 +311,7 @@ def train_device_model(
     use_wandb: bool = True,
     progress: bool = True,
     split: str = "network",
+    cmd_target: Path | None = None,
 ) -> dict[str, dict]:
     """Train one transformer (and the tree baseline) over every device folder of ``root``.
 
@@ -301,19 +321,32 @@ def train_device_model(
     (``model.safetensors``, ``config.json`` with a ``devices`` list in row order),
     ``tree_baseline.json`` and the model card to ``out``.
 
+    With ``train_config.cmd_weight > 0`` the CMD term (CDMPP, EuroSys 2024, section
+    4.3) matches the pooled program embeddings of the training batches to those of an
+    unlabelled target domain: the programs of ``cmd_target`` when given (a device
+    folder outside training, typically the device left out with ``exclude``; its
+    latencies are never read), else the held-out network's programs.
+
     Args:
+        root: a dataset folder of device folders, or several (:func:`corpus_dirs`).
         exclude: device ids left out of training (leave-one-device-out).
+        cmd_target: a device folder whose programs are the CMD term's target domain.
 
     Returns:
         Metric rows of the held-out network, per device id (empty without ``holdout``).
 
     Raises:
-        DatasetError, ValueError: bad data, an unknown network, or an empty split.
+        DatasetError, ValueError: bad data, an unknown network, or an empty split;
+            ``cmd_target`` without ``cmd_weight > 0``, ``cmd_weight > 0`` with no
+            target domain, or a ``cmd_target`` device that is in training.
     """
+    from .evaluate import load_featurized  # pylint: disable=import-outside-toplevel
     from .fit import fit_transformer  # pylint: disable=import-outside-toplevel
 
     train_config = train_config or TrainConfig()
-    corpus = load_corpus(Path(root), cache_dir, tuple(exclude), progress)
+    if cmd_target is not None and train_config.cmd_weight <= 0:
+        raise InputError("a CMD target device needs cmd_weight > 0")
+    corpus = load_corpus(root, cache_dir, tuple(exclude), progress)
     model_config = dataclasses.replace(model_config or ModelConfig(), num_devices=len(corpus.devices))
     if split not in ("network", "within-task", "cdmpp"):
         raise InputError(f"split must be 'network', 'within-task' or 'cdmpp', got {split!r}")
@@ -328,10 +361,31 @@ def train_device_model(
     else:
         split_ = split_corpus(corpus, holdout, seed=train_config.seed)
     split, protocol = split_, split
-    target = split.test if train_config.cmd_weight > 0 else None
+    fit_data, target, target_device = corpus.data, None, None
+    if cmd_target is not None:
+        tdb, tdata = load_featurized(Path(cmd_target), cache_dir, progress)
+        if any(d.device_id == tdb.device_id for d in corpus.devices):
+            raise InputError(
+                f"CMD target device {tdb.device_id} is in training; leave it out (exclude) to adapt toward it"
+            )
+        # its programs follow the corpus's (device row 0, no latency read); the split's indices stay valid
+        tdata = dataclasses.replace(
+            tdata,
+            workload_keys=[f"{tdb.device_id}:{k}" for k in tdata.workload_keys],
+            device=np.zeros(len(tdata), dtype=np.int64),
+        )
+        fit_data = FeaturizedPrograms.concat([corpus.data, tdata])
+        target, target_device = np.arange(len(corpus.data), len(fit_data)), tdb.device_id
+    elif train_config.cmd_weight > 0:
+        if len(split.test) == 0:
+            raise InputError(
+                "cmd_weight > 0 needs a held-out network or a CMD target device: their programs are the CMD term's "
+                "target domain"
+            )
+        target = split.test
     t0 = time.time()
     model = fit_transformer(
-        corpus.data,
+        fit_data,
         split,
         model_config,
         train_config,
@@ -353,7 +407,7 @@ def train_device_model(
     counts = np.bincount(corpus.data.device, minlength=len(corpus.devices) + 1)
     train_counts = np.bincount(corpus.data.device[split.train], minlength=len(corpus.devices) + 1)
     meta = {
-        "dataset": str(root),
+        "dataset": str(root) if isinstance(root, (str, Path)) else ", ".join(str(r) for r in root),
         "devices": [
             {
                 "row": r,
@@ -366,6 +420,7 @@ def train_device_model(
             for r, d in enumerate(corpus.devices, start=1)
         ],
         "excluded_devices": list(exclude),
+        "cmd_target_device": target_device,
         "holdout": holdout,
         "split": protocol if protocol == "network" else split.holdout,
         "split_filters": filters,
@@ -479,10 +534,10 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
 
 
 def checkpoint_corpus(
-    meta: dict, root: Path, cache_dir: Path | None, progress: bool = True
+    meta: dict, root: Path | Sequence[Path], cache_dir: Path | None, progress: bool = True
 ) -> tuple[DeviceCorpus, np.ndarray]:
-    """The device folders of ``root`` that a device-table checkpoint knows, and each
-    program's row in the checkpoint's table.
+    """The device folders of ``root`` (one dataset folder or several) that a
+    device-table checkpoint knows, and each program's row in the checkpoint's table.
 
     Args:
         meta: the checkpoint's metadata (with its ``devices`` list).
@@ -495,11 +550,11 @@ def checkpoint_corpus(
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
     row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
-    names = {d.name for d in ds.device_dirs(Path(root))}
+    names = {d.name for d in corpus_dirs(root)}
     unknown = tuple(sorted(n for n in names if n not in row_of))
     if len(unknown) == len(names):
         raise ds.DatasetError(f"{root} holds no device this checkpoint knows ({', '.join(row_of)})")
-    corpus = load_corpus(Path(root), cache_dir, unknown, progress)
+    corpus = load_corpus(root, cache_dir, unknown, progress)
     to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
     return corpus, to_model[corpus.data.device]
 

@@ -23,6 +23,7 @@ for every program).  The checkpoint stores the calibration under its metadata's
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,7 +187,7 @@ def coverage_row(low: np.ndarray, high: np.ndarray, true_s: np.ndarray, point_s:
 
 
 def calibrate_checkpoint(
-    checkpoint: Path, root: Path, cache_dir: Path | None, cfg: IntervalConfig | None = None,
+    checkpoint: Path, root: Path | Sequence[Path], cache_dir: Path | None, cfg: IntervalConfig | None = None,
     method: str = "mc-normalized", progress: bool = True, write: bool = True,
 ) -> tuple[dict, dict[str, dict[str, dict]]]:
     """Calibrate a device-table checkpoint's intervals on its validation workloads and
@@ -198,7 +199,7 @@ def calibrate_checkpoint(
 
     Args:
         checkpoint: a folder written by ``cdmpp train -d DATASET`` (a device table).
-        root: the dataset it was trained on.
+        root: the dataset it was trained on (a folder of device folders, or several).
         method: the method the checkpoint serves (one of ``METHODS``).
         write: store the calibration (and ``method``) in the checkpoint's ``config.json``.
 
@@ -225,7 +226,8 @@ def calibrate_checkpoint(
     point, passes = mc_log_latency(model, corpus.data, split.val, rows[split.val], cfg)
     calibration = calibrate(point, passes, corpus.data.latency[split.val], cfg)
     calibration["method"] = method
-    calibration["calibrated_on"] = f"validation workloads of {root} ({len(split.val)} programs)"
+    where = root if isinstance(root, (str, Path)) else ", ".join(str(r) for r in root)
+    calibration["calibrated_on"] = f"validation workloads of {where} ({len(split.val)} programs)"
     report: dict[str, dict[str, dict]] = {}
     for name, index in (("validation", split.val), ("test", split.test)):
         if len(index) == 0:
