@@ -264,7 +264,7 @@ def _cmd_train(args) -> int:
             print("error: --pool and --benchmark-table take one device folder as --dataset", file=sys.stderr)
             return 2
         rows = train_device_model(
-            datasets if len(datasets) > 1 else datasets[0],
+            datasets,
             holdout,
             Path(args.out),
             mcfg,
@@ -445,9 +445,8 @@ def _cmd_calibrate(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .train.uncertainty import IntervalConfig, calibrate_checkpoint, format_coverage
 
-    roots = [Path(d) for d in args.dataset]
     calibration, report = calibrate_checkpoint(
-        Path(args.checkpoint), roots[0] if len(roots) == 1 else roots, Path(args.cache), IntervalConfig(passes=args.passes),
+        Path(args.checkpoint), [Path(d) for d in args.dataset], Path(args.cache), IntervalConfig(passes=args.passes),
         args.method, progress=True, write=not args.dry_run,
     )
     print(format_coverage(report, calibration))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from dataclasses import asdict, dataclass
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +86,15 @@ def device_of_manifest(manifest: dict, folder: Path) -> DeviceDescriptor:
     return DeviceDescriptor.from_json(dev)
 
 
+def _roots(roots: Path | Sequence[Path]) -> list[Path]:
+    return [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
+
+
+def dataset_label(roots: Path | Sequence[Path]) -> str:
+    """One dataset folder, or several joined by ``", "``, as checkpoints record them."""
+    return ", ".join(str(r) for r in _roots(roots))
+
+
 def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
     """Device folders of one dataset folder or of several (``datasets/corpus`` and
     ``datasets/gpu``, say), in the order given, each dataset's sorted.
@@ -93,8 +102,7 @@ def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
     Raises:
         DatasetError: a folder holds no device folder, or two hold the same device id.
     """
-    roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
-    dirs = [d for r in roots for d in ds.device_dirs(r)]
+    dirs = [d for r in _roots(roots) for d in ds.device_dirs(r)]
     seen: dict[str, Path] = {}
     for d in dirs:
         if d.name in seen:
@@ -407,7 +415,7 @@ def train_device_model(
     counts = np.bincount(corpus.data.device, minlength=len(corpus.devices) + 1)
     train_counts = np.bincount(corpus.data.device[split.train], minlength=len(corpus.devices) + 1)
     meta = {
-        "dataset": str(root) if isinstance(root, (str, Path)) else ", ".join(str(r) for r in root),
+        "dataset": dataset_label(root),
         "devices": [
             {
                 "row": r,
@@ -553,7 +561,7 @@ def checkpoint_corpus(
     names = {d.name for d in corpus_dirs(root)}
     unknown = tuple(sorted(n for n in names if n not in row_of))
     if len(unknown) == len(names):
-        raise ds.DatasetError(f"{root} holds no device this checkpoint knows ({', '.join(row_of)})")
+        raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(row_of)})")
     corpus = load_corpus(root, cache_dir, unknown, progress)
     to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
     return corpus, to_model[corpus.data.device]

@@ -212,7 +212,7 @@ def calibrate_checkpoint(
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
     # pylint: disable=import-outside-toplevel
-    from .devices import CARD_FILE, checkpoint_corpus, model_card, split_corpus
+    from .devices import CARD_FILE, checkpoint_corpus, dataset_label, model_card, split_corpus
     from .model import CONFIG_FILE, load_checkpoint
 
     if method not in METHODS:
@@ -226,8 +226,7 @@ def calibrate_checkpoint(
     point, passes = mc_log_latency(model, corpus.data, split.val, rows[split.val], cfg)
     calibration = calibrate(point, passes, corpus.data.latency[split.val], cfg)
     calibration["method"] = method
-    where = root if isinstance(root, (str, Path)) else ", ".join(str(r) for r in root)
-    calibration["calibrated_on"] = f"validation workloads of {where} ({len(split.val)} programs)"
+    calibration["calibrated_on"] = f"validation workloads of {dataset_label(root)} ({len(split.val)} programs)"
     report: dict[str, dict[str, dict]] = {}
     for name, index in (("validation", split.val), ("test", split.test)):
         if len(index) == 0:
