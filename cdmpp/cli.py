@@ -401,11 +401,22 @@ def _cmd_measure_shots(args) -> int:
 def _cmd_adapt(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .predictor import DEFAULT_CHECKPOINT
-    from .train.adapt import AdaptConfig, adapt_local
+    from .train.adapt import AdaptConfig, adapt_local, adapt_measured
 
     cfg = AdaptConfig(shots=args.shots, selection=args.selection, init=args.init, method=args.method, seed=args.seed)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    if args.measured_dir:
+        res = adapt_measured(checkpoint, Path(args.measured_dir), Path(args.out), cfg, Path(args.cache))
+        verb = "added" if res.new_device else "refitted"
+        print(
+            f"{res.device_id}: {verb} as row {res.row} from all {res.shots} programs of {res.measured_dir}; "
+            f"RMSE(log) on them {res.rmse_log_before:.3f} -> {res.rmse_log_after:.3f} (in-sample); "
+            f"fit {res.seconds['fit']} s"
+        )
+        print(f"checkpoint written to {args.out}")
+        return 0
     res = adapt_local(
-        Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
+        checkpoint,
         Path(args.source),
         Path(args.out),
         Path(args.measured),
@@ -883,7 +894,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("adapt", help="teach a checkpoint this machine: time <= 64 KMeans-chosen programs, fit its device row")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint with a device table (default: the shipped one)")
-    s.add_argument("-s", "--source", required=True, help="a measured device folder whose programs are the candidates")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("-s", "--source", help="a measured device folder whose programs are the candidates")
+    src.add_argument("--measured-dir", metavar="DEVICE_DIR",
+                     help="a device folder measured on that device elsewhere (a GPU host, say): adapt on all its "
+                          "programs, time nothing here")
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--measured", default="datasets/adapt", help="dataset folder for this machine's timings")
     s.add_argument("--shots", type=int, default=64, help="programs to time here (at most)")

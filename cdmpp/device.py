@@ -282,11 +282,26 @@ def _avx512_off(target: dict) -> bool:
     return any(str(a).strip().startswith("-avx512") for a in mattr)
 
 
+def _arch_base(arch) -> str:
+    """A CUDA arch without its feature suffix: ``"sm_90a"`` (TVM's H100 tag) is ``"sm_90"``."""
+    return re.sub(r"^(sm_\d+)[af]$", r"\1", str(arch))
+
+
+def _tag_model(target) -> str | None:
+    """The GPU model a TVM target tag names (``"nvidia/nvidia-h100"`` -> ``"h100"``), else ``None``."""
+    if not isinstance(target, str) or "/" not in target or target.lstrip().startswith("{"):
+        return None
+    name = target.rsplit("/", 1)[-1].lower()
+    return name.removeprefix("nvidia-") or None
+
+
 def devices_for_target(target, known: list[DeviceDescriptor]) -> list[DeviceDescriptor]:
     """The known devices whose target matches ``target``.
 
     A CPU target matches a device with the same ``mcpu`` and the same AVX-512 switch
-    (``mattr=-avx512f`` or not); a CUDA target matches a device with the same ``arch``.
+    (``mattr=-avx512f`` or not); a CUDA target matches a device with the same ``arch``,
+    feature suffix ignored (``sm_90a`` matches ``sm_90``). Where a TVM tag names the
+    GPU (``"nvidia/nvidia-h100"``) and a device of that model matches, only those do.
     A target without ``mcpu`` (generic x86-64) or ``arch`` matches nothing.
 
     Args:
@@ -304,10 +319,15 @@ def devices_for_target(target, known: list[DeviceDescriptor]) -> list[DeviceDesc
         if str(d.get("kind", "")) != kind:
             continue
         if kind == "cuda":
-            if t.get("arch") and str(t.get("arch")) == str(d.get("arch")):
+            if t.get("arch") and _arch_base(t.get("arch")) == _arch_base(d.get("arch")):
                 out.append(dev)
         elif t.get("mcpu") and str(t.get("mcpu")) == str(d.get("mcpu")) and _avx512_off(t) == _avx512_off(d):
             out.append(dev)
+    model = _tag_model(target)
+    if model:
+        slug = _slug(model)
+        named = [dev for dev in out if slug in _slug(f"{dev.device_id} {dev.model}")]
+        out = named or out
     return out
 
 

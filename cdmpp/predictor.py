@@ -6,7 +6,10 @@ prediction is for one of them, chosen by :meth:`LatencyPredictor.resolve_device`
 1. ``device=`` names a device id the checkpoint knows (an unknown id raises
    :class:`~cdmpp.errors.UnknownDeviceError`);
 2. otherwise a ``target=`` whose ``mcpu`` (and AVX-512 switch) or CUDA ``arch``
-   matches a known device's target picks that device;
+   matches a known device's target picks that device. Where a CUDA arch matches
+   several GPUs (the H100 and H200 are both sm_90), a TVM tag naming the model
+   (``"nvidia/nvidia-h100"``) picks it, else this host's GPU if it is among them, else
+   the first, and a warning names the others;
 3. otherwise this machine's descriptor (:func:`cdmpp.device.local_cpu`) picks the
    known device with the same id, or the nearest one
    (:func:`cdmpp.device.nearest_device`), and a warning names it.
@@ -60,6 +63,7 @@ class LatencyPredictor:
         self.metadata = metadata
         self._known = known_devices(metadata)
         self._warned: set[str] = set()
+        self._local_gpu: str | None = None  # this host's GPU id ("" for none), read once
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "LatencyPredictor":
@@ -130,8 +134,10 @@ class LatencyPredictor:
         kind = "cpu"
         if target is not None:
             matches = devices_for_target(target, known)
-            if matches:
+            if len(matches) == 1:
                 return matches[0]
+            if matches:
+                return self._one_of(matches)
             from .device import _target_dict  # pylint: disable=import-outside-toplevel
 
             kind = "gpu" if str(_target_dict(target).get("kind")) == "cuda" else "cpu"
@@ -159,6 +165,32 @@ class LatencyPredictor:
                 f"known: {', '.join(self.devices)}). Pass device= to choose.",
                 DeviceChoiceWarning,
                 stacklevel=3,
+            )
+        return chosen
+
+    def _one_of(self, matches: list):
+        """One of several known devices a target matches (two GPUs of one CUDA arch):
+        this host's GPU where it is among them, else the first, with a warning naming
+        the others."""
+        from .device import DeviceUnavailableError, local_gpu  # pylint: disable=import-outside-toplevel
+
+        if self._local_gpu is None:
+            try:
+                self._local_gpu = local_gpu().device_id
+            except (DeviceUnavailableError, ImportError, RuntimeError):
+                self._local_gpu = ""
+        here = [d for d in matches if d.device_id == self._local_gpu]
+        if here:
+            return here[0]
+        chosen = matches[0]
+        key = f"{chosen.device_id}|several"
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(
+                f"the target matches {len(matches)} known devices ({', '.join(d.device_id for d in matches)}): "
+                f"predicting for {chosen.device_id}. Pass device= to choose.",
+                DeviceChoiceWarning,
+                stacklevel=4,
             )
         return chosen
 

@@ -62,6 +62,31 @@ def test_descriptor_target_match_and_nearest_device():
     assert nearest_device(dev("x", "AMD EPYC", "znver3", "avx2", []), known) is zen3  # same LLVM CPU
 
 
+def test_two_gpus_of_one_cuda_arch_a_tag_picks_the_model_else_a_warning_names_both():
+    """The H100 and H200 are both sm_90: TVM's H100 tag (arch sm_90a) names the model,
+    a bare arch matches both and the predictor warns which it chose."""
+    from cdmpp.device import DeviceDescriptor, devices_for_target
+    from cdmpp.predictor import DeviceChoiceWarning, LatencyPredictor
+
+    def gpu(i, model):
+        return DeviceDescriptor(i, "gpu", model, 16, "sm_90", (), {"kind": "cuda", "arch": "sm_90"})
+
+    h200 = gpu("gpu-nvidia_h200-sm90", "NVIDIA H200")
+    h100 = gpu("gpu-nvidia_h100_80gb_hbm3-sm90", "NVIDIA H100 80GB HBM3")
+    known = [h200, h100]
+    assert devices_for_target("nvidia/nvidia-h100", known) == [h100]  # the tag's arch is sm_90a
+    assert devices_for_target({"kind": "cuda", "arch": "sm_90"}, known) == [h200, h100]
+    assert devices_for_target({"kind": "cuda", "arch": "sm_80"}, known) == []
+    meta = {"devices": [{"row": i + 1, "descriptor": d.to_json()} for i, d in enumerate(known)]}
+    p = LatencyPredictor(model=None, metadata=meta)
+    assert p.devices == [h200.device_id, h100.device_id]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert p.resolve_device(target="nvidia/nvidia-h100").device_id == h100.device_id
+    with pytest.warns(DeviceChoiceWarning, match="matches 2 known devices.*predicting for gpu-nvidia_h200"):
+        assert p.resolve_device(target={"kind": "cuda", "arch": "sm_90"}).device_id == h200.device_id
+
+
 def test_strict_split_keeps_every_task_on_one_side(two_device_dataset):
     from cdmpp.train.devices import load_corpus, split_corpus
 
@@ -178,6 +203,39 @@ def test_adapt_times_real_shots_and_writes_a_checkpoint_that_knows_this_machine(
     assert np.all(np.isfinite(lat)) and np.all(lat > 0)
     entry = next(d for d in json.loads((out / "config.json").read_text())["metadata"]["devices"] if d["device_id"] == here)
     assert entry["adapted"]["shots"] == len(measured.programs)
+
+
+def test_adapt_on_a_folder_measured_on_another_host_adds_that_device(device_checkpoint, tmp_path, capsys):
+    """`cdmpp adapt --measured-dir`: a GPU's folder, measured on the GPU host, becomes a
+    device of the checkpoint here (nothing is timed); its TVM tag then picks it."""
+    from conftest import ROOT, subset_device_folder
+
+    from cdmpp import dataset as ds
+    from cdmpp.cli import main
+    from cdmpp.predictor import LatencyPredictor
+
+    h100 = "gpu-nvidia_h100_80gb_hbm3-sm90"
+    folder = subset_device_folder(ROOT / "datasets/gpu" / h100, tmp_path / "gpu" / h100, 1, 4)
+    n = len(ds.load_device_dir(folder).programs)
+    out = tmp_path / "adapted"
+    argv = ["adapt", "-c", str(device_checkpoint[0]), "--measured-dir", str(folder), "-o", str(out),
+            "--cache", str(tmp_path / "cache")]
+    assert main(argv) == 0
+    assert f"{h100}: added as row 3 from all {n} programs" in capsys.readouterr().out
+    p = LatencyPredictor.load(out)
+    assert p.devices == [AVX2, AVX512, h100]
+    assert p.resolve_device(target="nvidia/nvidia-h100").device_id == h100
+    recs = [q.record for q in ds.load_device_dir(folder).programs]
+    lat = p.predict(recs, device=h100)
+    assert lat.shape == (n,) and np.all(np.isfinite(lat)) and np.all(lat > 0)
+    entry = json.loads((out / "config.json").read_text())["metadata"]["devices"][-1]
+    assert entry["adapted"]["shots"] == n and entry["adapted"]["source"] == str(folder)
+    # a folder without a device manifest is a clear error, and nothing is written
+    bare = subset_device_folder(ROOT / "datasets/gpu" / h100, tmp_path / "bare" / h100, 1, 4)
+    (bare / ds.MANIFEST_FILE).unlink()
+    assert main(["adapt", "-c", str(device_checkpoint[0]), "--measured-dir", str(bare), "-o", str(tmp_path / "x"),
+                 "--cache", str(tmp_path / "cache")]) == 2
+    assert "names no device" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_mean_kendall_tau_counts_constant_predictions_as_zero():

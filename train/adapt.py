@@ -171,10 +171,12 @@ def new_device_row(model: LatencyTransformer, meta: dict, device, init: str) -> 
     ``init="nearest"``: the row is a copy of the nearest known device's (its learned
     embedding, descriptor input and offset), so the new device starts out predicted
     exactly as that device.  ``"descriptor"``: the unknown-device row with the new
-    device's own descriptor."""
+    device's own descriptor; also where no known device is of the new one's kind
+    (a first GPU)."""
     from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device  # pylint: disable=import-outside-toplevel
 
     known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
+    known = [(r, d) for r, d in known if d.kind == device.kind]  # a GPU never starts from a CPU's row
     if init == "nearest" and known:
         near = nearest_device(device, [d for _, d in known])
         start = next(r for r, d in known if d.device_id == near.device_id)
@@ -242,6 +244,7 @@ def adapt_table(
 
     rows = {"zero-shot, descriptor": score(by_desc)}
     known = [DeviceDescriptor.from_json(d["descriptor"]) for d in meta.get("devices", [])]
+    known = [d for d in known if d.kind == device.kind]
     if known:
         rows[f"zero-shot, nearest device {nearest_device(device, known).device_id}"] = score(by_near)
     for (sel, k), shots in chosen.items():
@@ -307,15 +310,13 @@ def adapt_local(
         MachineBusyError: the machine stayed busy past the guard's limit.
     """
     # pylint: disable=import-outside-toplevel
-    import shutil
-
     from cdmpp import dataset as ds
     from cdmpp.collect import measure_programs
     from cdmpp.device import local_cpu
     from cdmpp.featurize import featurize_many
-    from cdmpp.featurize.batch import featurize_database, from_trees
+    from cdmpp.featurize.batch import from_trees
 
-    from .model import load_checkpoint, save_checkpoint
+    from .model import load_checkpoint
 
     config = config or AdaptConfig()
     model, meta = load_checkpoint(Path(checkpoint))
@@ -338,17 +339,73 @@ def adapt_local(
     note = f"{chosen.size} programs chosen by {config.selection} (seed {config.seed}) over the embeddings of {checkpoint}"
     summary_ = measure_programs(Path(source), chosen, Path(measured), disable_avx512=disable_avx512, note=note, progress=progress)
     seconds["measure"] = round(time.time() - t0, 1)
-    t0 = time.time()
     local = local_cpu(disable_avx512=disable_avx512)
     db = ds.load_device_dir(summary_.device_dir)
     if not db.programs:
         raise ds.DatasetError(f"no program could be measured on this machine (see {summary_.device_dir})")
+    how = f"`cdmpp adapt` timed {len(db.programs)} programs of `{source}` on this machine (chosen by {config.selection})"
+    return _fit_and_save(model, meta, Path(checkpoint), local, db, Path(summary_.device_dir), Path(out), config,
+                         cache_dir, seconds, {"source": str(source)}, how)
+
+
+def adapt_measured(
+    checkpoint: Path,
+    device_dir: Path,
+    out: Path,
+    config: AdaptConfig | None = None,
+    cache_dir: Path | None = None,
+) -> AdaptResult:
+    """``cdmpp adapt --measured-dir``: teach a checkpoint a device measured on another host.
+
+    Every measured program of ``device_dir`` (a device folder written by ``cdmpp
+    collect`` or ``measure-shots`` on that device, for example a GPU host) is a shot;
+    nothing is timed here. The device's row is added (or refitted) as in
+    :func:`adapt_local`, step 3, and the checkpoint is written to ``out``.
+
+    Raises:
+        CheckpointError: a bad checkpoint.
+        DatasetError: ``device_dir`` is not a device folder with measured programs.
+        InputError: a checkpoint without a device table, or a folder whose manifest
+            names no device.
+    """
+    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
+    from cdmpp.device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
+
+    from .model import load_checkpoint  # pylint: disable=import-outside-toplevel
+
+    config = config or AdaptConfig()
+    model, meta = load_checkpoint(Path(checkpoint))
+    if model.config.num_devices <= 0 or not meta.get("devices"):
+        raise InputError(f"{checkpoint} has no device table: adapt needs a checkpoint trained over several devices")
+    db = ds.load_device_dir(Path(device_dir))
+    if not db.programs:
+        raise ds.DatasetError(f"{device_dir}: no measured program to adapt on")
+    dev = db.manifest.get("device")
+    if not dev or not dev.get("device_id"):
+        raise InputError(f"{device_dir}/manifest.json names no device: not a device folder written by cdmpp")
+    device = DeviceDescriptor.from_json(dev)
+    how = f"`cdmpp adapt --measured-dir` fitted on all {len(db.programs)} programs measured on the device (`{device_dir}`)"
+    return _fit_and_save(model, meta, Path(checkpoint), device, db, Path(device_dir), Path(out), config, cache_dir,
+                         {}, {"source": str(device_dir)}, how)
+
+
+def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: Path, config: AdaptConfig, cache_dir,
+                  seconds: dict, extra: dict, how: str) -> AdaptResult:
+    """Fit ``device``'s row (new, or the known one) to every program of ``db`` and write the checkpoint."""
+    # pylint: disable=import-outside-toplevel
+    import shutil
+
+    from cdmpp.featurize.batch import featurize_database
+
+    from .model import save_checkpoint
+
+    t0 = time.time()
     data = featurize_database(db, cache_dir, progress=False)
     known = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
-    if local.device_id in known:
-        base, row, new = copy.deepcopy(model), known[local.device_id], False
+    if device.device_id in known:
+        base, row, new = copy.deepcopy(model), known[device.device_id], False
     else:
-        (base, row), new = new_device_row(model, meta, local, config.init), True
+        (base, row), new = new_device_row(model, meta, device, config.init), True
     shots = np.arange(len(data))
     true = np.log(data.latency)
     before = float(np.sqrt(np.mean((np.log(predict_latency_array(base, data, shots, device=row)) - true) ** 2)))
@@ -357,15 +414,15 @@ def adapt_local(
     seconds["fit"] = round(time.time() - t0, 1)
     entry = {
         "row": row,
-        "device_id": local.device_id,
-        "descriptor": local.to_json(),
-        "folder": str(summary_.device_dir),
+        "device_id": device.device_id,
+        "descriptor": device.to_json(),
+        "folder": str(folder),
         "programs": int(len(data)),
         "train_programs": 0,
         "adapted": {
             **asdict(config),
             "from_checkpoint": str(checkpoint),
-            "source": str(source),
+            **extra,
             "shots": int(len(data)),
             "rmse_log_before": round(before, 4),
             "rmse_log_after": round(after, 4),
@@ -373,17 +430,15 @@ def adapt_local(
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }
-    devices = [d for d in meta["devices"] if d["device_id"] != local.device_id] + [entry]
-    out = Path(out)
+    devices = [d for d in meta["devices"] if d["device_id"] != device.device_id] + [entry]
     save_checkpoint(tuned, out, {**meta, "devices": sorted(devices, key=lambda d: d["row"])})
     for name in ("tree_baseline.json", "README.md"):
-        if (Path(checkpoint) / name).exists() and Path(checkpoint).resolve() != out.resolve():
-            shutil.copyfile(Path(checkpoint) / name, out / name)
+        if (checkpoint / name).exists() and checkpoint.resolve() != out.resolve():
+            shutil.copyfile(checkpoint / name, out / name)
     with open(out / "README.md", "a", encoding="utf-8") as f:
         f.write(
-            f"\n## Adapted: `{local.device_id}` (row {row})\n\n"
-            f"`cdmpp adapt` timed {len(data)} programs of `{source}` on this machine (chosen by {config.selection}) "
-            f"and fitted the device's row: RMSE(log) on those shots {before:.3f} -> {after:.3f} (in-sample). "
-            f"Wall time: {json.dumps(seconds)} s.\n"
+            f"\n## Adapted: `{device.device_id}` (row {row})\n\n"
+            f"{how}, and fitted the device's row ({config.method}, started from {config.init}): RMSE(log) on those "
+            f"programs {before:.3f} -> {after:.3f} (in-sample). Wall time: {json.dumps(seconds)} s.\n"
         )
-    return AdaptResult(local.device_id, row, new, int(len(data)), summary_.device_dir, before, after, seconds)
+    return AdaptResult(device.device_id, row, new, int(len(data)), folder, before, after, seconds)
