@@ -24,6 +24,7 @@ time of each stage is recorded in the manifest (:class:`StageClock`).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import json
 import os
@@ -1280,6 +1281,8 @@ def collect(
 
     Raises:
         KeyError: an unknown network name.
+        InputError: ``cfg.evolutionary_fraction`` above 0 without the xgboost package
+            (nothing is written).
         DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU, or no CUDA compiler (nvcc or
             NVRTC), on this host (nothing is written).
         MachineBusyError: the quiet-machine guard waited longer than ``cfg.quiet.max_wait_s``
@@ -1293,6 +1296,13 @@ def collect(
 
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name
+    if cfg.evolutionary_fraction > 0 and importlib.util.find_spec("xgboost") is None:
+        # else every task fails at its first evolutionary batch (a GPU host without xgboost did)
+        raise InputError(
+            f"evolutionary_fraction {cfg.evolutionary_fraction} needs the xgboost package (MetaSchedule's XGBModel "
+            "guides the evolutionary phase), which this Python lacks: install it, or collect random samples only "
+            "(--evolutionary-fraction 0)"
+        )
     start = time.time()
     compile_mode = None
     if cfg.gpu:

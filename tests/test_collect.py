@@ -335,6 +335,24 @@ def _gather_module(rows: int = 4096):
     return IRModule({"main": gather.with_attr("global_symbol", "main")})
 
 
+def test_evolutionary_sampling_without_xgboost_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """A host without xgboost (the GPU hosts) gets one clear error naming the way out,
+    not a failed evolutionary phase in every task."""
+    import importlib.util
+
+    import pytest
+
+    from cdmpp.collect import CollectConfig, collect
+    from cdmpp.errors import InputError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xgboost" else real(name, *a))
+    cfg = CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path / "d", evolutionary_fraction=0.5)
+    with pytest.raises(InputError, match="needs the xgboost package.*--evolutionary-fraction 0"):
+        collect(cfg, progress=False)
+    assert not (tmp_path / "d").exists()
+
+
 def test_random_only_collection_never_starts_the_evolutionary_phase(tmp_path, monkeypatch):
     """With evolutionary_fraction 0, a task whose random phase falls short stays short:
     no XGBoost-guided search (which an H200 collection without xgboost failed on)."""

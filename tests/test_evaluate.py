@@ -61,25 +61,30 @@ def test_train_pooled_with_another_device(tiny_collection, tmp_path, capsys):
     assert f"all {len(db.programs)} programs of {other}" in capsys.readouterr().out
 
 
-def test_the_shipped_checkpoint_knows_the_h200_and_a_cuda_target_picks_it():
+def test_the_shipped_checkpoint_knows_both_gpus_and_a_cuda_target_picks_one():
     """The measured H200 programs (CUDA) featurize on a CPU-only machine; the shipped
-    checkpoint trained on them, so a CUDA sm_90 target picks the H200's row, and it
-    scores them as a known device, far closer than the CPU-only model's zero-shot
-    RMSE(log) of 4.6."""
+    checkpoint trained on them and was adapted to the H100's. TVM's H100 tag picks the
+    H100's row; a bare sm_90 target matches both, picks the H200 and says so. It scores
+    the H200's programs as a known device, far closer than the CPU-only model's
+    zero-shot RMSE(log) of 4.6."""
     import gzip
     from pathlib import Path
 
-    from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
+    import pytest
+
+    from cdmpp.predictor import DEFAULT_CHECKPOINT, DeviceChoiceWarning, LatencyPredictor
     from cdmpp.train.evaluate import evaluate_checkpoint
 
-    h200 = "gpu-nvidia_h200-sm90"
+    h200, h100 = "gpu-nvidia_h200-sm90", "gpu-nvidia_h100_80gb_hbm3-sm90"
     p = LatencyPredictor.load()
-    assert h200 in p.devices
-    assert p.resolve_device(target={"kind": "cuda", "arch": "sm_90"}).device_id == h200
-    folder = Path(__file__).parent.parent / "datasets" / "gpu"
+    assert h200 in p.devices and h100 in p.devices
+    assert p.resolve_device(target="nvidia/nvidia-h100").device_id == h100
+    with pytest.warns(DeviceChoiceWarning, match=f"matches 2 known devices.*predicting for {h200}"):
+        assert p.resolve_device(target={"kind": "cuda", "arch": "sm_90"}).device_id == h200
+    folder = Path(__file__).parent.parent / "datasets" / "gpu" / h200
     rows, title = evaluate_checkpoint(DEFAULT_CHECKPOINT, dataset=folder, holdout=None, progress=False)
     assert "is not in this checkpoint" not in title
-    with gzip.open(folder / h200 / "database_tuning_record.json.gz", "rt") as f:
+    with gzip.open(folder / "database_tuning_record.json.gz", "rt") as f:
         measured = sum(1 for _ in f)  # every record of the folder is a measured program
     row = rows["cdmpp transformer"]
     assert measured >= 797 and row["programs"] == measured

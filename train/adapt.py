@@ -384,7 +384,7 @@ def adapt_measured(
     if not dev or not dev.get("device_id"):
         raise InputError(f"{device_dir}/manifest.json names no device: not a device folder written by cdmpp")
     device = DeviceDescriptor.from_json(dev)
-    how = f"`cdmpp adapt --measured-dir` fitted on all {len(db.programs)} programs measured on the device (`{device_dir}`)"
+    how = f"`cdmpp adapt --measured-dir` read all {len(db.programs)} programs measured on the device (`{device_dir}`)"
     return _fit_and_save(model, meta, Path(checkpoint), device, db, Path(device_dir), Path(out), config, cache_dir,
                          {}, {"source": str(device_dir)}, how)
 
