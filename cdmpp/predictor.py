@@ -157,41 +157,41 @@ class LatencyPredictor:
             )
         else:
             why = "this machine is"
-        key = f"{chosen.device_id}|{why}"
+        self._warn_once(
+            f"{chosen.device_id}|{why}",
+            f"no device or matching target given: predicting for {chosen.device_id} ({why} {chosen.device_id}; "
+            f"known: {', '.join(self.devices)}). Pass device= to choose.",
+            stacklevel=4,
+        )
+        return chosen
+
+    def _warn_once(self, key: str, message: str, stacklevel: int) -> None:
+        """A :class:`DeviceChoiceWarning`, once per predictor and ``key``."""
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(
-                f"no device or matching target given: predicting for {chosen.device_id} ({why} {chosen.device_id}; "
-                f"known: {', '.join(self.devices)}). Pass device= to choose.",
-                DeviceChoiceWarning,
-                stacklevel=3,
-            )
-        return chosen
+            warnings.warn(message, DeviceChoiceWarning, stacklevel=stacklevel)
 
     def _one_of(self, matches: list):
         """One of several known devices a target matches (two GPUs of one CUDA arch):
         this host's GPU where it is among them, else the first, with a warning naming
         the others."""
-        from .device import DeviceUnavailableError, local_gpu  # pylint: disable=import-outside-toplevel
+        from .device import local_gpu  # pylint: disable=import-outside-toplevel
 
         if self._local_gpu is None:
             try:
                 self._local_gpu = local_gpu().device_id
-            except (DeviceUnavailableError, ImportError, RuntimeError):
+            except (ImportError, RuntimeError):  # DeviceUnavailableError is a RuntimeError
                 self._local_gpu = ""
         here = [d for d in matches if d.device_id == self._local_gpu]
         if here:
             return here[0]
         chosen = matches[0]
-        key = f"{chosen.device_id}|several"
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(
-                f"the target matches {len(matches)} known devices ({', '.join(d.device_id for d in matches)}): "
-                f"predicting for {chosen.device_id}. Pass device= to choose.",
-                DeviceChoiceWarning,
-                stacklevel=4,
-            )
+        self._warn_once(
+            f"{chosen.device_id}|several",
+            f"the target matches {len(matches)} known devices ({', '.join(d.device_id for d in matches)}): "
+            f"predicting for {chosen.device_id}. Pass device= to choose.",
+            stacklevel=5,
+        )
         return chosen
 
     def predict(self, mods, target=None, device: str | None = None) -> np.ndarray:

@@ -316,12 +316,8 @@ def adapt_local(
     from cdmpp.featurize import featurize_many
     from cdmpp.featurize.batch import from_trees
 
-    from .model import load_checkpoint
-
     config = config or AdaptConfig()
-    model, meta = load_checkpoint(Path(checkpoint))
-    if model.config.num_devices <= 0 or not meta.get("devices"):
-        raise InputError(f"{checkpoint} has no device table: adapt needs a checkpoint trained over several devices")
+    model, meta = _device_table_checkpoint(Path(checkpoint))
     seconds = {}
     t0 = time.time()
     src = ds.load_device_dir(Path(source))
@@ -345,7 +341,7 @@ def adapt_local(
         raise ds.DatasetError(f"no program could be measured on this machine (see {summary_.device_dir})")
     how = f"`cdmpp adapt` timed {len(db.programs)} programs of `{source}` on this machine (chosen by {config.selection})"
     return _fit_and_save(model, meta, Path(checkpoint), local, db, Path(summary_.device_dir), Path(out), config,
-                         cache_dir, seconds, {"source": str(source)}, how)
+                         cache_dir, seconds, Path(source), how)
 
 
 def adapt_measured(
@@ -371,12 +367,8 @@ def adapt_measured(
     from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
     from cdmpp.device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
 
-    from .model import load_checkpoint  # pylint: disable=import-outside-toplevel
-
     config = config or AdaptConfig()
-    model, meta = load_checkpoint(Path(checkpoint))
-    if model.config.num_devices <= 0 or not meta.get("devices"):
-        raise InputError(f"{checkpoint} has no device table: adapt needs a checkpoint trained over several devices")
+    model, meta = _device_table_checkpoint(Path(checkpoint))
     db = ds.load_device_dir(Path(device_dir))
     if not db.programs:
         raise ds.DatasetError(f"{device_dir}: no measured program to adapt on")
@@ -386,11 +378,21 @@ def adapt_measured(
     device = DeviceDescriptor.from_json(dev)
     how = f"`cdmpp adapt --measured-dir` read all {len(db.programs)} programs measured on the device (`{device_dir}`)"
     return _fit_and_save(model, meta, Path(checkpoint), device, db, Path(device_dir), Path(out), config, cache_dir,
-                         {}, {"source": str(device_dir)}, how)
+                         {}, Path(device_dir), how)
+
+
+def _device_table_checkpoint(checkpoint: Path):
+    """``(model, meta)`` of a checkpoint with a device table; InputError for one without."""
+    from .model import load_checkpoint  # pylint: disable=import-outside-toplevel
+
+    model, meta = load_checkpoint(checkpoint)
+    if model.config.num_devices <= 0 or not meta.get("devices"):
+        raise InputError(f"{checkpoint} has no device table: adapt needs a checkpoint trained over several devices")
+    return model, meta
 
 
 def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: Path, config: AdaptConfig, cache_dir,
-                  seconds: dict, extra: dict, how: str) -> AdaptResult:
+                  seconds: dict, source: Path, how: str) -> AdaptResult:
     """Fit ``device``'s row (new, or the known one) to every program of ``db`` and write the checkpoint."""
     # pylint: disable=import-outside-toplevel
     import shutil
@@ -422,7 +424,7 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
         "adapted": {
             **asdict(config),
             "from_checkpoint": str(checkpoint),
-            **extra,
+            "source": str(source),
             "shots": int(len(data)),
             "rmse_log_before": round(before, 4),
             "rmse_log_after": round(after, 4),
