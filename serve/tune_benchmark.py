@@ -39,6 +39,7 @@ def _start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
     """Clear an unfinished run's records, wait for a quiet machine, say what is tuned."""
     for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
         (work_dir / f).unlink(missing_ok=True)
+        (work_dir / f"{f}.gz").unlink(missing_ok=True)
     work_dir.mkdir(parents=True, exist_ok=True)
     guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
     if progress:
@@ -59,6 +60,7 @@ def _tuned(guard, work_dir: Path, tune) -> dict:
     retimed, t0, start = guard.retimed, time.perf_counter(), guard.snapshot()
     with _build_tmpdir(work_dir / "tmp"):
         tune()
+    ds.pack(work_dir)  # gzipped copies of the finished run's records, small enough to keep in git
     return {"tune_s": round(time.perf_counter() - t0, 1), "other_cores": round(guard.other_cores(start), 3),
             "retimed_batches": guard.retimed - retimed}
 
@@ -195,10 +197,10 @@ def best_so_far(run_secs: list[list[float] | None]) -> np.ndarray:
 
 def _records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
     """``(workload index, run_secs or None when failed)`` of each measured trial of a work dir,
-    in measurement order.  MetaSchedule's ``AddToDatabase`` stores a failed build or run as
-    ``run_secs = [1e10]``."""
-    path = work_dir / ds.RECORD_FILE
-    if not path.exists():
+    in measurement order, from ``database_tuning_record.json`` or its gzipped copy.
+    MetaSchedule's ``AddToDatabase`` stores a failed build or run as ``run_secs = [1e10]``."""
+    path = ds.resolve(work_dir / ds.RECORD_FILE)
+    if path is None:
         return []
     out = []
     for _, obj in ds.iter_json_lines(path):
@@ -287,8 +289,8 @@ def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
     """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
     as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
     out: dict[str, dict[str, list[np.ndarray]]] = {}
-    for rec in sorted(Path(out_dir).rglob(ds.RECORD_FILE)):
-        run = rec.parent
+    runs = {rec.parent for pattern in (ds.RECORD_FILE, f"{ds.RECORD_FILE}.gz") for rec in Path(out_dir).rglob(pattern)}
+    for run in sorted(runs):
         seed_dir = run.name.startswith("seed")
         model_dir = run.parent if seed_dir else run
         task_dir = model_dir.parent
@@ -411,8 +413,8 @@ def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
         weights: task weight by the workload's structural hash (as the work dir's workload
             file writes it, a decimal string); workloads not in it count with weight 0.
     """
-    wl_path = Path(work_dir) / ds.WORKLOAD_FILE
-    if not wl_path.exists():
+    wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
+    if wl_path is None:
         return np.zeros(0, dtype=np.float64)
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
     best = {h: np.inf for h in weights}
@@ -475,6 +477,8 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
             run = _tuned(guard, work_dir, partial(
                 ms.relax_integration.tune_relax, mod, None, target, str(work_dir), max_trials_global=cfg.trials,
                 num_trials_per_iter=cfg.trials_per_iter, seed=cfg.seed, **tools))
+        for f in (ds.WORKLOAD_FILE, ds.RECORD_FILE):  # a run kept only gzipped (in git, say)
+            ds.unpack(work_dir / f)
         database = ms.database.JSONDatabase(
             path_workload=str(work_dir / ds.WORKLOAD_FILE), path_tuning_record=str(work_dir / ds.RECORD_FILE)
         )

@@ -26,6 +26,12 @@ def test_trials_read_tuning_records_in_order_with_failures(tmp_path):
     (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert _trials(tmp_path) == [[2e-6, 4e-6], None, [1e-6]]
     assert _trials(tmp_path / "missing") == []
+    # a finished run kept only gzipped (as in git) reads the same
+    from cdmpp import dataset as ds
+
+    ds.pack(tmp_path)
+    (tmp_path / "database_tuning_record.json").unlink()
+    assert _trials(tmp_path) == [[2e-6, 4e-6], None, [1e-6]]
 
 
 def test_config_and_task_choice_errors(tiny_featurized):
@@ -73,7 +79,10 @@ def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsy
     best = float(rows[1].split(",")[-2])
     assert 0 < best < 1.0  # a real measured latency in seconds
     assert "cdmpp" in out
-    # finished runs are read back, not tuned again
+    # finished runs are read back, not tuned again, also from their gzipped copies alone
+    for plain in tmp_path.rglob("database_*.json"):
+        assert plain.with_name(plain.name + ".gz").exists()
+        plain.unlink()
     assert main(args) == 0
     assert "tuning " not in capsys.readouterr().out
     assert (tmp_path / "tune_benchmark.md").read_text().startswith("| task |")
