@@ -478,9 +478,13 @@ def _cmd_adapt_table(args) -> int:
     db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
     device = device_of_manifest(db.manifest, Path(args.dataset))
     if any(d["device_id"] == device.device_id for d in meta.get("devices", [])):
-        raise ds.DatasetError(
-            f"{args.checkpoint} was trained on {device.device_id}; train one with --exclude-device {device.device_id}"
-        )
+        if device.device_id not in meta.get("excluded_devices", []):
+            raise ds.DatasetError(
+                f"{args.checkpoint} was trained on {device.device_id}; train one with --exclude-device {device.device_id}"
+            )
+        # Left out of training, its row added afterwards (`cdmpp adapt --measured-dir`): score as before that row.
+        meta = {**meta, "devices": [d for d in meta["devices"] if d["device_id"] != device.device_id]}
+        print(f"{device.device_id} was left out of training; its row added afterwards is ignored here")
     rows = adapt_table(
         model, meta, data, device, task_weights(db.manifest, data.workload_keys, None),
         tuple(args.shots), tuple(args.selection), args.seed,

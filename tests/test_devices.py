@@ -294,6 +294,18 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
                 "2 random shots, descriptor + offset", "4 random shots, nearest + offset"):
         assert row in out
     assert png.read_bytes()[:4] == b"\x89PNG"
+    # once the left-out device's row is added afterwards (adapt --measured-dir), the table ignores that row
+    known = tmp_path / "lodo-known"
+    assert main(["adapt", "-c", str(ckpt), "--measured-dir", str(two_device_dataset / AVX2), "-o", str(known),
+                 "--method", "row", "--cache", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    assert main(table[:2] + [str(known)] + table[3:-2]) == 0
+    again = capsys.readouterr().out
+    assert "left out of training; its row added afterwards is ignored here" in again
+    def table_rows(text):
+        return [line for line in text.splitlines() if "shot" in line and "unseen by" not in line and "plot" not in line]
+
+    assert table_rows(again) == table_rows(out) and len(table_rows(out)) == 2 + 2 * 2 * 3
     # scoring the left-out device says in the title that it is scored zero-shot
     from cdmpp.train.evaluate import evaluate_checkpoint
 
