@@ -306,6 +306,11 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
         return [line for line in text.splitlines() if "shot" in line and "unseen by" not in line and "plot" not in line]
 
     assert table_rows(again) == table_rows(out) and len(table_rows(out)) == 2 + 2 * 2 * 3
+    # refitting a known device's row replaces its section of the model card, not adds one
+    assert main(["adapt", "-c", str(known), "--measured-dir", str(two_device_dataset / AVX2), "-o", str(known),
+                 "--method", "row", "--cache", str(tmp_path / "c")]) == 0
+    card = (known / "README.md").read_text()
+    assert card.count(f"## Adapted: `{AVX2}`") == 1 and "started from its current row" in card
     # scoring the left-out device says in the title that it is scored zero-shot
     from cdmpp.train.evaluate import evaluate_checkpoint
 

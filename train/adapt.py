@@ -437,10 +437,18 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
     for name in ("tree_baseline.json", "README.md"):
         if (checkpoint / name).exists() and checkpoint.resolve() != out.resolve():
             shutil.copyfile(checkpoint / name, out / name)
-    with open(out / "README.md", "a", encoding="utf-8") as f:
-        f.write(
-            f"\n## Adapted: `{device.device_id}` (row {row})\n\n"
-            f"{how}, and fitted the device's row ({config.method}, started from {config.init}): RMSE(log) on those "
-            f"programs {before:.3f} -> {after:.3f} (in-sample). Wall time: {json.dumps(seconds)} s.\n"
-        )
+    card = out / "README.md"
+    text = card.read_text(encoding="utf-8") if card.exists() else ""
+    heading = f"\n## Adapted: `{device.device_id}` "
+    if heading in text:  # a refit replaces the device's earlier section
+        start = text.index(heading)
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + (text[end:] if end >= 0 else "")
+    card.write_text(
+        text + f"{heading}(row {row})\n\n"
+        f"{how}, and fitted the device's row ({config.method}, started from "
+        f"{config.init if new else 'its current row'}): RMSE(log) on those "
+        f"programs {before:.3f} -> {after:.3f} (in-sample). Wall time: {json.dumps(seconds)} s.\n",
+        encoding="utf-8",
+    )
     return AdaptResult(device.device_id, row, new, int(len(data)), folder, before, after, seconds)

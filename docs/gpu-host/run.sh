@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device-machine collection: OUT=... ROUNDS=4,8 bash .gpu/run.sh SECONDS
+# Device-machine collection: OUT=... ROUNDS=4,8 bash docs/gpu-host/run.sh SECONDS
 # Unpacks TVM 0.27 (cp312) from .gpu/, checks CUDA, collects with `cdmpp collect --gpu`
 # into .gpu/resume for SECONDS, packs, and copies the device folder's files to $OUT.
 set -u
