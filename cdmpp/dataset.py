@@ -132,15 +132,19 @@ class DeviceDatabase:
 
 
 def load_database(
-    workload_path: Path, record_path: Path, device_id: str = "unknown", manifest: dict | None = None
+    workload_path: Path, record_path: Path, device_id: str = "unknown", manifest: dict | None = None,
+    records: bool = True,
 ) -> DeviceDatabase:
     """Read a MetaSchedule JSONDatabase (plain or gzip files).
 
     Records without ``run_secs``, or with a non-positive or non-finite repeat, or whose
     workload index is out of range, are skipped and listed in ``bad_lines``.
+    ``records=False`` reads the workloads only (``programs`` is empty): seconds instead
+    of minutes for a large folder, for callers that only pick workloads.
 
     Raises:
-        DatasetError: a file is missing, or the database holds no measured record.
+        DatasetError: a file is missing, or the database holds no measured record
+            (with ``records``).
     """
     from .tvm_compat import TuningRecord, Workload  # pylint: disable=import-outside-toplevel
 
@@ -159,6 +163,8 @@ def load_database(
         index_of_line[len(index_of_line)] = len(workloads) - 1
         keys.append(str(obj[0]))
     programs = []
+    if not records:
+        return DeviceDatabase(device_id, workloads, keys, programs, manifest or {}, bad)
     for lineno, obj in iter_json_lines(record_path, bad):
         try:
             widx = int(obj[0])
@@ -192,14 +198,15 @@ def device_dirs(dataset: Path) -> list[Path]:
     return dirs
 
 
-def load_device_dir(path: Path) -> DeviceDatabase:
-    """Read one device folder of a dataset (see the module docstring)."""
+def load_device_dir(path: Path, records: bool = True) -> DeviceDatabase:
+    """Read one device folder of a dataset (see the module docstring); ``records=False``:
+    its workloads and manifest only (:func:`load_database`)."""
     path = Path(path)
     wl, rec = resolve(path / WORKLOAD_FILE), resolve(path / RECORD_FILE)
     if wl is None or rec is None:
         raise DatasetError(f"{path} lacks {WORKLOAD_FILE} or {RECORD_FILE}")
     manifest = read_manifest(path)
-    return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest)
+    return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest, records)
 
 
 def read_manifest(path: Path) -> dict:

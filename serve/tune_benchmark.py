@@ -246,7 +246,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     dirs = ds.device_dirs(Path(dataset))
     if len(dirs) != 1:
         raise ds.DatasetError(f"{dataset}: give one device folder")
-    db = ds.load_device_dir(dirs[0])
+    db = ds.load_device_dir(dirs[0], records=False)  # the manifest's tasks and the workloads pick the tasks
     listed = set(n.strip() for n in cfg.network.split(","))
     chosen = [
         (net, task)

@@ -28,6 +28,10 @@ def test_corrupt_lines_are_reported_and_the_rest_is_read(tiny_collection, tmp_pa
     assert len(db.programs) == len(good.programs) - 1
     assert [b.lineno for b in db.bad_lines] == [1, len(lines) + 1]
     assert "invalid JSON" in db.bad_lines[0].error and "out of range" in db.bad_lines[1].error
+    # the workloads alone (tune-benchmark's task choice): the same workloads, no record read
+    only = ds.load_device_dir(tmp_path, records=False)
+    assert only.workload_keys == good.workload_keys and only.programs == [] and only.bad_lines == []
+    assert only.manifest == db.manifest
 
 
 def test_pack_and_card(tiny_collection, tmp_path):
