@@ -302,6 +302,7 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     assert main(table[:2] + [str(known)] + table[3:-2]) == 0
     again = capsys.readouterr().out
     assert "left out of training; its row added afterwards is ignored here" in again
+
     def table_rows(text):
         return [line for line in text.splitlines() if "shot" in line and "unseen by" not in line and "plot" not in line]
 
