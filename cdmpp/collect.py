@@ -315,6 +315,7 @@ class _Store:
             k = keys[int(obj[0])]
             self.done[k] = self.done.get(k, 0) + 1
         self.failed_keys: dict[str, set[str]] = {}
+        self._program_keys: dict[str, set[str]] = {}  # measured_program_keys by workload key
         if (device_dir / ds.FAILURE_FILE).exists():
             for _, obj in ds.iter_json_lines(device_dir / ds.FAILURE_FILE):
                 self.failed[obj["workload_key"]] = self.failed.get(obj["workload_key"], 0) + 1
@@ -324,21 +325,36 @@ class _Store:
         wl = self.db.commit_workload(mod)
         return wl, str(wl.as_json()[0])
 
-    def measured_program_keys(self, workload) -> set[str]:
-        """Structural hashes of this workload's measured programs (rebuilt from their traces)."""
+    def measured_program_keys(self, workload, workload_key: str | None = None) -> set[str]:
+        """Structural hashes of this workload's measured programs (rebuilt from their traces).
+
+        With ``workload_key``, the first call replays the traces and later calls return
+        that set kept up to date by :meth:`add_record` (a task visited in every round of a
+        long run no longer replays all its measured programs at each visit).  Returns a
+        new set the caller may change."""
         from .tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
 
+        if workload_key is not None and workload_key in self._program_keys:
+            return set(self._program_keys[workload_key])
         keys = set()
         for rec in self.db.get_top_k(workload, 1 << 30):
             sch = Schedule(workload.mod)
             rec.trace.apply_to_schedule(sch, remove_postproc=False)
             keys.add(_program_key(sch.mod))
+        if workload_key is not None:
+            self._program_keys[workload_key] = set(keys)
         return keys
 
-    def add_record(self, record, workload_key: str) -> None:
-        """Commit a measured tuning record (flushed at once by the JSONDatabase)."""
+    def add_record(self, record, workload_key: str, program_key: str | None = None) -> None:
+        """Commit a measured tuning record (flushed at once by the JSONDatabase); ``program_key``
+        (its structural hash) joins the workload's kept :meth:`measured_program_keys`."""
         self.db.commit_tuning_record(record)
         self.done[workload_key] = self.done.get(workload_key, 0) + 1
+        if workload_key in self._program_keys:
+            if program_key is None:  # unknown: replay the traces again at the next call
+                del self._program_keys[workload_key]
+            else:
+                self._program_keys[workload_key].add(program_key)
 
     def add_failure(self, task: _Task, program_key: str, stage: str, error: str, record) -> None:
         """Append a failed build/run: the tuning record (``run_secs`` null) with its error."""
@@ -456,6 +472,7 @@ STAGES = (
     "random sampling",
     "evolutionary search",
     "cost model training",
+    "cost model features",
     "de-duplication",
     "building",
     "argument allocation",
@@ -467,6 +484,9 @@ STAGES = (
 )
 """The collector's stages, in pipeline order (:class:`StageClock`).
 
+``cost model features`` is the evolutionary phase's XGBoost model's feature extraction
+(TVM's ``PerStoreFeature``, when it trains and when it scores the search's candidates);
+``evolutionary search`` and ``cost model training`` are the rest of those stages.
 ``timing`` is the kernels' own run time (``number * repeat`` runs of each program);
 ``cache flush`` is the rest of the time evaluator's wall time (the flush of the inputs
 before each repeat, and the evaluator's own overhead); ``runner start-up`` is the rest
@@ -475,19 +495,25 @@ of the runner's wall time (process hand-off, loading the built module).
 
 
 class StageClock:
-    """Wall seconds spent in each collection stage (:data:`STAGES`)."""
+    """Wall seconds spent in each collection stage (:data:`STAGES`); a stage entered inside
+    another counts for itself only (the outer stage gets the rest)."""
 
     def __init__(self):
         self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self._nested: list[float] = []  # per open stage: seconds of the stages inside it
 
     @contextmanager
     def stage(self, name: str):
-        """Add the wall time of the ``with`` body to ``name``."""
+        """Add the wall time of the ``with`` body, less that of stages nested in it, to ``name``."""
         t0 = time.perf_counter()
+        self._nested.append(0.0)
         try:
             yield
         finally:
-            self.seconds[name] += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.seconds[name] += took - self._nested.pop()
+            if self._nested:
+                self._nested[-1] += took
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] += max(0.0, seconds)
@@ -967,10 +993,33 @@ def _mark_phase(manifest: dict, device_dir: Path, task: _Task, random_programs: 
             ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
 
+def _timed_per_store_feature(clock: StageClock):
+    """MetaSchedule's ``PerStoreFeature`` (XGBModel's default features, the same values),
+    its time counted as the ``"cost model features"`` stage of ``clock``."""
+    from .tvm_compat import derived_object, ms  # pylint: disable=import-outside-toplevel
+
+    @derived_object
+    class TimedPerStoreFeature(ms.feature_extractor.PyFeatureExtractor):
+        def __init__(self):
+            super().__init__()
+            self.inner = ms.feature_extractor.PerStoreFeature()
+
+        def extract_from(self, context, candidates):
+            with clock.stage("cost model features"):
+                return self.inner.extract_from(context, candidates)
+
+    return TimedPerStoreFeature()
+
+
 def _tune_context(
-    task: _Task, target, device: DeviceDescriptor, phase: str, seed: int, store: _Store, workload, population: int
+    task: _Task, target, device: DeviceDescriptor, phase: str, seed: int, store: _Store, workload, population: int,
+    cost_model=None, clock: StageClock | None = None,
 ):
-    """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random)."""
+    """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random).
+
+    ``cost_model``: the task's XGBModel from an earlier visit of this run, which has learnt
+    every program of the task measured so far; ``None`` makes a new one and trains it on
+    them (replaying each record's trace for its features)."""
     from .tvm_compat import ms  # pylint: disable=import-outside-toplevel
 
     if phase == "random":
@@ -979,7 +1028,11 @@ def _tune_context(
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=population, init_min_unmeasured=min(32, population // 2)
         )
-        cost_model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=1 << 30, num_tuning_cores=device.cores)
+    fresh_model = phase != "random" and cost_model is None
+    if fresh_model:
+        extractor = _timed_per_store_feature(clock) if clock is not None else "per-store-feature"
+        cost_model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, verbose_eval=1 << 30,
+                                            num_tuning_cores=device.cores)
     ctx = ms.TuneContext(
         task.mod,
         target=target,
@@ -989,7 +1042,7 @@ def _tune_context(
         rand_state=seed,
         num_threads=device.cores,
     )
-    if cost_model is not None:  # learn from every program of the task measured so far
+    if fresh_model:  # learn from every program of the task measured so far
         records = store.db.get_top_k(workload, 1 << 30)
         cands = [r.as_measure_candidate() for r in records]
         cost_model.update(ctx, cands, [ms.runner.RunnerResult(r.run_secs, None) for r in records])
@@ -1069,6 +1122,7 @@ class _Collection:
         self.stopped = False
         self.bar = None
         self._last_pack = time.time()
+        self._models: dict[str, object] = {}  # each task's evolutionary-phase XGBModel, by workload key
 
     def stop_requested(self) -> bool:
         return self.should_stop is not None and bool(self.should_stop())
@@ -1085,7 +1139,7 @@ class _Collection:
         earlier_failures = self.store.failed.get(key, 0) if cfg.retry_failed else 0
         with self.bench.clock.stage("de-duplication"):
             seen = (set() if cfg.retry_failed else set(self.store.failed_keys.get(key, set()))) | (
-                self.store.measured_program_keys(wl) if self.store.done.get(key) else set()
+                self.store.measured_program_keys(wl, key) if self.store.done.get(key) else set()
             )
         n_random = goal - round(goal * cfg.evolutionary_fraction)
         seed = _task_seed(cfg.seed, key, self.store.done.get(key, 0))
@@ -1118,8 +1172,11 @@ class _Collection:
         sampling = "random sampling" if phase == "random" else "evolutionary search"
         with clock.stage("cost model training" if phase != "random" else sampling):
             ctx, cost_model = _tune_context(
-                task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population
+                task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population,
+                self._models.get(key), clock,
             )
+        if cost_model is not None:  # it learns each batch timed below; later rounds of this run reuse it
+            self._models[key] = cost_model
         with clock.stage(sampling):
             ctx.pre_tuning(
                 max_trials=want * 4,
@@ -1183,7 +1240,7 @@ class _Collection:
                     self.store.add_failure(task, pk, stage, error, record)
                     self.failed += 1
                     continue
-                self.store.add_record(record, task.workload_key)
+                self.store.add_record(record, task.workload_key, pk)
                 self.measured += 1
                 self.bar.update(1)
                 results[id(c)] = ms.runner.RunnerResult(secs, None)
@@ -1260,7 +1317,8 @@ class _Collection:
                 self.maybe_pack()
         finally:
             self.bar.close()
-        self.stopped = self.stop_requested()
+            # also when a stop signal ends the round with an exception (one landing in a TVM call)
+            self.stopped = self.stop_requested()
 
 
 def collect(

@@ -137,7 +137,27 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
         raise AssertionError("a restart must reuse the task list in the manifest")
 
     monkeypatch.setattr(collect_mod, "extract_network_tasks", no_extraction)
-    again = collect(dataclasses.replace(cfg, programs_per_task=5), progress=False)
+    # two rounds in one run: the second visit neither replays the measured programs for
+    # their structural hashes nor retrains a new XGBModel on them, it reuses the first's
+    misses, models = [], []
+    keys_of, tune_context = collect_mod._Store.measured_program_keys, collect_mod._tune_context
+
+    def counted_keys(self, wl, key=None):
+        misses.append(key not in self._program_keys)
+        return keys_of(self, wl, key)
+
+    def kept_models(*args, **kwargs):
+        ctx, model = tune_context(*args, **kwargs)
+        models.append(model)
+        return ctx, model
+
+    monkeypatch.setattr(collect_mod._Store, "measured_program_keys", counted_keys)
+    monkeypatch.setattr(collect_mod, "_tune_context", kept_models)
+    again = collect(dataclasses.replace(cfg, rounds=(5, 6)), progress=False)
+    assert misses == [True, False]
+    evo = [m for m in models if m is not None]
+    assert len(evo) == 2 and evo[0] is evo[1]
+    assert again.stage_seconds["cost model features"] > 0  # TVM's PerStoreFeature, timed on its own
     keys, db = _program_keys(first.device_dir)
     assert len(db.programs) == first.measured + again.measured and len(set(keys)) == len(keys)
 
@@ -576,3 +596,44 @@ def test_a_tuning_runner_times_a_disturbed_batch_again():
     calls.clear()
     quiet_runner(Inner(), off).run([ms.runner.RunnerInput("/nonexistent/0.so", "cpu", [])])
     assert calls == [1] and off.batches == []
+
+
+def test_a_stop_signal_inside_a_tvm_call_is_recorded_as_stopped_early(tiny_collection, tmp_path, monkeypatch):
+    import shutil
+
+    import pytest
+
+    from cdmpp import collect as collect_mod
+
+    cfg, summary = tiny_collection
+    out = tmp_path / "ds"
+    shutil.copytree(cfg.out_dir, out)
+    requests = []
+
+    def visit(self, task, goal):  # SIGTERM lands inside TVM: it comes back as a RuntimeError
+        requests.append(15)
+        raise RuntimeError("signal 15 inside a TVM callback")
+
+    monkeypatch.setattr(collect_mod._Collection, "visit", visit)
+    with pytest.raises(RuntimeError, match="signal 15"):
+        collect(dataclasses.replace(cfg, out_dir=out, programs_per_task=8), progress=False,
+                should_stop=lambda: bool(requests))
+    entry = json.loads((out / summary.device_id / ds.MANIFEST_FILE).read_text())["collections"][-1]
+    assert entry["stopped_early"] is True and entry["measured"] == 0 and "task_errors" not in entry
+
+
+def test_a_stage_nested_in_another_counts_for_itself_only(monkeypatch):
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import StageClock
+
+    clock = StageClock()
+    ticks = iter([0.0, 1.0, 3.0, 10.0, 20.0, 21.0])  # outer in, inner in, inner out, outer out; a plain stage
+    monkeypatch.setattr(collect_mod.time, "perf_counter", lambda: next(ticks))
+    with clock.stage("evolutionary search"):
+        with clock.stage("cost model features"):
+            pass
+    with clock.stage("building"):
+        pass
+    monkeypatch.undo()
+    assert clock.seconds["evolutionary search"] == 8.0 and clock.seconds["cost model features"] == 2.0
+    assert clock.seconds["building"] == 1.0 and sum(clock.seconds.values()) == 11.0
