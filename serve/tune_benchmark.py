@@ -4,7 +4,7 @@ For each chosen task, MetaSchedule's own tuner (``tune_tir``: evolutionary searc
 builds on all cores, timings one at a time on this CPU) runs once per cost model
 with the same seed and trial budget: TVM's ``XGBModel`` (trained online on the
 task's measurements, TVM's default), :class:`~cdmpp.serve.cost_model.CdmppCostModel`
-(a trained checkpoint, no online update), and optionally ``random`` scores.  The
+(a trained checkpoint that also learns from the task's trials), and optionally ``random`` scores.  The
 measured trials are kept as MetaSchedule tuning records in one work dir per run, so
 a stopped benchmark resumes where it stopped and every trial is a real measurement.
 The figure of merit is the best measured latency after ``k`` trials (TenSet,
@@ -14,8 +14,10 @@ NeurIPS 2021, section 6, uses the same search-curve comparison).
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 
@@ -46,6 +48,52 @@ def _start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
         print(message, flush=True)
 
 
+WALL_FILE = "tuning_wall.json"
+"""Per work dir: ``[[trials, seconds since the run began], ...]`` from MetaSchedule's
+task-scheduler log, kept beside the records (the logs themselves are not)."""
+_SCHEDULER_LOG = "logs/tvm.s_tir.meta_schedule.logging.task_scheduler.log"
+
+
+def trial_walls(work_dir: Path) -> list[tuple[int, float]]:
+    """Wall seconds from the start of a tuning run to each round's ``Total trials: N``
+    line of its task-scheduler log (second resolution, as MetaSchedule logs), as
+    ``[(N, seconds), ...]``; read from :data:`WALL_FILE` when the logs are gone.
+    Empty when neither exists."""
+    work_dir = Path(work_dir)
+    saved = work_dir / WALL_FILE
+    if saved.exists():
+        return [(int(n), float(t)) for n, t in json.loads(saved.read_text(encoding="utf-8"))]
+    log = work_dir / _SCHEDULER_LOG
+    if not log.exists():
+        return []
+    out, start, last = [], None, None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ", line)
+        if stamp:
+            last = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
+            start = start or last
+        total = re.match(r"Total trials: (\d+)", line)
+        if total and last is not None:
+            out.append((int(total.group(1)), (last - start).total_seconds()))
+    return out
+
+
+def save_trial_walls(work_dir: Path) -> Path | None:
+    """Write :func:`trial_walls` of a work dir into its :data:`WALL_FILE`; ``None`` without a log."""
+    walls = trial_walls(work_dir)
+    if not walls:
+        return None
+    path = Path(work_dir) / WALL_FILE
+    path.write_text(json.dumps(walls), encoding="utf-8")
+    return path
+
+
+def seconds_to_trials(work_dir: Path, trials: int) -> float | None:
+    """Wall seconds of a tuning run until it had measured at least ``trials`` trials
+    (:func:`trial_walls`); ``None`` if it never did or nothing is logged."""
+    return next((t for n, t in trial_walls(work_dir) if n >= trials), None)
+
+
 def _tuned(guard, work_dir: Path, tune) -> dict:
     """Run ``tune()`` (one MetaSchedule tuning call), its builders' temporary files under
     ``work_dir/tmp`` (removed after).
@@ -61,6 +109,7 @@ def _tuned(guard, work_dir: Path, tune) -> dict:
     with _build_tmpdir(work_dir / "tmp"):
         tune()
     ds.pack(work_dir)  # gzipped copies of the finished run's records, small enough to keep in git
+    save_trial_walls(work_dir)
     return {"tune_s": round(time.perf_counter() - t0, 1), "other_cores": round(guard.other_cores(start), 3),
             "retimed_batches": guard.retimed - retimed}
 
@@ -285,10 +334,9 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     return rows
 
 
-def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
-    """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
-    as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
-    out: dict[str, dict[str, list[np.ndarray]]] = {}
+def _work_dirs(out_dir: Path):
+    """``(task key, cost model, work dir)`` of every run under ``out_dir`` with records, in
+    seed order; the key reads ``"<network> <task>"``."""
     runs = {rec.parent for pattern in (ds.RECORD_FILE, f"{ds.RECORD_FILE}.gz") for rec in Path(out_dir).rglob(pattern)}
     for run in sorted(runs):
         seed_dir = run.name.startswith("seed")
@@ -296,10 +344,29 @@ def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
         task_dir = model_dir.parent
         net = task_dir.parent.name if task_dir.parent != Path(out_dir) else ""
         short = task_dir.name.split("-", 1)[-1].split("_subtract")[0]  # "00-fused_conv2d16_subtract8_..." -> "fused_conv2d16"
-        key = f"{net} {short}".strip()
+        yield f"{net} {short}".strip(), model_dir.name, run
+
+
+def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
+    as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
+    out: dict[str, dict[str, list[np.ndarray]]] = {}
+    for key, model, run in _work_dirs(out_dir):
         curve = best_so_far(_trials(run))
         if curve.size and np.isfinite(curve[-1]):
-            out.setdefault(key, {}).setdefault(model_dir.name, []).append(curve)
+            out.setdefault(key, {}).setdefault(model, []).append(curve)
+    return out
+
+
+def tuning_walls(out_dir: Path, trials: int) -> dict[str, dict[str, list[float | None]]]:
+    """Wall seconds of each run under ``out_dir`` until its ``trials``-th trial
+    (:func:`seconds_to_trials`; ``None`` where not logged), keyed and ordered as
+    :func:`tuning_curves`."""
+    out: dict[str, dict[str, list[float | None]]] = {}
+    for key, model, run in _work_dirs(out_dir):
+        curve = best_so_far(_trials(run))
+        if curve.size and np.isfinite(curve[-1]):
+            out.setdefault(key, {}).setdefault(model, []).append(seconds_to_trials(run, trials))
     return out
 
 
@@ -348,6 +415,75 @@ def reach_table(
                 task, model, str(len(ratio) or len(runs)), f"{np.mean(ratio):.2f}" if ratio else "-",
                 ", ".join("never" if t is None else str(t) for t in reach) or "-",
             ])
+    return render_table(head, body, markdown)
+
+
+def ratio_summary(
+    curves: dict[str, dict[str, list[np.ndarray]]], yardstick: str = "xgb", at: tuple[int, ...] = (8, 16, 32, 64),
+    markdown: bool = True, walls: dict[str, dict[str, list[float | None]]] | None = None,
+) -> str:
+    """Each cost model's best after ``k`` trials (each ``k`` of ``at``) over the same seed's
+    yardstick final best, averaged over the tasks of each seed, then over the seeds (with
+    the lowest and highest seed mean): the benchmark's summary table (issue 24's goal is a
+    mean of at most 1.00 for ``cdmpp`` at 64 trials against ``"xgb 512"``).
+
+    Seeds are paired in order with the yardstick's runs, as in :func:`reach_table`; a task
+    counts for a seed only where both ran.  ``reached``: tasks whose best is at most the
+    yardstick's final best within ``max(at)`` trials.  The yardstick's own row gives its
+    run at ``k`` trials (e.g. XGBoost 64 trials into its 512-trial run).
+
+    Args:
+        curves: :func:`tuning_curves` output, the yardstick included (:func:`with_reference`).
+        walls: :func:`tuning_walls` at ``max(at)`` trials, keyed as ``curves``: adds the mean
+            wall seconds to ``max(at)`` trials over the runs that logged it.
+
+    Returns:
+        A table with one row per cost model and seed, and a mean row per cost model that ran
+        more than one seed; ``"-"`` where no run is ``k`` trials long.
+    """
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    per: dict[tuple[str, int], dict] = {}
+    for task, models in curves.items():
+        ys = models.get(yardstick, [])
+        for model, runs in models.items():
+            wall = (walls or {}).get(task, {}).get(model, [])
+            for seed, (run, ref) in enumerate(zip(runs, ys)):
+                d = per.setdefault((model, seed), {"tasks": 0, "reached": 0, "ratios": {k: [] for k in at}, "wall": []})
+                d["tasks"] += 1
+                if seed < len(wall) and wall[seed] is not None:
+                    d["wall"].append(wall[seed])
+                d["reached"] += trials_to_reach(run[: max(at)], ref[-1]) is not None
+                for k in at:
+                    if run.size >= k:
+                        d["ratios"][k].append(run[k - 1] / ref[-1])
+
+    def mean_or_none(v):
+        return float(np.mean(v)) if v else None
+
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    head = ["cost model", "seed", "tasks", *(f"after {k}" for k in at), f"reached in {max(at)}"]
+    head += [f"wall to {max(at)} trials, s"] if walls is not None else []
+    body = []
+    for model in sorted({m for m, _ in per}):
+        seeds = sorted(s for m, s in per if m == model)
+        means = {s: {k: mean_or_none(per[(model, s)]["ratios"][k]) for k in at} for s in seeds}
+        wall_means = {s: mean_or_none(per[(model, s)]["wall"]) for s in seeds}
+        for s in seeds:
+            d = per[(model, s)]
+            body.append([model, str(s), str(d["tasks"]), *(fmt(means[s][k]) for k in at),
+                         f"{d['reached']} of {d['tasks']}"]
+                        + ([f"{wall_means[s]:.1f}" if wall_means[s] is not None else "-"] if walls is not None else []))
+        if len(seeds) > 1:
+            cells = []
+            for k in at:
+                v = [means[s][k] for s in seeds if means[s][k] is not None]
+                cells.append(f"{np.mean(v):.3f} ({min(v):.3f}-{max(v):.3f})" if v else "-")
+            reached = sum(per[(model, s)]["reached"] for s in seeds)
+            all_walls = [w for s in seeds for w in per[(model, s)]["wall"]]
+            body.append([model, "mean (min-max)", str(sum(per[(model, s)]["tasks"] for s in seeds)), *cells,
+                         f"{reached} of {sum(per[(model, s)]['tasks'] for s in seeds)}"]
+                        + ([f"{np.mean(all_walls):.1f}" if all_walls else "-"] if walls is not None else []))
     return render_table(head, body, markdown)
 
 

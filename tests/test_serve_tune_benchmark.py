@@ -143,3 +143,48 @@ def test_a_longer_xgboost_reference_is_the_yardstick():
     row = next(line for line in reach_table(with_reference(two_seeds, ref)[0], markdown=False, yardstick="xgb 4")
                .splitlines() if " cdmpp " in line)
     assert row.split()[2:4] == ["1", "1.50"]  # only the seed paired with the reference's one run counts
+
+
+def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_then_seeds():
+    from cdmpp.serve.tune_benchmark import ratio_summary
+
+    ref = [best_so_far([[4.0], [2.0], [2.0], [1.0]]), best_so_far([[2.0], [2.0], [2.0], [2.0]])]  # finals 1.0, 2.0
+    curves = {
+        "a": {"xgb 4": ref, "cdmpp": [best_so_far([[3.0], [1.0]]), best_so_far([[2.0], [4.0]])]},
+        "b": {"xgb 4": ref[:1], "cdmpp": [best_so_far([[2.0], [2.0]])]},  # no yardstick run for seed 1
+    }
+    rows = {tuple(line.split()[:3]): line.split()[3:] for line in
+            ratio_summary(curves, yardstick="xgb 4", at=(1, 2), markdown=False).splitlines()}
+    # seed 0: task a 3.0/1 then 1.0/1, task b 2.0/1 then 2.0/1 -> means 2.5 and 1.5; a reached it
+    assert rows[("cdmpp", "0", "2")] == ["2.500", "1.500", "1", "of", "2"]
+    # seed 1: task a only, 2.0/2.0 after both trials -> 1.0, reached at trial 1
+    assert rows[("cdmpp", "1", "1")] == ["1.000", "1.000", "1", "of", "1"]
+    mean = next(v for k, v in rows.items() if k[0] == "cdmpp" and k[1] == "mean")
+    assert mean[:4] == ["3", "1.750", "(1.000-2.500)", "1.250"]
+    # the yardstick's own run at k trials: 4.0 then 2.0 over its final 1.0 in both tasks of seed 0
+    assert rows[("xgb", "4", "0")] == ["2", "4.000", "2.000", "0", "of", "2"]
+
+
+def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_kept_file(tmp_path):
+    from cdmpp.serve.tune_benchmark import WALL_FILE, ratio_summary, save_trial_walls, seconds_to_trials, trial_walls
+
+    log = tmp_path / "logs" / "tvm.s_tir.meta_schedule.logging.task_scheduler.log"
+    log.parent.mkdir()
+    log.write_text(
+        "2026-11-27 00:17:41 [INFO] Logging directory: x\n"
+        "2026-11-27 00:17:41 [INFO] [task_scheduler.cc:344] \n ID | Name | Trials \nTotal trials: 0\n\n"
+        "2026-11-27 00:17:53 [INFO] [task_scheduler.cc:261] [Updated] Task #0\n"
+        "2026-11-27 00:17:53 [INFO] [task_scheduler.cc:344] \nTotal trials: 16\n"
+        "2026-11-27 00:19:01 [INFO] [task_scheduler.cc:344] \nTotal trials: 32\n"
+    )
+    assert trial_walls(tmp_path) == [(0, 0.0), (16, 12.0), (32, 80.0)]
+    assert seconds_to_trials(tmp_path, 20) == 80.0 and seconds_to_trials(tmp_path, 64) is None
+    assert save_trial_walls(tmp_path) == tmp_path / WALL_FILE
+    log.unlink()  # the logs are not kept in git; the small file is
+    assert seconds_to_trials(tmp_path, 16) == 12.0
+    assert trial_walls(tmp_path / "nothing") == [] and save_trial_walls(tmp_path / "nothing") is None
+
+    curves = {"t": {"xgb": [best_so_far([[1.0], [1.0]])], "cdmpp": [best_so_far([[1.0], [1.0]])]}}
+    table = ratio_summary(curves, at=(2,), markdown=False, walls={"t": {"cdmpp": [12.0], "xgb": [None]}})
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
+    assert rows["cdmpp"][-1] == "12.0" and rows["xgb"][-1] == "-"
