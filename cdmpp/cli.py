@@ -576,10 +576,8 @@ def _cmd_tune_benchmark(args) -> int:
         print(reach_table(curves, markdown=False, yardstick=yardstick))
         if args.reference:  # the benchmark's summary: each seed's mean ratio to the reference, and wall times
             at = tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0)
-            walls = tuning_walls(Path(args.output), args.trials)
-            for task, runs in tuning_walls(Path(args.reference), args.trials).items():
-                if task in walls and runs.get("xgb"):
-                    walls[task][yardstick] = runs["xgb"]
+            walls, _ = with_reference(tuning_walls(Path(args.output), args.trials),
+                                      tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
         if args.plot:
             from .train.plots import plot_tuning_curves

@@ -347,27 +347,28 @@ def _work_dirs(out_dir: Path):
         yield f"{net} {short}".strip(), model_dir.name, run
 
 
-def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
-    """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
-    as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
-    out: dict[str, dict[str, list[np.ndarray]]] = {}
+def _finished_runs(out_dir: Path, value):
+    """``{task key: {cost model: [value(work dir, curve) per seed]}}`` over the runs under
+    ``out_dir`` with a measured trial (:func:`_work_dirs`)."""
+    out: dict[str, dict[str, list]] = {}
     for key, model, run in _work_dirs(out_dir):
         curve = best_so_far(_trials(run))
         if curve.size and np.isfinite(curve[-1]):
-            out.setdefault(key, {}).setdefault(model, []).append(curve)
+            out.setdefault(key, {}).setdefault(model, []).append(value(run, curve))
     return out
+
+
+def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
+    as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
+    return _finished_runs(out_dir, lambda _run, curve: curve)
 
 
 def tuning_walls(out_dir: Path, trials: int) -> dict[str, dict[str, list[float | None]]]:
     """Wall seconds of each run under ``out_dir`` until its ``trials``-th trial
     (:func:`seconds_to_trials`; ``None`` where not logged), keyed and ordered as
     :func:`tuning_curves`."""
-    out: dict[str, dict[str, list[float | None]]] = {}
-    for key, model, run in _work_dirs(out_dir):
-        curve = best_so_far(_trials(run))
-        if curve.size and np.isfinite(curve[-1]):
-            out.setdefault(key, {}).setdefault(model, []).append(seconds_to_trials(run, trials))
-    return out
+    return _finished_runs(out_dir, lambda run, _curve: seconds_to_trials(run, trials))
 
 
 def trials_to_reach(curve: np.ndarray, target_s: float) -> int | None:
@@ -377,16 +378,17 @@ def trials_to_reach(curve: np.ndarray, target_s: float) -> int | None:
 
 
 def with_reference(
-    curves: dict[str, dict[str, list[np.ndarray]]], reference: dict[str, dict[str, list[np.ndarray]]]
-) -> tuple[dict[str, dict[str, list[np.ndarray]]], str]:
+    curves: dict[str, dict[str, list]], reference: dict[str, dict[str, list]], name: str | None = None
+) -> tuple[dict[str, dict[str, list]], str]:
     """``curves`` with, in each task that ``reference`` (another run's :func:`tuning_curves`)
     also tuned, its XGBoost runs added as the yardstick ``"xgb <T>"`` (``T``: their
     trials, e.g. 512 from ``--trials-for xgb=512``).  Returns ``(curves, yardstick name)``;
-    the name is ``"xgb"`` when ``reference`` holds no XGBoost run."""
+    the name is ``"xgb"`` when ``reference`` holds no XGBoost run.  ``name`` names the
+    yardstick instead, for per-run values other than curves (:func:`tuning_walls`)."""
     runs = [c for models in reference.values() for c in models.get("xgb", [])]
     if not runs:
         return curves, "xgb"
-    name = f"xgb {max(c.size for c in runs)}"
+    name = name or f"xgb {max(c.size for c in runs)}"
     out = {task: dict(models) for task, models in curves.items()}
     for task, models in out.items():
         if reference.get(task, {}).get("xgb"):
