@@ -92,6 +92,7 @@ def _cmd_collect(args) -> int:
         rounds=rounds,
         retry_exhausted=args.retry_exhausted,
         quiet=QuietConfig(enabled=not args.allow_busy, max_other_cores=args.busy_cores),
+        tasks_in_flight=args.tasks_in_flight,
     )
     if args.gpu and args.disable_avx512:
         print("error: --disable-avx512 is a CPU device; it does not go with --gpu", file=sys.stderr)
@@ -702,6 +703,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--evolutionary-population", type=int, default=64,
                    help="population of the evolutionary search (smaller: faster search)")
+    s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
+                   help="2: one task's batch builds while another task samples (build workers are paused "
+                        "during every timing); 1: sample, build and time each batch in turn")
     s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
     s.add_argument("--rpc-key", default=None, help="device key the boards registered with")
     s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")

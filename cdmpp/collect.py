@@ -5,8 +5,10 @@ Ansor): the network, defined in code, is lowered through Relax and its MetaSched
 tuning tasks are extracted with their task weights.  For each task, schedules are
 sampled from its design space (``ReplayTrace``: random decisions over the
 post-order-apply design space), built on all cores, then timed one at a time on the
-local CPU.  Every success is committed at once to the device's JSONDatabase; every
-failed build or run goes to ``failures.jsonl`` with its error.
+local CPU.  Two tasks are in flight at a time: one task's batch builds while the other
+samples, and the build workers are paused while anything is timed.  Every success is
+committed at once to the device's JSONDatabase; every failed build or run goes to
+``failures.jsonl`` with its error.
 
 Resuming: the database files are append-only and a program's structural hash is its
 identity, so a restarted collection skips the programs already measured (or failed,
@@ -23,6 +25,7 @@ time of each stage is recorded in the manifest (:class:`StageClock`).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import itertools
@@ -65,10 +68,11 @@ class MeasureConfig:
         repeat: repeats kept per program (all are stored in ``run_secs``).
         min_repeat_ms: minimum duration of one repeat in ms (0: no inflation).
         enable_cpu_cache_flush: flush the CPU caches before each repeat.
-        build_timeout_s: per-program build timeout in seconds.  A build takes about 0.3 s
-            of one core; the rare program that takes longer than this (LLVM's code
-            generation of a huge unrolled body can take 60-100 s) is recorded as a
-            failed build instead of holding a worker.
+        build_timeout_s: per-program build timeout, in seconds of the build's CPU time
+            (wall time with ``LocalBuilder``).  A build takes about 0.3 s of one core;
+            the rare program that takes longer than this (LLVM's code generation of a
+            huge unrolled body can take 60-110 s) is recorded as a failed build instead
+            of holding a worker.
         run_timeout_s: per-program run timeout in seconds.
         build_workers: parallel build processes (``None``: all cores).
         max_repeat_cv: a program whose repeats' coefficient of variation exceeds this
@@ -173,6 +177,9 @@ class CollectConfig:
             (marked ``space_exhausted_at`` in the manifest; skipped by default, except
             with ``retry_failed``).
         quiet: the quiet-machine guard around every timing batch.
+        tasks_in_flight: tasks visited at once (1 or 2): with 2, one task's batch builds
+            while the other samples its next batch; with 1, every batch is sampled,
+            built and timed in turn.
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -199,6 +206,7 @@ class CollectConfig:
     rounds: tuple[int, ...] = ()
     retry_exhausted: bool = False
     quiet: QuietConfig = field(default_factory=QuietConfig)
+    tasks_in_flight: int = 2
 
     @property
     def goals(self) -> tuple[int, ...]:
@@ -725,76 +733,192 @@ def _repeat_cv(secs: list[float]) -> float:
     return (sum((x - mean) ** 2 for x in secs) / len(secs)) ** 0.5 / mean if mean > 0 else 0.0
 
 
-def _timed_build(args: tuple) -> tuple[str, float]:
+def _timed_build(args: tuple, cpu_limit_s: float | None = None) -> tuple[str, float]:
     """In a build worker: MetaSchedule's build-and-export of one program; returns the
-    artifact path and the seconds it took."""
-    from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func  # pylint: disable=import-outside-toplevel
+    artifact path and the CPU seconds it took.
 
-    start = time.perf_counter()
-    path = _worker_func(*args)
-    return path, time.perf_counter() - start
+    ``cpu_limit_s``: the build's CPU-time limit.  An ``ITIMER_PROF`` timer counts the
+    worker's CPU time, and its signal (``SIGPROF``, default action) ends the worker when
+    the limit passes, which also stops LLVM's native code generation (a Python-level
+    handler could not run before LLVM returns).  A paused worker spends no CPU time, so
+    a pause never ends a build."""
+    import signal  # pylint: disable=import-outside-toplevel
+
+    from .tvm_compat import build_worker_function  # pylint: disable=import-outside-toplevel
+
+    if cpu_limit_s:
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_PROF, cpu_limit_s)
+    start = time.process_time()
+    try:
+        path = build_worker_function(args)
+    finally:
+        if cpu_limit_s:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+    return path, time.process_time() - start
 
 
 class PooledBuilder:
-    """MetaSchedule ``LocalBuilder``'s build, on worker processes kept from batch to batch.
+    """MetaSchedule's build-and-export of each program (``LocalBuilder``'s worker function)
+    on long-lived worker processes, fed as a stream.
 
-    ``LocalBuilder.build`` starts a fresh process pool for every batch (TVM's guard
-    against a slow memory leak in long-lived workers); each start imports TVM again,
-    about 3 s per batch on 2 cores, which was the largest part of the build stage of
-    small batches.  This pool is restarted every ``recycle`` batches instead.  Results
-    are MetaSchedule ``BuilderResult``s, as from ``LocalBuilder.build``.  ``f_export``
-    (``None``: MetaSchedule's tar archive, linked by the runner) writes each artifact.
+    ``LocalBuilder.build`` starts a fresh process pool for every batch (each start imports
+    TVM again, about 3 s per batch on 2 cores) and returns only when the batch's slowest
+    build ends.  Here each of ``max_workers`` threads drives one TVM ``PopenWorker``
+    (restarted after ``recycle`` builds, TVM's guard against slow leaks): :meth:`submit`
+    queues a batch and returns at once, so the next batch can build while the collector
+    samples, and :meth:`paused` stops every worker process and its children (``SIGSTOP``,
+    then ``SIGCONT``) while something is timed, so that no build ever runs beside a
+    timing.  The build timeout counts each build's CPU time (:func:`_timed_build`), which
+    a pause does not advance.  Results are MetaSchedule ``BuilderResult``s, as from
+    ``LocalBuilder.build``.  ``f_export`` (``None``: MetaSchedule's tar archive, linked by
+    the runner) writes each artifact.
 
     Attributes:
-        build_seconds: seconds each finished build took in its worker, in order.
-        timeouts: builds stopped at ``timeout_sec``.
+        build_seconds: CPU seconds each finished build took in its worker, in order.
+        timeouts: builds stopped at ``timeout_sec`` seconds of CPU time.
+        paused_s: wall seconds the workers spent paused.
     """
 
-    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 25, f_export=None):
+    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 400, f_export=None):
+        import threading  # pylint: disable=import-outside-toplevel
+
         self.max_workers, self.timeout_sec, self.f_build, self.recycle = max_workers, timeout_sec, f_build, recycle
         self.f_export = f_export
-        self._pool = None
-        self._batches = 0
+        self._threads = None
+        self._local = threading.local()
+        self._workers: list = []
+        self._cond = threading.Condition()
+        self._paused = self._closed = False
+        self._pause_start = 0.0
         self.build_seconds: list[float] = []
         self.timeouts = 0
+        self.paused_s = 0.0
+
+    def _worker(self):
+        from .tvm_compat import popen_worker  # pylint: disable=import-outside-toplevel
+
+        w = getattr(self._local, "worker", None)
+        if w is None:
+            w = self._local.worker = popen_worker(maximum_uses=self.recycle)
+            with self._cond:
+                self._workers.append(w)
+        return w
+
+    def _build_one(self, args: tuple):
+        from .tvm_compat import ms, popen_worker_pid  # pylint: disable=import-outside-toplevel
+
+        w = self._worker()
+        with self._cond:  # a worker (re)starts only here, never while paused
+            while self._paused and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return ms.builder.BuilderResult(None, "build failed: the builder was closed")
+            w.send(_timed_build, (args, self.timeout_sec), timeout=max(300.0, 10 * self.timeout_sec))
+            sent, paused_before, pid = time.perf_counter(), self.paused_s, popen_worker_pid(w)
+        try:
+            path, secs = w.recv()
+        except ChildProcessError:
+            w.kill()
+            with self._cond:
+                active = time.perf_counter() - sent - (self.paused_s - paused_before)
+            if active >= 0.9 * self.timeout_sec:  # the CPU-time limit's signal ended the worker
+                self.timeouts += 1
+                return ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec} s of CPU time")
+            return ms.builder.BuilderResult(None, f"build failed: the build worker (pid {pid}) died")
+        except TimeoutError:  # TVM's wall-clock limit, a backstop for a build that hangs without CPU time
+            return ms.builder.BuilderResult(None, f"build failed: no result after {max(300.0, 10 * self.timeout_sec)} s")
+        except Exception as err:  # noqa: BLE001  the worker's own traceback, as LocalBuilder reports it
+            return ms.builder.BuilderResult(None, f"build failed:\n{err}")
+        self.build_seconds.append(secs)
+        return ms.builder.BuilderResult(path, None)
+
+    def submit(self, build_inputs: list) -> list:
+        """Queue builds; returns one ``concurrent.futures.Future`` of a ``BuilderResult`` each."""
+        from .tvm_compat import serialize_build_params  # pylint: disable=import-outside-toplevel
+
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(self.max_workers, thread_name_prefix="cdmpp-build")
+        return [self._threads.submit(self._build_one, (self.f_build, self.f_export, b.mod, b.target,
+                                                       serialize_build_params(b.params)))
+                for b in build_inputs]
 
     def build(self, build_inputs: list) -> list:
-        # pylint: disable=import-outside-toplevel
-        from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params
-        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+        """Build a batch and wait for it (``LocalBuilder.build``'s interface)."""
+        return [f.result() for f in self.submit(build_inputs)]
 
-        from .tvm_compat import ms
+    def _processes(self) -> list:
+        import psutil  # pylint: disable=import-outside-toplevel
 
-        if self._pool is None or self._batches >= self.recycle:
-            self.close()
-            self._pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec)
-        self._batches += 1
-        args = [(self.f_build, self.f_export, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
-        results = []
-        for r in self._pool.map_with_error_catching(_timed_build, args):
-            if r.status == StatusKind.COMPLETE:
-                path, secs = r.value
-                self.build_seconds.append(secs)
-                results.append(ms.builder.BuilderResult(path, None))
-            elif r.status == StatusKind.TIMEOUT:
-                self.timeouts += 1
-                results.append(ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec} s"))
-            else:
-                results.append(ms.builder.BuilderResult(None, f"build failed:\n{r.value}"))
-        return results
+        from .tvm_compat import popen_worker_pid  # pylint: disable=import-outside-toplevel
+
+        procs = []
+        for w in self._workers:
+            pid = popen_worker_pid(w)
+            if pid is None:
+                continue
+            try:
+                p = psutil.Process(pid)
+                procs.append(p)
+                procs.extend(p.children(recursive=True))  # a linker the export started
+            except psutil.Error:
+                pass
+        return procs
+
+    def _signal(self, procs: list, sig: int) -> None:
+        import psutil  # pylint: disable=import-outside-toplevel
+
+        for p in procs:
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    @contextmanager
+    def paused(self):
+        """Stop every build worker (and the processes it started) for the ``with`` body: no
+        build uses the CPU and no worker starts until it ends; queued builds wait."""
+        import signal  # pylint: disable=import-outside-toplevel
+
+        with self._cond:
+            self._paused, self._pause_start = True, time.perf_counter()
+            stopped = self._processes()
+            self._signal(stopped, signal.SIGSTOP)
+            stopped += [p for p in self._processes() if p.pid not in {q.pid for q in stopped}]
+            self._signal(stopped, signal.SIGSTOP)  # children started before the first stop landed
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._signal(stopped, signal.SIGCONT)
+                self._paused = False
+                self.paused_s += time.perf_counter() - self._pause_start
+                self._cond.notify_all()
 
     def to_json(self) -> dict:
-        """Build times of this run, for the manifest: count, median, p99 and max (seconds), timeouts."""
+        """Build times of this run, for the manifest: count, total, median, p99 and max (CPU
+        seconds), timeouts."""
         secs = sorted(self.build_seconds)
         pick = (lambda q: round(secs[min(len(secs) - 1, int(q * len(secs)))], 3)) if secs else (lambda q: None)
-        return {"built": len(secs), "median_s": pick(0.5), "p99_s": pick(0.99), "max_s": pick(1.0),
-                "timeouts": self.timeouts, "timeout_s": self.timeout_sec}
+        return {"built": len(secs), "cpu_total_s": round(sum(secs), 1), "median_s": pick(0.5), "p99_s": pick(0.99),
+                "max_s": pick(1.0), "timeouts": self.timeouts, "timeout_s": self.timeout_sec,
+                "timeout_counts": "CPU time of the build", "paused_s": round(self.paused_s, 1)}
 
     def close(self) -> None:
-        """Stop the worker processes (a later build starts new ones)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-        self._pool, self._batches = None, 0
+        """Stop the worker processes and drop queued builds (a later build starts new ones)."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+        with self._cond:
+            workers, self._workers = self._workers, []
+            self._paused, self._closed = False, True
+            self._cond.notify_all()
+        for w in workers:
+            w.kill()
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+        self._threads = None
+        self._local = type(self._local)()
+        self._closed = False
 
 
 @dataclass
@@ -885,8 +1009,39 @@ def _note(message: str) -> None:
     tqdm.write(message)
 
 
-def _measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
-    """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at a time.
+@dataclass
+class _Submitted:
+    """A batch whose builds are queued (:func:`_submit_batch`)."""
+
+    fresh: list
+    builds: list  # concurrent futures of BuilderResults, or the BuilderResults themselves
+    bounds: dict
+
+
+def _submit_batch(bench: _Bench, fresh: list) -> _Submitted:
+    """Queue the builds of ``fresh`` ``(candidate, program_key)`` pairs (on the worker
+    processes; a builder without ``submit`` builds them here and now)."""
+    from .tvm_compat import BuilderInput  # pylint: disable=import-outside-toplevel
+
+    inputs = [BuilderInput(c.sch.mod, bench.target) for c, _ in fresh]
+    submit = getattr(bench.builder, "submit", None)
+    if submit is not None:
+        builds = submit(inputs) if fresh else []
+    else:
+        with bench.clock.stage("building"):
+            builds = bench.builder.build(inputs) if fresh else []
+    bounds = {}
+    for c, pk in fresh:
+        try:
+            bounds[pk] = index_bounds(c.sch.mod)
+        except Exception:  # noqa: BLE001  an unforeseen construct: TVM's own fill, as before
+            bounds[pk] = ()
+    return _Submitted(fresh, builds, bounds)
+
+
+def _finish_batch(bench: _Bench, batch: _Submitted) -> list[tuple]:
+    """Wait for a submitted batch's builds, then time its programs one at a time with the
+    build workers paused (:meth:`PooledBuilder.paused`).
 
     A program whose repeats vary by more than ``bench.max_cv`` (coefficient of
     variation) is timed once more and the steadier of the two measurements is kept.  A
@@ -896,43 +1051,47 @@ def _measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
     Returns:
         ``(candidate, program_key, run_secs or None, stage, error)`` per program.
     """
-    from .tvm_compat import BuilderInput  # pylint: disable=import-outside-toplevel
-
-    if not fresh:
+    if not batch.fresh:
         return []
     out, to_run = [], []
-    with bench.clock.stage("building"):
-        built = bench.builder.build([BuilderInput(c.sch.mod, bench.target) for c, _ in fresh])
-    for (c, pk), b in zip(fresh, built):
+    with bench.clock.stage("building"):  # the part of the builds nothing else overlapped
+        built = [b.result() if isinstance(b, concurrent.futures.Future) else b for b in batch.builds]
+    for (c, pk), b in zip(batch.fresh, built):
         if b.error_msg:
             out.append((c, pk, None, "build", str(b.error_msg)))
         else:
             to_run.append((c, pk, b))
-    bounds = {}
-    for c, pk in fresh:
-        try:
-            bounds[pk] = index_bounds(c.sch.mod)
-        except Exception:  # noqa: BLE001  an unforeseen construct: TVM's own fill, as before
-            bounds[pk] = ()
-
+    pause = getattr(bench.builder, "paused", None)
+    bounds = batch.bounds
     timed = {}
-    for item, res in zip(to_run, _timed_quietly(bench, to_run, bounds)):
-        if res.error_msg or res.run_secs is None:
-            timed[item[1]] = (None, "run", str(res.error_msg))
-        else:
-            timed[item[1]] = ([float(x) for x in res.run_secs], "run", "")
-    if bench.max_cv is not None:
-        noisy = [it for it in to_run if timed[it[1]][0] is not None and _repeat_cv(timed[it[1]][0]) > bench.max_cv]
-        for item, res in zip(noisy, _timed_quietly(bench, noisy, bounds) if noisy else []):
-            if not res.error_msg and res.run_secs is not None:
-                again = [float(x) for x in res.run_secs]
-                if _repeat_cv(again) < _repeat_cv(timed[item[1]][0]):
-                    timed[item[1]] = (again, "run", "")
+    with pause() if pause is not None else contextlib.nullcontext():
+        for item, res in zip(to_run, _timed_quietly(bench, to_run, bounds)):
+            if res.error_msg or res.run_secs is None:
+                timed[item[1]] = (None, "run", str(res.error_msg))
+            else:
+                timed[item[1]] = ([float(x) for x in res.run_secs], "run", "")
+        if bench.max_cv is not None:
+            noisy = [it for it in to_run if timed[it[1]][0] is not None and _repeat_cv(timed[it[1]][0]) > bench.max_cv]
+            for item, res in zip(noisy, _timed_quietly(bench, noisy, bounds) if noisy else []):
+                if not res.error_msg and res.run_secs is not None:
+                    again = [float(x) for x in res.run_secs]
+                    if _repeat_cv(again) < _repeat_cv(timed[item[1]][0]):
+                        timed[item[1]] = (again, "run", "")
     for c, pk, b in to_run:
         shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
         secs, stage, error = timed[pk]
         out.append((c, pk, secs, stage, error))
     return out
+
+
+def _measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
+    """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at
+    a time (:func:`_submit_batch`, then :func:`_finish_batch`).
+
+    Returns:
+        ``(candidate, program_key, run_secs or None, stage, error)`` per program.
+    """
+    return _finish_batch(bench, _submit_batch(bench, fresh))
 
 
 def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[_Task]) -> dict:
@@ -1013,13 +1172,16 @@ def _timed_per_store_feature(clock: StageClock):
 
 def _tune_context(
     task: _Task, target, device: DeviceDescriptor, phase: str, seed: int, store: _Store, workload, population: int,
-    cost_model=None, clock: StageClock | None = None,
+    cost_model=None, clock: StageClock | None = None, threads: int | None = None,
 ):
     """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random).
 
     ``cost_model``: the task's XGBModel from an earlier visit of this run, which has learnt
     every program of the task measured so far; ``None`` makes a new one and trains it on
-    them (replaying each record's trace for its features)."""
+    them (replaying each record's trace for its features).  ``threads``: threads of the
+    search and of XGBoost (``None``: all cores; 1 beside running builds, where more
+    threads only wait for each other)."""
+    threads = threads or device.cores
     from .tvm_compat import ms  # pylint: disable=import-outside-toplevel
 
     if phase == "random":
@@ -1032,7 +1194,7 @@ def _tune_context(
     if fresh_model:
         extractor = _timed_per_store_feature(clock) if clock is not None else "per-store-feature"
         cost_model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, verbose_eval=1 << 30,
-                                            num_tuning_cores=device.cores)
+                                            num_tuning_cores=threads)
     ctx = ms.TuneContext(
         task.mod,
         target=target,
@@ -1040,7 +1202,7 @@ def _tune_context(
         search_strategy=strategy,
         task_name=task.task_name,
         rand_state=seed,
-        num_threads=device.cores,
+        num_threads=threads,
     )
     if fresh_model:  # learn from every program of the task measured so far
         records = store.db.get_top_k(workload, 1 << 30)
@@ -1131,8 +1293,12 @@ class _Collection:
         """Whether an earlier visit found this workload's design space used up."""
         return any(t.get("workload_key") == key and "space_exhausted_at" in t for t in self.manifest["tasks"])
 
-    def visit(self, task: _Task, goal: int) -> None:
-        """Sample, measure and record programs of one task until it has ``goal`` (or its space runs out)."""
+    def visit(self, task: _Task, goal: int):
+        """Sample, measure and record programs of one task until it has ``goal`` (or its space runs out).
+
+        A generator: it yields each batch of fresh ``(candidate, program_key)`` pairs to
+        measure and is sent back their :func:`_finish_batch` results, so that
+        :meth:`run_round` can build one task's batch while another task samples."""
         key, wl, cfg = task.workload_key, self.workloads[task.workload_key], self.cfg
         need = goal - self.store.done.get(key, 0)
         self.bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
@@ -1156,7 +1322,7 @@ class _Collection:
             else:
                 want = need
                 _mark_phase(self.manifest, self.dir, task, done)
-            if self._phase(task, wl, phase, want, seen, seed, goal, earlier_failures):
+            if (yield from self._phase(task, wl, phase, want, seen, seed, goal, earlier_failures)):
                 _mark_tasks(self.manifest, self.dir, key, "space_exhausted_at", self.store.done.get(key, 0), True)
                 break
             need = goal - self.store.done.get(key, 0)
@@ -1164,8 +1330,9 @@ class _Collection:
             self.bar.total -= need
             self.bar.refresh()
 
-    def _phase(self, task, wl, phase, want, seen, seed, goal, earlier_failures) -> bool:
-        """One sampling phase of a task; returns whether a whole batch was already seen (space used up)."""
+    def _phase(self, task, wl, phase, want, seen, seed, goal, earlier_failures):
+        """One sampling phase of a task, a generator as :meth:`visit`; returns whether a whole
+        batch was already seen (space used up)."""
         from .tvm_compat import TuningRecord, ms  # pylint: disable=import-outside-toplevel
 
         cfg, key, clock = self.cfg, task.workload_key, self.bench.clock
@@ -1173,7 +1340,7 @@ class _Collection:
         with clock.stage("cost model training" if phase != "random" else sampling):
             ctx, cost_model = _tune_context(
                 task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population,
-                self._models.get(key), clock,
+                self._models.get(key), clock, 1 if cfg.tasks_in_flight > 1 else None,
             )
         if cost_model is not None:  # it learns each batch timed below; later rounds of this run reuse it
             self._models[key] = cost_model
@@ -1198,7 +1365,7 @@ class _Collection:
             if not fresh:  # a whole round of programs already seen: the space is used up
                 exhausted = True
                 break
-            batch = _measure_batch(self.bench, fresh[:want])
+            batch = yield fresh[:want]
             results = self._record(task, wl, batch, TuningRecord)
             want -= len(results)
             outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
@@ -1285,8 +1452,30 @@ class _Collection:
             self.checkpoint(final=False)
             self._last_pack = time.time()
 
+    def _advance(self, task: _Task, steps, measured, inflight: list) -> None:
+        """Run one task's visit until it asks for its next batch (queued for building and
+        appended to ``inflight``) or ends; a TVM error ends only that task."""
+        try:
+            fresh = steps.send(measured)
+        except StopIteration:
+            return
+        except MachineBusyError:
+            raise  # the machine, not the task: stop, every finished record is stored
+        except Exception as err:  # noqa: BLE001  one task's TVM error must not end the collection
+            if self.stop_requested():
+                raise  # a stop signal that landed inside a TVM callback
+            self.task_failed(task, err)
+            return
+        inflight.append((task, steps, _submit_batch(self.bench, fresh)))
+
     def run_round(self, tasks: list[_Task], goal: int) -> None:
-        """Visit every task once, towards ``goal`` programs each."""
+        """Visit every task once, towards ``goal`` programs each.
+
+        With ``tasks_in_flight`` 2, two tasks are in flight at a time: while one task's
+        batch builds on the worker processes, the other samples its next batch (or records
+        its last), and a batch is timed only once its own builds are done, with every build
+        worker paused, so that sampling and building overlap but nothing runs beside a
+        timing."""
         from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
         todo = {}
@@ -1298,24 +1487,32 @@ class _Collection:
         already = sum(min(self.store.done.get(k, 0), goal) for k in todo)
         desc = f"{self.device.device_id} to {goal}/task"
         self.bar = tqdm(total=total, initial=already, disable=not self.progress, unit="prog", desc=desc, smoothing=0.05)
+        waiting = iter(todo.items())
+        inflight: list = []
         try:
-            for key, task in todo.items():
-                if goal - self.store.done.get(key, 0) <= 0:
-                    continue
-                if self.stop_requested():
+            while not self.stop_requested():
+                while len(inflight) < self.cfg.tasks_in_flight and not self.stop_requested():
+                    nxt = next(((k, t) for k, t in waiting if goal - self.store.done.get(k, 0) > 0), None)
+                    if nxt is None:
+                        break
+                    self.maybe_pack()
+                    try:
+                        steps = self.visit(nxt[1], goal)
+                    except MachineBusyError:
+                        raise
+                    except Exception as err:  # noqa: BLE001  as in _advance
+                        if self.stop_requested():
+                            raise
+                        self.task_failed(nxt[1], err)
+                        continue
+                    self._advance(nxt[1], steps, None, inflight)
+                if not inflight or self.stop_requested():
                     break
-                try:
-                    self.visit(task, goal)
-                except MachineBusyError:
-                    raise  # the machine, not the task: stop, every finished record is stored
-                except Exception as err:  # noqa: BLE001  one task's TVM error must not end the collection
-                    if self.stop_requested():
-                        raise  # a stop signal that landed inside a TVM callback
-                    self.task_failed(task, err)
-                if self.stop_requested():
-                    break
-                self.maybe_pack()
+                task, steps, submitted = inflight.pop(0)
+                self._advance(task, steps, _finish_batch(self.bench, submitted), inflight)
         finally:
+            for _, steps, _ in inflight:  # batches not timed: their programs are sampled again next time
+                steps.close()
             self.bar.close()
             # also when a stop signal ends the round with an exception (one landing in a TVM call)
             self.stopped = self.stop_requested()
@@ -1339,8 +1536,8 @@ def collect(
 
     Raises:
         KeyError: an unknown network name.
-        InputError: ``cfg.evolutionary_fraction`` above 0 without the xgboost package
-            (nothing is written).
+        InputError: ``cfg.evolutionary_fraction`` above 0 without the xgboost package, or
+            ``cfg.tasks_in_flight`` other than 1 or 2 (nothing is written).
         DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU, or no CUDA compiler (nvcc or
             NVRTC), on this host (nothing is written).
         MachineBusyError: the quiet-machine guard waited longer than ``cfg.quiet.max_wait_s``
@@ -1354,6 +1551,8 @@ def collect(
 
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name
+    if cfg.tasks_in_flight not in (1, 2):
+        raise InputError(f"tasks_in_flight must be 1 or 2, got {cfg.tasks_in_flight}")
     if cfg.evolutionary_fraction > 0 and importlib.util.find_spec("xgboost") is None:
         # else every task fails at its first evolutionary batch (a GPU host without xgboost did)
         raise InputError(
@@ -1386,6 +1585,7 @@ def collect(
             "seed": cfg.seed,
             "rounds": list(cfg.goals),
             "evolutionary_population": cfg.evolutionary_population,
+            "tasks_in_flight": cfg.tasks_in_flight,
             # runs without this field seeded each task from the base seed and its workload key only
             "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},

@@ -133,6 +133,37 @@ def build_for_measurement(mod: IRModule, target: Target, _params=None):
     return tvm_build(mod, target=target)
 
 
+def popen_worker(maximum_uses: int | None = None):
+    """A TVM ``PopenWorker``: one long-lived Python process that runs the functions sent
+    to it (``send`` then ``recv``), restarted after ``maximum_uses`` of them."""
+    from tvm.support.popen_pool import PopenWorker  # pylint: disable=import-outside-toplevel
+
+    return PopenWorker(maximum_uses=maximum_uses)
+
+
+def popen_worker_pid(worker) -> int | None:
+    """The process id of a ``PopenWorker``'s process, ``None`` while it has none (TVM keeps
+    the ``subprocess.Popen`` in a private attribute)."""
+    proc = getattr(worker, "_proc", None)
+    return None if proc is None else proc.pid
+
+
+def build_worker_function(args: tuple) -> str:
+    """MetaSchedule ``LocalBuilder``'s build-and-export of one program, as its workers run
+    it: ``args`` = ``(f_build, f_export, mod, target, serialized params)``; returns the
+    artifact path."""
+    from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func  # pylint: disable=import-outside-toplevel
+
+    return _worker_func(*args)
+
+
+def serialize_build_params(params):
+    """``BuilderInput.params`` in the form :func:`build_worker_function` takes."""
+    from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params  # pylint: disable=import-outside-toplevel
+
+    return _serialize_params(params)
+
+
 def export_shared_library(mod) -> str:
     """Export function for build workers: the built module as a shared library, linked
     with the host's compiler in the worker, so that the runner only loads it (MetaSchedule's

@@ -545,16 +545,24 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import load_tensor_intrinsics
 
-    # slow on a first call: before the loop, so that the collection reaches a timing inside it
     load_tensor_intrinsics(local_cpu().target)
-    busy_s = 8.0
+    busy_s = 6.0
     # started through a shell that exits at once, so the loop is no descendant of this process
     loop = f"import time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass"
-    start = time.time()
-    pid = subprocess.run(["bash", "-c", f"{sys.executable} -c '{loop}' >/dev/null 2>&1 & echo $!"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    assert pid.isdigit()
+    real_finish, started = collect_mod._finish_batch, []
+
+    def finish_beside_a_busy_loop(bench, batch):  # the loop starts once the first batch is built
+        if not started:
+            batch.builds = [f.result() for f in batch.builds]
+            started.append(time.time())
+            pid = subprocess.run(["bash", "-c", f"{sys.executable} -c '{loop}' >/dev/null 2>&1 & echo $!"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            assert pid.isdigit()
+        return real_finish(bench, batch)
+
+    monkeypatch.setattr(collect_mod, "_finish_batch", finish_beside_a_busy_loop)
     summary = collect(_tiny_cfg(tmp_path, quiet=QuietConfig(settle_s=0.5, max_wait_s=120)), progress=False)
+    start = started[0]
     ended = start + busy_s
     assert summary.measured == 2
     q = ds.read_manifest(summary.device_dir)["collections"][-1]["quiet_machine"]
@@ -637,3 +645,75 @@ def test_a_stage_nested_in_another_counts_for_itself_only(monkeypatch):
     monkeypatch.undo()
     assert clock.seconds["evolutionary search"] == 8.0 and clock.seconds["cost model features"] == 2.0
     assert clock.seconds["building"] == 1.0 and sum(clock.seconds.values()) == 11.0
+
+
+def test_build_workers_pause_for_timings_and_a_build_stops_at_its_cpu_time_limit():
+    """Paused workers are stopped and use no CPU (no worker starts while paused); a build
+    past its CPU-time limit is a timed-out build, and the next build gets a new worker."""
+    import time
+
+    import psutil
+
+    from cdmpp.collect import PooledBuilder
+    from cdmpp.tvm_compat import BuilderInput, Target, build_for_measurement, export_shared_library
+
+    target = Target({"kind": "llvm", "num-cores": 1})
+    mod = _matmul_module()
+    builder = PooledBuilder(1, 20.0, build_for_measurement, f_export=export_shared_library)
+    others = set(psutil.Process().children(recursive=True))  # an earlier test's runner worker, say
+    try:
+        with builder.paused():
+            futures = builder.submit([BuilderInput(mod, target)] * 2)
+            time.sleep(1.0)
+            assert set(psutil.Process().children(recursive=True)) == others  # queued, not started
+        assert all(f.result().error_msg is None for f in futures)
+        futures = builder.submit([BuilderInput(mod, target)] * 3)
+        with builder.paused():
+            procs = builder._processes()
+            assert procs and all(p.status() == psutil.STATUS_STOPPED for p in procs)
+            before = sum(sum(p.cpu_times()[:2]) for p in procs)
+            time.sleep(1.0)
+            assert sum(sum(p.cpu_times()[:2]) for p in procs) == before
+        assert all(f.result().error_msg is None for f in futures)
+        assert builder.to_json()["built"] == 5 and builder.paused_s >= 2.0
+        builder.timeout_sec = 1e-3
+        late = builder.build([BuilderInput(mod, target)])[0]
+        assert late.artifact_path is None and "timed out after 0.001 s of CPU time" in late.error_msg
+        builder.timeout_sec = 20.0
+        assert builder.build([BuilderInput(mod, target)])[0].error_msg is None and builder.timeouts == 1
+    finally:
+        builder.close()
+    assert set(psutil.Process().children(recursive=True)) <= others
+
+
+def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timing(tmp_path, monkeypatch):
+    """Two tasks are in flight: the second task's batch is queued before the first one's is
+    timed, and every timing finds the build workers stopped."""
+    import psutil
+
+    from cdmpp import collect as collect_mod
+
+    events = []
+    real_submit, real_finish, real_run = collect_mod._submit_batch, collect_mod._finish_batch, collect_mod._run_batch
+
+    def submit(bench, fresh):
+        events.append(("submit", len(fresh)))
+        return real_submit(bench, fresh)
+
+    def finish(bench, batch):
+        events.append(("time", len(batch.fresh)))
+        return real_finish(bench, batch)
+
+    def run(bench, items, bounds):
+        procs = bench.builder._processes()
+        assert all(p.status() == psutil.STATUS_STOPPED for p in procs)
+        return real_run(bench, items, bounds)
+
+    monkeypatch.setattr(collect_mod, "_submit_batch", submit)
+    monkeypatch.setattr(collect_mod, "_finish_batch", finish)
+    monkeypatch.setattr(collect_mod, "_run_batch", run)
+    summary = collect(_tiny_cfg(tmp_path, max_tasks_per_network=2), progress=False)
+    assert summary.measured == 4 and summary.failed == 0
+    assert [e for e, _ in events] == ["submit", "submit", "time", "time"]
+    records = ds.load_device_dir(summary.device_dir).programs
+    assert len(records) == 4 and len({p.workload_index for p in records}) == 2
