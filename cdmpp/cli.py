@@ -701,7 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.5,
         help="share of each task's programs from evolutionary search, after the random ones (0: random only)",
     )
-    s.add_argument("--evolutionary-population", type=int, default=64,
+    s.add_argument("--evolutionary-population", type=int, default=32,
                    help="population of the evolutionary search (smaller: faster search)")
     s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
                    help="2: one task's batch builds while another task samples (build workers are paused "

@@ -163,8 +163,9 @@ class CollectConfig:
             Above 0, that search also tops up a random phase that fell short (failed
             builds, a small design space); at 0 nothing but random samples is measured.
         evolutionary_population: population of that search; each round costs about
-            ``4 * population`` schedule mutations and cost-model predictions.  64 halves
-            the search time of 128 and draws programs as fast (``cdmpp search-check``).
+            ``4 * population`` schedule mutations and cost-model predictions.  32 takes a
+            quarter of the search time of 128 and draws programs as fast (``cdmpp
+            search-check`` in the datasets README).
         measure: the timing protocol.
         rpc: measure through an RPC tracker (``None``: on this host, with ``LocalRunner``).
         gpu: measure on this host's NVIDIA GPU (CUDA target, device id ``gpu-<name>-sm<XY>``)
@@ -197,7 +198,7 @@ class CollectConfig:
     num_cores: int | None = None
     max_tasks_per_network: int | None = None
     evolutionary_fraction: float = 0.5
-    evolutionary_population: int = 64
+    evolutionary_population: int = 32
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RPCSettings | None = None
     gpu: bool = False
