@@ -1453,10 +1453,12 @@ class _Collection:
             self.checkpoint(final=False)
             self._last_pack = time.time()
 
-    def _advance(self, task: _Task, steps, measured, inflight: list) -> None:
-        """Run one task's visit until it asks for its next batch (queued for building and
-        appended to ``inflight``) or ends; a TVM error ends only that task."""
+    def _advance(self, task: _Task, goal: int, steps, measured, inflight: list) -> None:
+        """Run one task's visit (``steps``; ``None``: start it) until it asks for its next batch
+        (queued for building and appended to ``inflight``) or ends; a TVM error ends only
+        that task."""
         try:
+            steps = self.visit(task, goal) if steps is None else steps
             fresh = steps.send(measured)
         except StopIteration:
             return
@@ -1497,20 +1499,11 @@ class _Collection:
                     if nxt is None:
                         break
                     self.maybe_pack()
-                    try:
-                        steps = self.visit(nxt[1], goal)
-                    except MachineBusyError:
-                        raise
-                    except Exception as err:  # noqa: BLE001  as in _advance
-                        if self.stop_requested():
-                            raise
-                        self.task_failed(nxt[1], err)
-                        continue
-                    self._advance(nxt[1], steps, None, inflight)
+                    self._advance(nxt[1], goal, None, None, inflight)
                 if not inflight or self.stop_requested():
                     break
                 task, steps, submitted = inflight.pop(0)
-                self._advance(task, steps, _finish_batch(self.bench, submitted), inflight)
+                self._advance(task, goal, steps, _finish_batch(self.bench, submitted), inflight)
         finally:
             for _, steps, _ in inflight:  # batches not timed: their programs are sampled again next time
                 steps.close()
