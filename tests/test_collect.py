@@ -686,6 +686,39 @@ def test_build_workers_pause_for_timings_and_a_build_stops_at_its_cpu_time_limit
     assert set(psutil.Process().children(recursive=True)) <= others
 
 
+def test_closing_the_builder_while_builds_run_ends_every_worker_without_error():
+    """A stop signal closes the builder while its threads wait on running builds: each
+    thread sees its worker die and ends it too (TVM's ``PopenWorker.kill`` raised when two
+    threads ended one worker, and the manifest lost the collection's end)."""
+    import time
+
+    import psutil
+
+    from cdmpp.collect import PooledBuilder
+    from cdmpp.tvm_compat import BuilderInput, Target, build_for_measurement, export_shared_library
+
+    target = Target({"kind": "llvm", "num-cores": 1})
+    mod = _matmul_module()
+    others = set(psutil.Process().children(recursive=True))
+    builder = PooledBuilder(2, 20.0, build_for_measurement, f_export=export_shared_library)
+    for _ in range(2):
+        futures = builder.submit([BuilderInput(mod, target)] * 4)
+        deadline = time.time() + 30
+        while len(set(psutil.Process().children(recursive=True)) - others) < 2 and time.time() < deadline:
+            time.sleep(0.05)  # both workers started: their builds are running
+        builder.close()
+        results = [f.result() for f in futures if not f.cancelled()]
+        assert all(r.error_msg is None or "closed" in r.error_msg for r in results)
+        assert set(psutil.Process().children(recursive=True)) <= others
+
+
+def test_sampling_threads_share_the_cores_with_the_builds():
+    from cdmpp.collect import sampling_threads
+
+    assert sampling_threads(2, 1) == 2 and sampling_threads(2, 2) == 1
+    assert sampling_threads(16, 2) == 8 and sampling_threads(1, 2) == 1
+
+
 def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timing(tmp_path, monkeypatch):
     """Two tasks are in flight: the second task's batch is queued before the first one's is
     timed, and every timing finds the build workers stopped."""
