@@ -8,8 +8,10 @@ Like PyTorch Geometric's ``Batch``, the leaves of ``P`` programs are stacked int
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -304,7 +306,10 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
     """Featurize every measured program of a :class:`cdmpp.dataset.DeviceDatabase`.
 
     The programs carry TVM's ``PerStoreFeature`` rows too (``psf``, the baselines' input).
-    With ``cache_dir``, the result is cached under a key of the database's content.
+    With ``cache_dir``, the result is cached under a key of the database's content; a
+    folder that grew since its last featurization (collections append records) reuses
+    that cache entry for its first programs, featurizes only the new ones, and caches the
+    grown state beside it.
 
     Raises:
         UnsupportedProgramError: a program that cannot be featurized.
@@ -314,7 +319,7 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
 
     from . import featurize_many
 
-    key = None
+    key, prefix = None, None
     if cache_dir is not None:
         key = _cache_key(cache_dir, db.device_id, db.workload_keys, ((p.workload_index, p.run_secs) for p in db.programs))
         if key.exists():
@@ -322,6 +327,7 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
                 return FeaturizedPrograms.load(key)
             except ValueError:
                 pass  # recompute a corrupt cache entry
+        prefix = _cached_prefix(Path(cache_dir), db)
     if db.manifest.get("device"):
         target = Target(db.manifest["device"]["target"])
     else:  # a bare JSONDatabase: the target its records were measured for
@@ -329,22 +335,56 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
     flops_of = {}
     for t in db.manifest.get("tasks", []):
         flops_of[t["workload_key"]] = float(t.get("flops", 0.0))
+    done = len(prefix) if prefix is not None else 0
     trees = []
     chunk = 256
-    rng = range(0, len(db.programs), chunk)
+    rng = range(done, len(db.programs), chunk)
     if progress:
         from tqdm import tqdm
 
         rng = tqdm(rng, desc="featurize", unit="chunk")
     for s in rng:
         trees += featurize_many([p.record for p in db.programs[s : s + chunk]], target, psf=True)
-    workload = [p.workload_index for p in db.programs]
-    flops = [flops_of.get(db.workload_keys[w], 0.0) for w in workload]
-    out = from_trees(trees, [p.latency for p in db.programs], workload, db.workload_keys, flops)
+    rest = db.programs[done:]
+    out = from_trees(trees, [p.latency for p in rest], [p.workload_index for p in rest], db.workload_keys, [])
+    if prefix is not None:  # its workload keys are a prefix of this database's: the indices stay valid
+        out = FeaturizedPrograms.concat([dataclasses.replace(prefix, workload_keys=list(db.workload_keys)), out])
+    out.flops = np.asarray([flops_of.get(db.workload_keys[w], 0.0) for w in out.workload], dtype=np.float64)
     if key is not None:
         key.parent.mkdir(parents=True, exist_ok=True)
-        out.save(key)
+        out.save(key)  # the earlier entry stays: another folder of this device may be that state (the slice)
     return out
+
+
+def _cached_prefix(cache_dir: Path, db) -> FeaturizedPrograms | None:
+    """The longest cached featurization of this device whose programs are the first ones
+    of ``db`` (a collection only appends records and workloads, so a grown folder's cache
+    entry of an earlier state holds its first programs): same workload keys as far as it
+    has any, and the same workload and median latency for each of its programs.
+    ``None`` when there is none."""
+    pattern = re.compile(rf"featurized-{re.escape(db.device_id)}-[0-9a-f]{{16}}\.npz")
+    best: FeaturizedPrograms | None = None
+    if not cache_dir.is_dir():
+        return best
+    workload = latency = None
+    for path in cache_dir.iterdir():
+        if not pattern.fullmatch(path.name):
+            continue
+        try:
+            cached = FeaturizedPrograms.load(path)
+        except ValueError:
+            continue
+        n = len(cached)
+        if n == 0 or n > len(db.programs) or cached.psf is None or (best is not None and n <= len(best)):
+            continue
+        if cached.workload_keys != list(db.workload_keys[: len(cached.workload_keys)]):
+            continue
+        if workload is None:
+            workload = np.asarray([p.workload_index for p in db.programs], dtype=np.int64)
+            latency = np.asarray([p.latency for p in db.programs], dtype=np.float64)
+        if np.array_equal(cached.workload, workload[:n]) and np.array_equal(cached.latency, latency[:n]):
+            best = cached
+    return best
 
 
 def dense(x: np.ndarray, pos: np.ndarray, ptr: np.ndarray):

@@ -175,3 +175,47 @@ def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
     assert len(c) == 1 and c[0][7] == 1 and c[0][12] == pytest.approx(np.log2(17))
     with pytest.raises(UnsupportedProgramError, match="While"):
         access_features(with_while)
+
+
+def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_path, monkeypatch):
+    """The cache entry of an earlier state of a folder (its first programs) is reused: only
+    the programs after it are featurized and the result equals a fresh featurization. An
+    entry of the device whose programs are not the folder's first ones is not reused."""
+    import dataclasses
+
+    import numpy as np
+
+    import cdmpp.featurize as featurize_pkg
+    from cdmpp import dataset as ds
+    from cdmpp.featurize.batch import featurize_database
+
+    _, summary = tiny_collection
+    db = ds.load_device_dir(summary.device_dir)
+    n = len(db.programs)
+    assert n >= 4
+    fresh = featurize_database(db)
+    cache, other_cache = tmp_path / "cache", tmp_path / "other"
+    # not a prefix: the folder's programs from the second one on
+    featurize_database(dataclasses.replace(db, programs=db.programs[1:]), other_cache)
+    featurized = []
+    real = featurize_pkg.featurize_many
+
+    def counting(records, target, psf=False):
+        featurized.extend(records)
+        return real(records, target, psf=psf)
+
+    monkeypatch.setattr(featurize_pkg, "featurize_many", counting)
+    featurize_database(db, other_cache)
+    assert len(featurized) == n
+    featurized.clear()
+    featurize_database(dataclasses.replace(db, programs=db.programs[: n - 2]), cache)
+    assert len(featurized) == n - 2
+    featurized.clear()
+    grown = featurize_database(db, cache)
+    assert len(featurized) == 2
+    for name in ("x", "pos", "ptr", "latency", "workload", "flops", "psf", "psf_ptr"):
+        assert np.array_equal(getattr(grown, name), getattr(fresh, name)), name
+    assert grown.workload_keys == fresh.workload_keys and len(list(cache.iterdir())) == 2
+    featurized.clear()
+    featurize_database(db, cache)  # the grown entry itself
+    assert featurized == []
