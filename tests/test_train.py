@@ -191,3 +191,16 @@ def test_cmd_term_sees_target_features_but_never_their_latencies(tiny_featurized
     assert not np.allclose(predict_latency_array(model, blind), predict_latency_array(plain, blind))
     with pytest.raises(ValueError, match="target-domain programs"):
         fit_transformer(blind, split, cfg, tc, use_wandb=False, progress=False)
+
+
+def test_history_holds_each_epochs_training_and_validation_loss(tiny_featurized):
+    db, data = tiny_featurized
+    split = _split(data, db.manifest["tasks"])
+    assert len(split.val) > 0
+    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64)
+    history: list = []
+    fit_transformer(data, split, cfg, TrainConfig(batch_size=4, epochs=3), use_wandb=False, progress=False,
+                    history=history)
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert all(np.isfinite(h["train_loss"]) and np.isfinite(h["val_loss"]) for h in history)
+    assert len({h["val_loss"] for h in history}) > 1  # each epoch's own, not one value repeated

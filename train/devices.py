@@ -392,6 +392,7 @@ def train_device_model(
             )
         target = split.test
     t0 = time.time()
+    history: list[dict] = []
     model = fit_transformer(
         fit_data,
         split,
@@ -401,6 +402,7 @@ def train_device_model(
         use_wandb,
         progress=progress,
         target=target,
+        history=history,
         device_descriptors=corpus.descriptors(),
     )
     t_model = time.time() - t0
@@ -437,6 +439,7 @@ def train_device_model(
         "test_programs": int(len(split.test)),
         "train_config": asdict(train_config),
         "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
+        "loss_by_epoch": history,
         "tree_inputs": "psf_sum+descriptor",
         "heldout_metrics": rows,
         "validation_metrics": val_rows,

@@ -11,7 +11,7 @@ import torch
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
-from .lightning import LatencyModule, ProgramDataModule, TrainConfig
+from .lightning import EpochHistory, LatencyModule, ProgramDataModule, TrainConfig
 from .model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 from .splits import Split
 
@@ -27,6 +27,7 @@ def fit_transformer(
     progress: bool = True,
     target: np.ndarray | None = None,
     device_descriptors: np.ndarray | None = None,
+    history: list | None = None,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
@@ -40,6 +41,10 @@ def fit_transformer(
         device_descriptors: float32 ``(num_devices + 1, DESCRIPTOR_DIM)``, the device
             table's descriptors, for a model with device input (``data.device`` holds
             each program's row).
+        history: a list that gets one dict per epoch: ``epoch`` (1-based), ``train_loss``
+            and ``val_loss`` (the epoch's mean loss on the training and validation
+            programs; ``val_loss`` is absent without validation programs).  The validation
+            curve behind a choice of ``epochs`` (RESULTS.md).
 
     Returns:
         The trained model, in eval mode.
@@ -92,6 +97,7 @@ def fit_transformer(
         max_epochs=train_config.epochs,
         accelerator="cpu",
         logger=logger,
+        callbacks=[EpochHistory(history)] if history is not None else None,
         enable_checkpointing=False,
         enable_progress_bar=progress,
         enable_model_summary=False,
@@ -105,3 +111,4 @@ def fit_transformer(
     if logger:
         logger.experiment.finish()
     return module.model.eval()
+

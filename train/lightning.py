@@ -55,7 +55,7 @@ class TrainConfig:
             learns to stand for a device never measured.
     """
 
-    epochs: int = 40
+    epochs: int = 20
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 1e-4
@@ -330,6 +330,23 @@ class LatencyModule(L.LightningModule):
             return opt
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=c.lr, total_steps=steps, pct_start=0.1)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class EpochHistory(L.Callback):
+    """Appends one dict per epoch to ``out``: ``epoch`` (1-based), ``train_loss`` and
+    ``val_loss`` (the epoch's mean losses, as logged by :class:`LatencyModule`; a loss
+    that was not logged is absent)."""
+
+    def __init__(self, out: list):
+        self.out = out
+
+    def on_train_epoch_end(self, trainer, pl_module):  # runs after the epoch's validation
+        metrics = trainer.callback_metrics
+        row = {"epoch": int(trainer.current_epoch) + 1}
+        for name in ("train_loss", "val_loss"):
+            if name in metrics:
+                row[name] = round(float(metrics[name]), 5)
+        self.out.append(row)
 
 
 class SegmentSumModule(L.LightningModule):
