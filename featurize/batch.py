@@ -345,11 +345,15 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
         rng = tqdm(rng, desc="featurize", unit="chunk")
     for s in rng:
         trees += featurize_many([p.record for p in db.programs[s : s + chunk]], target, psf=True)
+    def flops(workload):
+        return np.asarray([flops_of.get(db.workload_keys[w], 0.0) for w in workload], dtype=np.float64)
+
     rest = db.programs[done:]
-    out = from_trees(trees, [p.latency for p in rest], [p.workload_index for p in rest], db.workload_keys, [])
+    workload = [p.workload_index for p in rest]
+    out = from_trees(trees, [p.latency for p in rest], workload, db.workload_keys, flops(workload))
     if prefix is not None:  # its workload keys are a prefix of this database's: the indices stay valid
-        out = FeaturizedPrograms.concat([dataclasses.replace(prefix, workload_keys=list(db.workload_keys)), out])
-    out.flops = np.asarray([flops_of.get(db.workload_keys[w], 0.0) for w in out.workload], dtype=np.float64)
+        prefix = dataclasses.replace(prefix, workload_keys=list(db.workload_keys), flops=flops(prefix.workload))
+        out = FeaturizedPrograms.concat([prefix, out])
     if key is not None:
         key.parent.mkdir(parents=True, exist_ok=True)
         out.save(key)  # the earlier entry stays: another folder of this device may be that state (the slice)

@@ -156,8 +156,10 @@ def train_and_compare(
         weights = task_weights(db.manifest, data.workload_keys, holdout)
         rows = _score(model, {"tree": tree, "flops": flops}, data, split.test, weights)
     # the recipe is chosen on these (RESULTS.md), never on the held-out network
-    val_rows = (_score(model, {"tree": tree, "flops": flops}, data, split.val, task_weights(db.manifest, data.workload_keys, None))
-                if len(split.val) else {})
+    val_rows = {}
+    if len(split.val):
+        weights = task_weights(db.manifest, data.workload_keys, None)
+        val_rows = _score(model, {"tree": tree, "flops": flops}, data, split.val, weights)
     meta = {
         "dataset": str(dataset),
         "device_id": db.device_id,
