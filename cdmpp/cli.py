@@ -239,6 +239,7 @@ def _model_configs(args):
             rank_weight=args.rank_weight,
             task_group=args.task_group,
             cmd_weight=args.cmd_weight,
+            cmd_domain=args.cmd_domain,
             device_dropout=args.device_dropout,
             weight_decay=args.weight_decay,
         )
@@ -790,6 +791,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features "
             "(or, for train, those of --cmd-target)",
+        )
+        s.add_argument(
+            "--cmd-domain",
+            choices=["heldout", "validation"],
+            default=None,
+            help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (heldout, the "
+            "default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
         )
 
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")

@@ -1,3 +1,5 @@
+import pytest
+
 from cdmpp.cli import main
 
 
@@ -58,6 +60,22 @@ def test_train_with_cmd_needs_a_held_out_network(tiny_collection, tmp_path, caps
     args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(tmp_path / "ckpt"), "--no-wandb"]
     assert main(args + ["--epochs", "1", "--cmd-weight", "1", "--cache", str(tmp_path / "c")]) == 2
     assert "held-out network" in capsys.readouterr().err and not (tmp_path / "ckpt").exists()
+
+
+def test_train_with_cmd_toward_the_validation_workloads(tiny_collection, tmp_path, capsys):
+    import json
+
+    cfg, _ = tiny_collection
+    out = tmp_path / "ckpt"
+    args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
+    args += ["--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--cmd-weight", "0.5"]
+    assert main(args + ["--cmd-domain", "validation"]) == 0  # no held-out network needed: the target is validation
+    meta = json.loads((out / "config.json").read_text())["metadata"]
+    assert meta["train_config"]["cmd_domain"] == "validation" and meta["val_programs"] > 0
+    assert "validation programs (features only)" in (out / "README.md").read_text()
+    with pytest.raises(SystemExit):  # argparse refuses a domain it does not know
+        main(args[:6] + [str(tmp_path / "x")] + args[7:] + ["--cmd-domain", "test"])
+    assert not (tmp_path / "x").exists()
 
 
 def test_train_with_cmd_toward_another_device(tiny_collection, tmp_path, capsys):

@@ -72,7 +72,8 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
     seed = cfg.train.seed
 
     # with a CMD term, the test programs are its unlabelled target domain (features only)
-    target = split.test if cfg.train.cmd_weight > 0 else None
+    cmd_programs = split.val if cfg.train.cmd_domain == "validation" else split.test
+    target = cmd_programs if cfg.train.cmd_weight > 0 else None
 
     def transformer(mcfg, inputs=data):
         return (

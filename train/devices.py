@@ -28,7 +28,7 @@ from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
 
 from .baselines import TreeBaseline
-from .lightning import TrainConfig
+from .lightning import CMD_DOMAINS as _CMD_DOMAIN, TrainConfig
 from .metrics import summary
 from .model import ModelConfig, predict_latency_array, save_checkpoint
 from .splits import Split, networks_of
@@ -333,7 +333,8 @@ def train_device_model(
     4.3) matches the pooled program embeddings of the training batches to those of an
     unlabelled target domain: the programs of ``cmd_target`` when given (a device
     folder outside training, typically the device left out with ``exclude``; its
-    latencies are never read), else the held-out network's programs.
+    latencies are never read), else the held-out network's programs (the validation
+    workloads' programs with ``train_config.cmd_domain == "validation"``).
 
     Args:
         root: a dataset folder of device folders, or several (:func:`corpus_dirs`).
@@ -385,12 +386,12 @@ def train_device_model(
         fit_data = FeaturizedPrograms.concat([corpus.data, tdata])
         target, target_device = np.arange(len(corpus.data), len(fit_data)), tdb.device_id
     elif train_config.cmd_weight > 0:
-        if len(split.test) == 0:
+        target = split.val if train_config.cmd_domain == "validation" else split.test
+        if len(target) == 0:
             raise InputError(
-                "cmd_weight > 0 needs a held-out network or a CMD target device: their programs are the CMD term's "
-                "target domain"
+                f"cmd_weight > 0 needs a CMD target device or {_CMD_DOMAIN[train_config.cmd_domain]}: their programs are "
+                "the CMD term's target domain"
             )
-        target = split.test
     t0 = time.time()
     history: list[dict] = []
     model = fit_transformer(

@@ -21,7 +21,7 @@ from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
-from .lightning import TrainConfig
+from .lightning import CMD_DOMAINS as _CMD_DOMAIN, TrainConfig
 from .metrics import summary
 from .model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import Split, holdout_network, networks_of
@@ -83,7 +83,8 @@ def train_and_compare(
     written by ``cdmpp evaluate --benchmark``, when given).
 
     With ``train_config.cmd_weight > 0`` the CMD term's unlabelled target domain is the
-    held-out network's programs, or, with ``cmd_target`` (another device's folder), every
+    held-out network's programs (with ``train_config.cmd_domain == "validation"``, the
+    validation workloads' programs), or, with ``cmd_target`` (another device's folder), every
     program of that device: cross-device adaptation (CDMPP, EuroSys 2024, section 5).
     Either way only their features are seen in training, never their latencies
     (transductive, as in the paper).
@@ -111,10 +112,11 @@ def train_and_compare(
         raise InputError("a CMD target device needs cmd_weight > 0")
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
-    if train_config.cmd_weight > 0 and len(split.test) == 0 and cmd_target is None:
+    cmd_programs = split.val if train_config.cmd_domain == "validation" else split.test
+    if train_config.cmd_weight > 0 and len(cmd_programs) == 0 and cmd_target is None:
         raise InputError(
-            "cmd_weight > 0 needs a held-out network or a CMD target device: their programs are the CMD term's "
-            "target domain"
+            f"cmd_weight > 0 needs a CMD target device or {_CMD_DOMAIN[train_config.cmd_domain]}: their programs are "
+            "the CMD term's target domain"
         )
     pooled_parts, pooled_meta = _pooled(db, data, split, holdout, pool or [], cache_dir, progress)
     # other devices' programs follow this device's; the split's indices stay valid
@@ -129,7 +131,7 @@ def train_and_compare(
         train_data = FeaturizedPrograms.concat([train_data, tdata])
         target, target_device = np.arange(n, len(train_data)), tdb.device_id
     elif train_config.cmd_weight > 0:
-        target = split.test  # the held-out network's programs (features only, never latencies)
+        target = cmd_programs  # held-out or validation programs (features only, never latencies)
     t0 = time.time()
     history: list[dict] = []
     model = fit_transformer(
@@ -245,7 +247,11 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         if i is not None:
             nets[t["network"]] = nets.get(t["network"], 0) + int(counts[i])
     target_device = meta.get("cmd_target_device")
-    cmd_domain = f"all programs of device `{target_device}`" if target_device else "held-out programs"
+    cmd_domain = (
+        f"all programs of device `{target_device}`"
+        if target_device
+        else f"{meta['train_config'].get('cmd_domain', 'heldout').replace('heldout', 'held-out')} programs"
+    )
     lines = [
         "# Model card: cdmpp latency transformer",
         "",

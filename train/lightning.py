@@ -48,6 +48,11 @@ class TrainConfig:
             training batch and of a batch of unlabelled target-domain programs (CDMPP,
             EuroSys 2024, section 5: CMD-based regularisation).  0 trains without it;
             it needs target programs (``fit_transformer(target=...)``).
+        cmd_domain: which unlabelled programs the trainers (``cdmpp train``) give the
+            CMD term when no CMD target device is named: ``"heldout"``, the held-out
+            network's programs (the method), or ``"validation"``, the validation
+            workloads' programs, so that the weight can be chosen on validation
+            workloads under the same conditions the held-out network meets.
         cmd_moments: highest central moment the CMD term matches (``K``).
         device_dropout: for a model with device input, the probability that a
             training program's learned device embedding is replaced by the unknown
@@ -64,6 +69,7 @@ class TrainConfig:
     rank_margin: float = 0.05
     task_group: int = 0
     cmd_weight: float = 0.0
+    cmd_domain: str = "heldout"
     cmd_moments: int = 5
     device_dropout: float = 0.1
 
@@ -75,8 +81,14 @@ class TrainConfig:
             )
         if not 0 <= self.device_dropout < 1:
             raise InputError(f"device_dropout must be in [0, 1), got {self.device_dropout}")
+        if self.cmd_domain not in CMD_DOMAINS:
+            raise InputError(f"cmd_domain must be 'heldout' or 'validation', got {self.cmd_domain!r}")
         if self.cmd_moments < 1:
             raise InputError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
+
+
+CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation workloads"}
+"""What each ``TrainConfig.cmd_domain`` names, for error messages."""
 
 
 class _Indices(Dataset):
