@@ -389,7 +389,7 @@ def train_device_model(
         target = split.val if train_config.cmd_domain == "validation" else split.test
         if len(target) == 0:
             raise InputError(
-                f"cmd_weight > 0 needs a CMD target device or {_CMD_DOMAIN[train_config.cmd_domain]}: their programs are "
+                f"cmd_weight > 0 needs {_CMD_DOMAIN[train_config.cmd_domain]} or a CMD target device: their programs are "
                 "the CMD term's target domain"
             )
     t0 = time.time()

@@ -115,7 +115,7 @@ def train_and_compare(
     cmd_programs = split.val if train_config.cmd_domain == "validation" else split.test
     if train_config.cmd_weight > 0 and len(cmd_programs) == 0 and cmd_target is None:
         raise InputError(
-            f"cmd_weight > 0 needs a CMD target device or {_CMD_DOMAIN[train_config.cmd_domain]}: their programs are "
+            f"cmd_weight > 0 needs {_CMD_DOMAIN[train_config.cmd_domain]} or a CMD target device: their programs are "
             "the CMD term's target domain"
         )
     pooled_parts, pooled_meta = _pooled(db, data, split, holdout, pool or [], cache_dir, progress)
