@@ -24,7 +24,7 @@ import numpy as np
 from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
 from .evaluate import load_featurized, task_weights
 from .fit import fit_transformer, predict_latency_array
-from .lightning import TrainConfig
+from .lightning import TrainConfig, cmd_domain_programs
 from .metrics import summary
 from .model import ModelConfig
 from .splits import Split, holdout_network, networks_of, random_programs
@@ -72,8 +72,7 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
     seed = cfg.train.seed
 
     # with a CMD term, the test programs are its unlabelled target domain (features only)
-    cmd_programs = split.val if cfg.train.cmd_domain == "validation" else split.test
-    target = cmd_programs if cfg.train.cmd_weight > 0 else None
+    target = cmd_domain_programs(cfg.train, split) if cfg.train.cmd_weight > 0 else None
 
     def transformer(mcfg, inputs=data):
         return (

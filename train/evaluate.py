@@ -21,7 +21,7 @@ from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
-from .lightning import CMD_DOMAINS as _CMD_DOMAIN, TrainConfig
+from .lightning import CMD_DOMAINS as _CMD_DOMAIN, TrainConfig, cmd_domain_programs
 from .metrics import summary
 from .model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import Split, holdout_network, networks_of
@@ -112,7 +112,7 @@ def train_and_compare(
         raise InputError("a CMD target device needs cmd_weight > 0")
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
-    cmd_programs = split.val if train_config.cmd_domain == "validation" else split.test
+    cmd_programs = cmd_domain_programs(train_config, split)
     if train_config.cmd_weight > 0 and len(cmd_programs) == 0 and cmd_target is None:
         raise InputError(
             f"cmd_weight > 0 needs {_CMD_DOMAIN[train_config.cmd_domain]} or a CMD target device: their programs are "

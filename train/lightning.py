@@ -91,6 +91,14 @@ CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation worklo
 """What each ``TrainConfig.cmd_domain`` names, for error messages."""
 
 
+def cmd_domain_programs(config: "TrainConfig", split) -> np.ndarray:
+    """Indices of the CMD term's unlabelled programs under ``config.cmd_domain``.
+
+    Returns ``split.val`` (int64, shape ``(n,)``) for ``"validation"``, else ``split.test``.
+    """
+    return split.val if config.cmd_domain == "validation" else split.test
+
+
 class _Indices(Dataset):
     def __init__(self, index: np.ndarray):
         self.index = np.asarray(index, dtype=np.int64)
