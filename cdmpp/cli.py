@@ -12,6 +12,7 @@
     cdmpp finetune -c CKPT -d DIR/DEV --all-shots -o OUT   adapt to those measurements
     cdmpp tune-benchmark -d DIR --network NET   MetaSchedule tuning: XGBoost vs the cdmpp plugin
     cdmpp collect-benchmark --baseline-rev REV   programs/min: plain TVM, an earlier collector, this one
+    cdmpp repeat-check DEVDIR ...       replay the adaptive-repeat rule on stored repeats
     cdmpp speed    -d DIR               time one 512-candidate predict call by stage, beside XGBModel
     cdmpp serve                         HTTP prediction service
 """
@@ -85,7 +86,7 @@ def _cmd_collect(args) -> int:
         max_tasks_per_network=args.max_tasks,
         evolutionary_fraction=args.evolutionary_fraction,
         evolutionary_population=args.evolutionary_population,
-        measure=MeasureConfig(repeat=args.repeat),
+        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None),
         gpu=args.gpu,
         pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
         retry_failed=args.retry_failed,
@@ -632,6 +633,25 @@ def _cmd_collect_benchmark(args) -> int:
     return 0
 
 
+def _cmd_repeat_check(args) -> int:
+    from .collect_benchmark import check_adaptive_repeats  # pylint: disable=import-outside-toplevel
+    from .train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.2f}%"
+
+    body = []
+    for d in args.device_dirs:
+        r = check_adaptive_repeats(Path(d), args.first, args.min_ms / 1e3, args.max_spread)
+        body.append([Path(d).name, str(r.programs), pct(r.stopped), pct(r.timing_saved), pct(r.change_median),
+                     pct(r.change_p90), pct(r.change_p99), pct(r.change_max)])
+    print(f"rule: stop after {args.first} repeats when their median is >= {args.min_ms:g} ms and their spread "
+          f"(max - min) / median <= {100 * args.max_spread:g}%")
+    print(render_table(["device", "programs", "stopped", "timing saved", "label change median", "p90", "p99", "max"],
+                       body, args.markdown))
+    return 0
+
+
 def _cmd_search_check(args) -> int:
     import json  # pylint: disable=import-outside-toplevel
 
@@ -695,6 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--repeat", type=int, default=10)
+    s.add_argument("--adaptive-repeats", type=int, default=4, metavar="K",
+                   help="stop after K repeats when they agree within 2%% and their median is at least 2 ms "
+                        "(0: always --repeat)")
     s.add_argument("--max-tasks", type=int, default=None, help="cap tasks per network")
     s.add_argument(
         "--evolutionary-fraction",
@@ -996,6 +1019,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.set_defaults(func=_cmd_finetune)
 
+    s = sub.add_parser("repeat-check", help="replay the adaptive-repeat rule on device folders' stored repeats")
+    s.add_argument("device_dirs", nargs="+", help="device folders (every repeat of each program is stored)")
+    s.add_argument("--first", type=int, default=4, help="repeats timed before the rule decides")
+    s.add_argument("--min-ms", type=float, default=2.0, help="programs faster than this get every repeat")
+    s.add_argument("--max-spread", type=float, default=0.02, help="(max - min) / median of the first repeats")
+    s.add_argument("--markdown", action="store_true")
+    s.set_defaults(func=_cmd_repeat_check)
+
     s = sub.add_parser("collect-benchmark", help="programs per minute: plain TVM, an earlier collector and this one")
     s.add_argument("-n", "--network", default="resnet_18-b1")
     s.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
@@ -1003,7 +1034,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--programs-per-task", type=int, default=32)
     s.add_argument("--remeasure", type=int, default=40, help="programs of each collector's run timed again (drift)")
     s.add_argument("--paths", nargs="+", default=["plain", "baseline", "current"],
-                   choices=["plain", "baseline", "current"])
+                   choices=["plain", "baseline", "current", "current-every-repeat"])
     s.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
     s.set_defaults(func=_cmd_collect_benchmark)
 

@@ -48,7 +48,9 @@ class CollectBenchmarkConfig:
             path's samples per task).
         collect_args: further ``cdmpp collect`` options given to both collectors.
         remeasure: programs of each collector's run timed again for the drift.
-        paths: which of ``"plain"``, ``"baseline"``, ``"current"`` to run, in order.
+        paths: which of ``"plain"``, ``"baseline"``, ``"current"`` and
+            ``"current-every-repeat"`` (this collector with ``--adaptive-repeats 0``:
+            every program gets all 10 repeats, as on the other paths) to run, in order.
     """
 
     network: str = "resnet_18-b1"
@@ -168,9 +170,10 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
     Raises:
         ValueError: ``"baseline"`` asked for without ``baseline_rev``, or an unknown path.
     """
-    bad = [p for p in cfg.paths if p not in ("plain", "baseline", "current")]
+    bad = [p for p in cfg.paths if p not in ("plain", "baseline", "current", "current-every-repeat")]
     if bad or ("baseline" in cfg.paths and not cfg.baseline_rev):
-        raise InputError(f"paths must be plain, baseline (with a baseline revision) or current; got {cfg.paths}")
+        raise InputError("paths must be plain, baseline (with a baseline revision), current or "
+                         f"current-every-repeat; got {cfg.paths}")
     repo = Path(repo or Path(__file__).resolve().parent.parent)
     work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -199,8 +202,9 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
                 shutil.rmtree(code_path, ignore_errors=True)
                 subprocess.run(["git", "-C", str(repo), "worktree", "add", "-f", "--detach", code_path,
                                 cfg.baseline_rev], check=True, capture_output=True)
+            extra = ["--adaptive-repeats", "0"] if path == "current-every-repeat" else []
             try:
-                _run_collector(code_path, cfg.network, out, seconds, args)
+                _run_collector(code_path, cfg.network, out, seconds, args + extra)
             finally:
                 if code_path is not None:
                     subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", code_path],
@@ -208,8 +212,9 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
             (dev,) = ds.device_dirs(out)
             m = ds.read_manifest(dev)
             entry = m.get("collections", [{}])[-1]
-            row = {"path": f"baseline collector ({cfg.baseline_rev})" if path == "baseline" else "this collector",
-                   "measured": len(ds.load_device_dir(dev).programs)}
+            name = {"baseline": f"baseline collector ({cfg.baseline_rev})", "current": "this collector",
+                    "current-every-repeat": "this collector, every repeat"}[path]
+            row = {"path": name, "measured": len(ds.load_device_dir(dev).programs)}
             row.update(_noise(dev, cfg.remeasure))
             if "stage_seconds" in entry:
                 row["stage_seconds"] = entry["stage_seconds"]
@@ -361,3 +366,64 @@ def format_search_check(rows: list[dict], markdown: bool = False) -> str:
                      f"{gm(lambda t: by[(*t, p)]['best_s'] / by[(*t, pops[0])]['best_s']):.3f}",
                      f"{gm(lambda t: by[(*t, p)]['best_s'] / by[(*t, p)]['known_best_s']):.3f}"])
     return render_table(head, body, markdown)
+
+
+@dataclass
+class AdaptiveRepeatCheck:
+    """What :func:`check_adaptive_repeats` finds for one rule on one device folder.
+
+    Attributes:
+        programs: programs with all ``repeat`` repeats stored (the others are skipped).
+        stopped: fraction of them the rule would stop after the first repeats.
+        timing_saved: fraction of the kernels' own run time (sum of every repeat) the
+            rule would save, counting the extra warm-up run of a resumed program.
+        change_median, change_p90, change_p99, change_max: relative change of the label
+            (median of the kept repeats against the median of all of them), over the
+            stopped programs.
+    """
+
+    programs: int
+    stopped: float
+    timing_saved: float
+    change_median: float
+    change_p90: float
+    change_p99: float
+    change_max: float
+
+
+def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.002, max_spread: float = 0.02,
+                           repeat: int = 10) -> AdaptiveRepeatCheck:
+    """Replay the adaptive-repeat rule (:class:`cdmpp.collect.MeasureConfig`) on a folder's
+    stored repeats: every tuning record keeps all its repeats, in the order they were
+    timed, so the rule's label can be compared with the full protocol's on the same runs.
+
+    A program stops after its first ``first`` repeats when their median is at least
+    ``min_s`` seconds and their spread (max - min) / median is at most ``max_spread``.
+
+    Args:
+        device_dir: a device folder (``database_tuning_record.json`` or its ``.gz``).
+        first, min_s, max_spread: the rule (repeats, seconds, fraction).
+        repeat: the full protocol's repeats; records with another count are skipped.
+
+    Returns:
+        :class:`AdaptiveRepeatCheck`.
+
+    Raises:
+        cdmpp.errors.InputError: the folder has no tuning records with ``repeat`` repeats.
+    """
+    path = ds.resolve(Path(device_dir) / ds.RECORD_FILE)
+    secs = [] if path is None else [r[1][1] for _, r in ds.iter_json_lines(path)
+                                    if isinstance(r, list) and len(r) > 1 and r[1][1] and len(r[1][1]) == repeat]
+    if not secs:
+        raise InputError(f"{device_dir}: no tuning records with {repeat} repeats to check the rule on")
+    a = np.asarray(secs, dtype=np.float64)
+    head = a[:, :first]
+    head_median = np.median(head, axis=1)
+    spread = (head.max(axis=1) - head.min(axis=1)) / head_median
+    stop = (head_median >= min_s) & (spread <= max_spread)
+    change = np.abs(head_median - np.median(a, axis=1)) / np.median(a, axis=1)
+    # a resumed program runs the kernel once more untimed (the time evaluator's warm-up)
+    saved = a[stop, first:].sum() - np.median(a[~stop], axis=1).sum()
+    c = change[stop] if stop.any() else np.zeros(1)
+    return AdaptiveRepeatCheck(len(a), float(stop.mean()), float(saved / a.sum()), float(np.median(c)),
+                               float(np.quantile(c, 0.9)), float(np.quantile(c, 0.99)), float(c.max()))

@@ -346,6 +346,17 @@ def _evolutionary_share(sampling: dict) -> str:
     return "; evolutionary_fraction 0: random samples only" if frac == 0 else f"; evolutionary_fraction {frac}"
 
 
+def _repeats_line(programs: list) -> str:
+    """The card's count of programs by repeats kept (adaptive repeats stop some early)."""
+    counts: dict[int, int] = {}
+    for p in programs:
+        counts[len(p.run_secs)] = counts.get(len(p.run_secs), 0) + 1
+    parts = ", ".join(f"{k} repeats: {v}" for k, v in sorted(counts.items(), reverse=True))
+    note = (" (adaptive repeats: a program stops early when its first repeats agree; "
+            "`adaptive_repeats` in each collection's measurement)") if len(counts) > 1 else ""
+    return f"- Programs by repeats kept: {parts}{note}"
+
+
 def card(device_dir: Path) -> str:
     """A markdown dataset card of one device folder: counts, latency range and noise.
 
@@ -380,6 +391,7 @@ def card(device_dir: Path) -> str:
         f"- Latency (median of repeats): min {lat.min() * 1e6:.2f} us, median {np.median(lat) * 1e6:.1f} us, "
         f"max {lat.max() * 1e3:.2f} ms",
         f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
+        _repeats_line(db.programs),
         drift_line(device_dir),
         _throughput_line(m),
         "",

@@ -2,9 +2,11 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from cdmpp import dataset as ds
 from cdmpp.collect import collect
+from cdmpp.errors import InputError
 
 
 def _program_keys(device_dir):
@@ -750,3 +752,79 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
     assert [e for e, _ in events] == ["submit", "submit", "time", "time"]
     records = ds.load_device_dir(summary.device_dir).programs
     assert len(records) == 4 and len({p.workload_index for p in records}) == 2
+
+
+def test_adaptive_repeats_stop_early_only_when_the_first_repeats_agree(tmp_path, monkeypatch):
+    from cdmpp import collect as collect_mod
+    from cdmpp.collect import MeasureConfig, _Task
+
+    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    # any spread is small enough and any program slow enough: every program stops after 2 repeats
+    early = MeasureConfig(repeat=6, adaptive_repeats=2, adaptive_min_s=0.0, adaptive_max_spread=10.0)
+    s = collect(_tiny_cfg(tmp_path / "early", programs_per_task=3, measure=early), progress=False)
+    db = ds.load_device_dir(s.device_dir)
+    assert s.measured == 3 and [len(p.run_secs) for p in db.programs] == [2, 2, 2]
+    assert db.manifest["collections"][-1]["measurement"]["adaptive_repeats"] == 2
+    # no program is slow enough (1000 s): every program gets every repeat
+    never = MeasureConfig(repeat=6, adaptive_repeats=2, adaptive_min_s=1e3, adaptive_max_spread=10.0)
+    s = collect(_tiny_cfg(tmp_path / "never", programs_per_task=3, measure=never), progress=False)
+    assert [len(p.run_secs) for p in ds.load_device_dir(s.device_dir).programs] == [6, 6, 6]
+    assert "- Programs by repeats kept: 6 repeats: 3" in ds.card(s.device_dir)
+
+
+def test_adaptive_evaluator_times_the_rest_unless_the_first_repeats_agree():
+    from cdmpp.collect import MeasureConfig, adaptive_run_evaluator
+    from cdmpp.tvm_compat import EvaluatorConfig
+
+    class Device:
+        def sync(self):
+            pass
+
+    class Module:
+        entry_name = "main"
+
+        def __init__(self, runs):
+            self.runs, self.calls = list(runs), []
+
+        def time_evaluator(self, func_name, dev, number, repeat, min_repeat_ms, f_preproc):
+            self.calls.append(repeat)
+            runs = self.runs
+
+            class Result:
+                results = [runs.pop(0) for _ in range(repeat)]
+
+            return lambda *args: Result()
+
+    cfg = EvaluatorConfig(number=1, repeat=10, min_repeat_ms=0, enable_cpu_cache_flush=True)
+    steady = Module([0.010, 0.0101, 0.0100, 0.0100] + [0.5] * 6)
+    assert adaptive_run_evaluator(steady, Device(), cfg, [()], first=4) == [0.010, 0.0101, 0.0100, 0.0100]
+    assert steady.calls == [4]
+    wide = Module([0.010, 0.0110, 0.0100, 0.0100] + [0.0105] * 6)  # spread 10% > 2%
+    assert adaptive_run_evaluator(wide, Device(), cfg, [()], first=4) == [0.010, 0.0110, 0.0100, 0.0100] + [0.0105] * 6
+    assert wide.calls == [4, 6]
+    fast = Module([0.001] * 10)  # steady but under 2 ms
+    assert len(adaptive_run_evaluator(fast, Device(), cfg, [()], first=4)) == 10 and fast.calls == [4, 6]
+    assert MeasureConfig(repeat=3).adaptive_repeats is None  # nothing left to skip
+    with pytest.raises(InputError, match="adaptive_repeats must be at least 1"):
+        MeasureConfig(adaptive_repeats=0)
+
+
+def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
+    from cdmpp.collect_benchmark import check_adaptive_repeats
+
+    runs = [
+        [0.010, 0.0101, 0.0100, 0.0100] + [0.0102] * 6,  # first 4 agree within 1%: stops, label 0.0100 for 0.0102
+        [0.001] * 10,  # under 2 ms: every repeat
+        [0.010, 0.012, 0.010, 0.010] + [0.010] * 6,  # first 4 spread 20%: every repeat
+        [0.010] * 4,  # not a 10-repeat record: not replayed
+    ]
+    lines = [json.dumps([0, [[], r, {}, []]]) for r in runs]
+    (tmp_path / ds.RECORD_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = check_adaptive_repeats(tmp_path, first=4, min_s=0.002, max_spread=0.02)
+    assert r.programs == 3 and r.stopped == pytest.approx(1 / 3)
+    assert r.change_median == pytest.approx(0.0002 / 0.0102) and r.change_max == pytest.approx(0.0002 / 0.0102)
+    # saved: the stopped program's last 6 repeats, less one warm-up run of each resumed program
+    total = sum(sum(x) for x in runs[:3])
+    assert r.timing_saved == pytest.approx((6 * 0.0102 - 0.001 - 0.010) / total)
+    with pytest.raises(InputError, match="no tuning records with 12 repeats"):
+        check_adaptive_repeats(tmp_path, repeat=12)

@@ -113,7 +113,7 @@ def test_measure_shots_then_adapt_on_them(tiny_collection, tmp_path, capsys):
     assert "2 measured, 0 failed" in capsys.readouterr().out
     folder = ds.device_dirs(new)[0]
     db, source = ds.load_device_dir(folder), ds.load_device_dir(summary.device_dir)
-    assert len(db.programs) == 2 and all(len(p.run_secs) == 10 and p.latency > 0 for p in db.programs)
+    assert len(db.programs) == 2 and all(len(p.run_secs) in (4, 10) and p.latency > 0 for p in db.programs)
     # the tasks come with their network and task weight; every program is one of the source's
     assert {t["network"] for t in db.manifest["tasks"]} == {"dcgan-b1"}
     assert set(db.workload_keys) <= set(source.workload_keys)
