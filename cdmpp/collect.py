@@ -83,11 +83,12 @@ class MeasureConfig:
             ``adaptive_min_s`` seconds and their spread (max - min) / median at most
             ``adaptive_max_spread``; otherwise time the other ``repeat -
             adaptive_repeats`` too.  Every timed repeat is kept in ``run_secs``, so a
-            stopped program's record has ``adaptive_repeats`` of them.  ``None``: always
-            ``repeat``.  The default rule changes the label (median of the kept repeats
-            against the median of all 10) by a p90 of 0.7-0.9% and a p99 of 2.6-3.7%
-            on the three largest device folders, replayed on their stored repeats
-            (:func:`cdmpp.collect_benchmark.check_adaptive_repeats`).
+            stopped program's record has ``adaptive_repeats`` of them.  ``None`` (or a
+            value at or above ``repeat``): always ``repeat``.  The default rule changes
+            the label (median of the kept repeats against the median of all 10) by a
+            p90 of 0.5-0.9% and a p99 of 1.1-3.7% on the five CPU folders, replayed on
+            their stored repeats (:func:`cdmpp.collect_benchmark.check_adaptive_repeats`,
+            ``cdmpp repeat-check``).  Raises ``InputError`` when below 1.
         adaptive_min_s: seconds; faster programs always get every repeat.
         adaptive_max_spread: fraction; see ``adaptive_repeats``.
     """
