@@ -708,6 +708,14 @@ def _probed_alloc(device, args_info, alloc_repeat, inner=None, stage_file: str =
     return out
 
 
+def stops_early(first_costs: list[float], min_s: float, max_spread: float) -> bool:
+    """The adaptive-repeat rule (``MeasureConfig.adaptive_repeats``): whether a program's
+    first repeats (seconds) are enough, i.e. their median is at least ``min_s`` seconds and
+    their spread (max - min) / median at most ``max_spread``."""
+    median = statistics.median(first_costs)
+    return median >= min_s and max(first_costs) - min(first_costs) <= max_spread * median
+
+
 def adaptive_run_evaluator(rt_mod, device, evaluator_config, repeated_args, first: int = 4, min_s: float = 0.002,
                            max_spread: float = 0.02) -> list[float]:
     """A MetaSchedule ``f_run_evaluator`` with adaptive repeats (``MeasureConfig.adaptive_repeats``).
@@ -726,8 +734,7 @@ def adaptive_run_evaluator(rt_mod, device, evaluator_config, repeated_args, firs
     if not 0 < first < evaluator_config.repeat:
         return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
     costs = run_evaluator_common(rt_mod, device, evaluator_config._replace(repeat=first), repeated_args)
-    median = statistics.median(costs)
-    if median >= min_s and max(costs) - min(costs) <= max_spread * median:
+    if stops_early(costs, min_s, max_spread):
         return costs
     return costs + run_evaluator_common(rt_mod, device, evaluator_config._replace(repeat=evaluator_config.repeat - first),
                                         repeated_args)

@@ -36,6 +36,15 @@ from cdmpp.errors import InputError
 from . import dataset as ds
 
 
+PATHS = {
+    "plain": "plain TVM",
+    "baseline": "baseline collector",
+    "current": "this collector",
+    "current-every-repeat": "this collector, every repeat",
+}
+"""The benchmark's paths and the names of their rows."""
+
+
 @dataclass
 class CollectBenchmarkConfig:
     """What ``run_collect_benchmark`` compares.
@@ -170,7 +179,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
     Raises:
         ValueError: ``"baseline"`` asked for without ``baseline_rev``, or an unknown path.
     """
-    bad = [p for p in cfg.paths if p not in ("plain", "baseline", "current", "current-every-repeat")]
+    bad = [p for p in cfg.paths if p not in PATHS]
     if bad or ("baseline" in cfg.paths and not cfg.baseline_rev):
         raise InputError("paths must be plain, baseline (with a baseline revision), current or "
                          f"current-every-repeat; got {cfg.paths}")
@@ -192,7 +201,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
                            stderr=subprocess.DEVNULL, timeout=seconds + 300)
             res = json.loads((out / "plain.json").read_text(encoding="utf-8"))
             cv = np.asarray(res["cv"])
-            row = {"path": "plain TVM", "measured": res["measured"],
+            row = {"path": PATHS["plain"], "measured": res["measured"],
                    "cv_median": float(np.median(cv)) if cv.size else float("nan"),
                    "cv_p90": float(np.quantile(cv, 0.9)) if cv.size else float("nan")}
         else:
@@ -212,8 +221,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
             (dev,) = ds.device_dirs(out)
             m = ds.read_manifest(dev)
             entry = m.get("collections", [{}])[-1]
-            name = {"baseline": f"baseline collector ({cfg.baseline_rev})", "current": "this collector",
-                    "current-every-repeat": "this collector, every repeat"}[path]
+            name = PATHS[path] + (f" ({cfg.baseline_rev})" if path == "baseline" else "")
             row = {"path": name, "measured": len(ds.load_device_dir(dev).programs)}
             row.update(_noise(dev, cfg.remeasure))
             if "stage_seconds" in entry:
@@ -236,7 +244,7 @@ def format_collect_benchmark(rows: list[dict], markdown: bool = False) -> str:
     body = [[r["path"], str(r["measured"]), f"{r['per_min']:.1f}", pct(r, "cv_median"), pct(r, "cv_p90"),
              pct(r, "drift_median"), pct(r, "drift_p90")] for r in rows]
     lines = [render_table(head, body, markdown)]
-    now = next((r for r in rows if r["path"] == "this collector"), None)
+    now = next((r for r in rows if r["path"] == PATHS["current"]), None)
     for r in rows:
         if now is not None and r is not now and r["per_min"] > 0:
             lines.append(f"this collector / {r['path']}: {now['per_min'] / r['per_min']:.2f}x")
@@ -416,14 +424,14 @@ def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.00
                                     if isinstance(r, list) and len(r) > 1 and r[1][1] and len(r[1][1]) == repeat]
     if not secs:
         raise InputError(f"{device_dir}: no tuning records with {repeat} repeats to check the rule on")
+    from .collect import stops_early  # pylint: disable=import-outside-toplevel  the collector's own rule
+
     a = np.asarray(secs, dtype=np.float64)
-    head = a[:, :first]
-    head_median = np.median(head, axis=1)
-    spread = (head.max(axis=1) - head.min(axis=1)) / head_median
-    stop = (head_median >= min_s) & (spread <= max_spread)
-    change = np.abs(head_median - np.median(a, axis=1)) / np.median(a, axis=1)
+    stop = np.asarray([stops_early(list(row[:first]), min_s, max_spread) for row in a], dtype=bool)
+    full = np.median(a, axis=1)
+    change = np.abs(np.median(a[:, :first], axis=1) - full) / full
     # a resumed program runs the kernel once more untimed (the time evaluator's warm-up)
-    saved = a[stop, first:].sum() - np.median(a[~stop], axis=1).sum()
+    saved = a[stop, first:].sum() - full[~stop].sum()
     c = change[stop] if stop.any() else np.zeros(1)
     return AdaptiveRepeatCheck(len(a), float(stop.mean()), float(saved / a.sum()), float(np.median(c)),
                                float(np.quantile(c, 0.9)), float(np.quantile(c, 0.99)), float(c.max()))

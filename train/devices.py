@@ -28,7 +28,7 @@ from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
 
 from .baselines import TreeBaseline
-from .lightning import CMD_DOMAINS as _CMD_DOMAIN, TrainConfig, cmd_domain_programs
+from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
 from .model import ModelConfig, predict_latency_array, save_checkpoint
 from .splits import Split, networks_of
@@ -388,10 +388,7 @@ def train_device_model(
     elif train_config.cmd_weight > 0:
         target = cmd_domain_programs(train_config, split)
         if len(target) == 0:
-            raise InputError(
-                f"cmd_weight > 0 needs {_CMD_DOMAIN[train_config.cmd_domain]} or a CMD target device: their programs are "
-                "the CMD term's target domain"
-            )
+            raise no_cmd_target(train_config)
     t0 = time.time()
     history: list[dict] = []
     model = fit_transformer(

@@ -21,7 +21,7 @@ from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
-from .lightning import CMD_DOMAINS as _CMD_DOMAIN, TrainConfig, cmd_domain_programs
+from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
 from .model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import Split, holdout_network, networks_of
@@ -114,10 +114,7 @@ def train_and_compare(
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
     cmd_programs = cmd_domain_programs(train_config, split)
     if train_config.cmd_weight > 0 and len(cmd_programs) == 0 and cmd_target is None:
-        raise InputError(
-            f"cmd_weight > 0 needs {_CMD_DOMAIN[train_config.cmd_domain]} or a CMD target device: their programs are "
-            "the CMD term's target domain"
-        )
+        raise no_cmd_target(train_config)
     pooled_parts, pooled_meta = _pooled(db, data, split, holdout, pool or [], cache_dir, progress)
     # other devices' programs follow this device's; the split's indices stay valid
     train_data = FeaturizedPrograms.concat([data, *pooled_parts]) if pooled_parts else data

@@ -91,6 +91,12 @@ CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation worklo
 """What each ``TrainConfig.cmd_domain`` names, for error messages."""
 
 
+def no_cmd_target(config: "TrainConfig") -> InputError:
+    """The error for ``cmd_weight > 0`` with no programs to serve as the CMD term's target."""
+    return InputError(f"cmd_weight > 0 needs {CMD_DOMAINS[config.cmd_domain]} or a CMD target device: their programs "
+                      "are the CMD term's target domain")
+
+
 def cmd_domain_programs(config: "TrainConfig", split) -> np.ndarray:
     """Indices of the CMD term's unlabelled programs under ``config.cmd_domain``.
 
