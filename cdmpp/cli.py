@@ -1034,7 +1034,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--programs-per-task", type=int, default=32)
     s.add_argument("--remeasure", type=int, default=40, help="programs of each collector's run timed again (drift)")
     s.add_argument("--paths", nargs="+", default=["plain", "baseline", "current"],
-                   choices=["plain", "baseline", "current", "current-every-repeat"])
+                   choices=["plain", "baseline", "current", "current-every-repeat", "current-random"])
     s.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
     s.set_defaults(func=_cmd_collect_benchmark)
 

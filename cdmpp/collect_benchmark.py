@@ -41,6 +41,7 @@ PATHS = {
     "baseline": "baseline collector",
     "current": "this collector",
     "current-every-repeat": "this collector, every repeat",
+    "current-random": "this collector, random samples only",
 }
 """The benchmark's paths and the names of their rows."""
 
@@ -57,9 +58,11 @@ class CollectBenchmarkConfig:
             path's samples per task).
         collect_args: further ``cdmpp collect`` options given to both collectors.
         remeasure: programs of each collector's run timed again for the drift.
-        paths: which of ``"plain"``, ``"baseline"``, ``"current"`` and
+        paths: which of ``"plain"``, ``"baseline"``, ``"current"``,
             ``"current-every-repeat"`` (this collector with ``--adaptive-repeats 0``:
-            every program gets all 10 repeats, as on the other paths) to run, in order.
+            every program gets all 10 repeats, as on the other paths) and
+            ``"current-random"`` (this collector with ``--evolutionary-fraction 0``: only
+            ``ReplayTrace`` samples, the plain path's sampling) to run, in order.
     """
 
     network: str = "resnet_18-b1"
@@ -181,8 +184,8 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
     """
     bad = [p for p in cfg.paths if p not in PATHS]
     if bad or ("baseline" in cfg.paths and not cfg.baseline_rev):
-        raise InputError("paths must be plain, baseline (with a baseline revision), current or "
-                         f"current-every-repeat; got {cfg.paths}")
+        raise InputError("paths must be plain, baseline (with a baseline revision), current, "
+                         f"current-every-repeat or current-random; got {cfg.paths}")
     repo = Path(repo or Path(__file__).resolve().parent.parent)
     work_dir = Path(work_dir).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +214,8 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
                 shutil.rmtree(code_path, ignore_errors=True)
                 subprocess.run(["git", "-C", str(repo), "worktree", "add", "-f", "--detach", code_path,
                                 cfg.baseline_rev], check=True, capture_output=True)
-            extra = ["--adaptive-repeats", "0"] if path == "current-every-repeat" else []
+            extra = {"current-every-repeat": ["--adaptive-repeats", "0"],
+                     "current-random": ["--evolutionary-fraction", "0"]}.get(path, [])
             try:
                 _run_collector(code_path, cfg.network, out, seconds, args + extra)
             finally:
@@ -244,10 +248,11 @@ def format_collect_benchmark(rows: list[dict], markdown: bool = False) -> str:
     body = [[r["path"], str(r["measured"]), f"{r['per_min']:.1f}", pct(r, "cv_median"), pct(r, "cv_p90"),
              pct(r, "drift_median"), pct(r, "drift_p90")] for r in rows]
     lines = [render_table(head, body, markdown)]
-    now = next((r for r in rows if r["path"] == PATHS["current"]), None)
-    for r in rows:
-        if now is not None and r is not now and r["per_min"] > 0:
-            lines.append(f"this collector / {r['path']}: {now['per_min'] / r['per_min']:.2f}x")
+    ours = [r for r in rows if r["path"].startswith(PATHS["current"])]
+    others = [r for r in rows if r not in ours and r["per_min"] > 0]
+    for now in ours:
+        for r in others:
+            lines.append(f"{now['path']} / {r['path']}: {now['per_min'] / r['per_min']:.2f}x")
     return "\n".join(lines)
 
 
