@@ -828,3 +828,21 @@ def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
     assert r.timing_saved == pytest.approx((6 * 0.0102 - 0.001 - 0.010) / total)
     with pytest.raises(InputError, match="no tuning records with 12 repeats"):
         check_adaptive_repeats(tmp_path, repeat=12)
+
+
+def test_collect_benchmark_names_its_paths_and_compares_each_of_this_collectors_rows(tmp_path):
+    from cdmpp.collect_benchmark import CollectBenchmarkConfig, format_collect_benchmark, run_collect_benchmark
+
+    rows = [
+        {"path": "plain TVM", "measured": 400, "per_min": 100.0},
+        {"path": "this collector", "measured": 500, "per_min": 125.0},
+        {"path": "this collector, random samples only", "measured": 600, "per_min": 150.0},
+    ]
+    text = format_collect_benchmark(rows)
+    assert "this collector / plain TVM: 1.25x" in text
+    assert "this collector, random samples only / plain TVM: 1.50x" in text
+    assert "plain TVM / " not in text
+    with pytest.raises(InputError, match="current-random"):
+        run_collect_benchmark(CollectBenchmarkConfig(paths=("plain", "fastest")), tmp_path)
+    with pytest.raises(InputError, match="baseline revision"):
+        run_collect_benchmark(CollectBenchmarkConfig(paths=("baseline",)), tmp_path)
