@@ -243,6 +243,7 @@ def _model_configs(args):
             cmd_domain=args.cmd_domain,
             device_dropout=args.device_dropout,
             weight_decay=args.weight_decay,
+            train_share=getattr(args, "train_share", None),
         )
     )
     return model, train
@@ -868,6 +869,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DEVICE_ID",
         help="with a dataset of several device folders (one model over every device): leave these devices out "
         "(leave-one-device-out)",
+    )
+    s.add_argument(
+        "--train-share",
+        type=float,
+        default=None,
+        help="train on this share of each training task's programs (at least one per task; validation and test "
+        "untouched): the data-scaling curve",
     )
     model_args(s)
     s.set_defaults(func=_cmd_train)

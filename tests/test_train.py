@@ -204,3 +204,19 @@ def test_history_holds_each_epochs_training_and_validation_loss(tiny_featurized)
     assert [h["epoch"] for h in history] == [1, 2, 3]
     assert all(np.isfinite(h["train_loss"]) and np.isfinite(h["val_loss"]) for h in history)
     assert len({h["val_loss"] for h in history}) > 1  # each epoch's own, not one value repeated
+
+
+def test_thin_training_keeps_a_share_of_each_task_and_leaves_validation_and_test():
+    from cdmpp.train.lightning import TrainConfig
+    from cdmpp.errors import InputError
+    from cdmpp.train.splits import Split, thin_training
+
+    workload = np.array([0] * 10 + [1] * 4 + [2] + [0, 1])
+    split = Split(np.arange(15), np.array([15]), np.array([16]), "net")
+    thin = thin_training(split, workload, 0.5, seed=3)
+    assert np.bincount(workload[thin.train], minlength=3).tolist() == [5, 2, 1]  # at least one of a task of one
+    assert set(thin.train) <= set(split.train) and np.all(np.diff(thin.train) > 0)
+    assert thin.val.tolist() == [15] and thin.test.tolist() == [16]
+    assert thin_training(split, workload, 1.0) is split
+    with pytest.raises(InputError, match="train_share must be in"):
+        TrainConfig(train_share=0)

@@ -31,7 +31,7 @@ from .baselines import TreeBaseline
 from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
 from .model import ModelConfig, predict_latency_array, save_checkpoint
-from .splits import Split, networks_of
+from .splits import Split, networks_of, thin_training
 
 BASELINE_FILE = "tree_baseline.json"
 CARD_FILE = "README.md"
@@ -369,7 +369,7 @@ def train_device_model(
         split_, filters = split_cdmpp(corpus, holdout, seed=train_config.seed)
     else:
         split_ = split_corpus(corpus, holdout, seed=train_config.seed)
-    split, protocol = split_, split
+    split, protocol = thin_training(split_, corpus.data.workload, train_config.train_share, train_config.seed), split
     fit_data, target, target_device = corpus.data, None, None
     if cmd_target is not None:
         tdb, tdata = load_featurized(Path(cmd_target), cache_dir, progress)

@@ -24,7 +24,7 @@ from .fit import fit_transformer, predict_latency_array
 from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
 from .model import ModelConfig, load_checkpoint, save_checkpoint
-from .splits import Split, holdout_network, networks_of
+from .splits import Split, holdout_network, networks_of, thin_training
 
 BASELINE_FILE = "tree_baseline.json"
 CARD_FILE = "README.md"
@@ -112,6 +112,7 @@ def train_and_compare(
         raise InputError("a CMD target device needs cmd_weight > 0")
     db, data = load_featurized(dataset, cache_dir, progress)
     split = holdout_network(data.workload, data.workload_keys, db.manifest, holdout, seed=train_config.seed)
+    split = thin_training(split, data.workload, train_config.train_share, train_config.seed)
     cmd_programs = cmd_domain_programs(train_config, split)
     if train_config.cmd_weight > 0 and len(cmd_programs) == 0 and cmd_target is None:
         raise no_cmd_target(train_config)

@@ -58,6 +58,10 @@ class TrainConfig:
             training program's learned device embedding is replaced by the unknown
             device's (row 0; its descriptor stays), so that row 0 plus a descriptor
             learns to stand for a device never measured.
+        train_share: share of each training task's programs that trains, drawn at
+            random once per (device, task) with ``seed`` (at least one program per
+            task; validation and test untouched): the data-scaling curve, programs
+            per task against accuracy on one split.  1.0 trains on every program.
     """
 
     epochs: int = 20
@@ -72,6 +76,7 @@ class TrainConfig:
     cmd_domain: str = "heldout"
     cmd_moments: int = 5
     device_dropout: float = 0.1
+    train_share: float = 1.0
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
@@ -85,6 +90,8 @@ class TrainConfig:
             raise InputError(f"cmd_domain must be 'heldout' or 'validation', got {self.cmd_domain!r}")
         if self.cmd_moments < 1:
             raise InputError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
+        if not 0 < self.train_share <= 1:
+            raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
 
 
 CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation workloads"}

@@ -87,3 +87,26 @@ def random_programs(num_programs: int, test_fraction: float = 0.2, val_fraction:
         np.sort(perm[:n_test]),
         "random programs (tasks on both sides)",
     )
+
+
+def thin_training(split: Split, workload: np.ndarray, share: float, seed: int = 0) -> Split:
+    """Keep a random ``share`` of each task's training programs (at least one per task).
+
+    Args:
+        split: the split whose ``train`` indices are thinned; ``val`` and ``test`` stay.
+        workload: int64 array (n_programs,), each program's task (workload) index.
+        share: in (0, 1]; 1 returns ``split`` unchanged.
+        seed: seed of the draw.
+
+    Returns:
+        A ``Split`` whose ``train`` holds ``max(1, round(share * m))`` of each task's
+        ``m`` training programs, sorted.
+    """
+    if share >= 1:
+        return split
+    rng = np.random.default_rng(seed)
+    train = np.asarray(split.train)
+    w = np.asarray(workload)[train]
+    keep = [rng.choice(train[w == g], size=max(1, int(round(share * np.count_nonzero(w == g)))), replace=False)
+            for g in np.unique(w)]
+    return Split(np.sort(np.concatenate(keep)) if keep else train, split.val, split.test, split.holdout)
