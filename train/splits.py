@@ -107,6 +107,8 @@ def thin_training(split: Split, workload: np.ndarray, share: float, seed: int = 
     rng = np.random.default_rng(seed)
     train = np.asarray(split.train)
     w = np.asarray(workload)[train]
-    keep = [rng.choice(train[w == g], size=max(1, int(round(share * np.count_nonzero(w == g)))), replace=False)
-            for g in np.unique(w)]
+    keep = []
+    for g in np.unique(w):
+        members = train[w == g]
+        keep.append(rng.choice(members, size=max(1, int(round(share * members.size))), replace=False))
     return Split(np.sort(np.concatenate(keep)) if keep else train, split.val, split.test, split.holdout)
