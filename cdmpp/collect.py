@@ -944,6 +944,28 @@ class PooledBuilder:
             except psutil.Error:
                 pass
 
+    @staticmethod
+    def _wait_stopped(procs: list, timeout_s: float = 2.0) -> None:
+        """Return once every process in ``procs`` is stopped, a zombie or gone: ``SIGSTOP``
+        lands only when the kernel next schedules the process, which on a busy machine can
+        be after ``kill`` returns (at most ``timeout_s`` seconds of polling)."""
+        import psutil  # pylint: disable=import-outside-toplevel
+
+        done = {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
+        deadline = time.perf_counter() + timeout_s
+        pending = list(procs)
+        while pending and time.perf_counter() < deadline:
+            still = []
+            for p in pending:
+                try:
+                    if p.status() not in done:
+                        still.append(p)
+                except psutil.Error:
+                    pass
+            pending = still
+            if pending:
+                time.sleep(0.001)
+
     @contextmanager
     def paused(self):
         """Stop every build worker (and the processes it started) for the ``with`` body: no
@@ -952,10 +974,14 @@ class PooledBuilder:
 
         with self._cond:
             self._paused, self._pause_start = True, time.perf_counter()
-            stopped = self._processes()
-            self._signal(stopped, signal.SIGSTOP)
-            stopped += [p for p in self._processes() if p.pid not in {q.pid for q in stopped}]
-            self._signal(stopped, signal.SIGSTOP)  # children started before the first stop landed
+            stopped: list = []
+            while True:  # a worker stopped for certain starts no more children; stop those it started
+                new = [p for p in self._processes() if p.pid not in {q.pid for q in stopped}]
+                if not new:
+                    break
+                self._signal(new, signal.SIGSTOP)
+                self._wait_stopped(new)
+                stopped += new
         try:
             yield
         finally:
