@@ -104,13 +104,16 @@ def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     db = ds.load_device_dir(dev)
     rec = db.programs[0].record
     key = db.workload_keys[db.programs[0].workload_index]
+    fail_file = dev / ds.FAILURE_FILE
+    before = fail_file.read_text().splitlines() if fail_file.exists() else []  # a build that timed out on a busy machine
     store = _Store(dev)
+    failed_before = store.failed.get(key, 0)
     task = _Task("dcgan-b1", "t", 1, 0.0, None, key)
     store.add_failure(task, "123", "run", "RuntimeError: boom", TuningRecord(rec.trace, rec.workload, None, rec.target))
-    (line,) = [json.loads(s) for s in (dev / ds.FAILURE_FILE).read_text().splitlines()]
+    (line,) = [json.loads(s) for s in fail_file.read_text().splitlines()[len(before) :]]
     assert line["error"] == "RuntimeError: boom" and line["stage"] == "run" and line["record"][1] is None
     again = _Store(dev)  # a restarted collection knows the failure and will not retry it
-    assert again.failed[key] == 1 and "123" in again.failed_keys[key]
+    assert again.failed[key] == failed_before + 1 and "123" in again.failed_keys[key]
     assert len(ds.load_device_dir(dev).programs) == len(db.programs)  # failures are not labels
 
 
