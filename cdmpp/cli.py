@@ -15,6 +15,7 @@
     cdmpp repeat-check DEVDIR ...       replay the adaptive-repeat rule on stored repeats
     cdmpp speed    -d DIR               time one 512-candidate predict call by stage, beside XGBModel
     cdmpp serve                         HTTP prediction service
+    cdmpp bench fit-study -d DIR -o F   what limits the model, on validation workloads (see cdmpp bench -h)
 """
 
 from __future__ import annotations
@@ -244,6 +245,9 @@ def _model_configs(args):
             device_dropout=args.device_dropout,
             weight_decay=args.weight_decay,
             train_share=getattr(args, "train_share", None),
+            within_weight=args.within_weight,
+            huber_delta=args.huber_delta,
+            max_repeat_cv=getattr(args, "max_repeat_cv", None),
         )
     )
     return model, train
@@ -809,6 +813,11 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--seed", type=int, default=None)
         s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
         s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
+        s.add_argument("--within-weight", type=float, default=None,
+                       help="weight of the within-task term (each program's deviation from its task's batch mean; "
+                       "needs --task-group)")
+        s.add_argument("--huber-delta", type=float, default=None,
+                       help="Huber loss with this threshold (standardised log-latency) instead of the MSE")
         s.add_argument(
             "--cmd-weight",
             type=float,
@@ -877,6 +886,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="train on this share of each training task's programs (at least one per task; validation and test "
         "untouched): the data-scaling curve",
     )
+    s.add_argument("--max-repeat-cv", type=float, default=None,
+                   help="leave training programs whose timing repeats vary by more than this (std / mean) out of "
+                   "training (several device folders)")
     model_args(s)
     s.set_defaults(func=_cmd_train)
 
@@ -1086,6 +1098,10 @@ def build_parser() -> argparse.ArgumentParser:
              "(loopback addresses only)",
     )
     s.set_defaults(func=_cmd_serve)
+
+    from .bench.cli import add_bench_parser  # pylint: disable=import-outside-toplevel
+
+    add_bench_parser(sub)
     return p
 
 

@@ -29,7 +29,7 @@ from .metrics import summary
 from .model import ModelConfig
 from .splits import Split, holdout_network, networks_of, random_programs
 
-METRICS = ("mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5")
+METRICS = ("mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5", "best_ratio", "slope", "best_speed")
 
 
 @dataclass
@@ -163,7 +163,7 @@ def format_benchmark(rows: list[dict], markdown: bool = False) -> str:
     """The benchmark table as fixed-width text, or as a markdown table."""
     cols = ["split", "model", "programs", *METRICS, "train_s", "predict_programs_per_s"]
     head = ["split", "model", "programs", "MAPE", "<=10%", "<=25%", "RMSE(log)", "tau", "top-1", "top-5",
-            "train s", "pred/s"]
+            "best p/m", "slope", "best spd", "train s", "pred/s"]
 
     def cell(r, c):
         v = r[c]

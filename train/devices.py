@@ -31,7 +31,7 @@ from .baselines import TreeBaseline
 from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
 from .model import ModelConfig, predict_latency_array, save_checkpoint
-from .splits import Split, networks_of, thin_training
+from .splits import Split, drop_unstable_labels, networks_of, thin_training
 
 BASELINE_FILE = "tree_baseline.json"
 CARD_FILE = "README.md"
@@ -370,6 +370,7 @@ def train_device_model(
     else:
         split_ = split_corpus(corpus, holdout, seed=train_config.seed)
     split, protocol = thin_training(split_, corpus.data.workload, train_config.train_share, train_config.seed), split
+    split = drop_unstable_labels(split, corpus.repeat_cv, train_config.max_repeat_cv)
     fit_data, target, target_device = corpus.data, None, None
     if cmd_target is not None:
         tdb, tdata = load_featurized(Path(cmd_target), cache_dir, progress)
@@ -451,8 +452,9 @@ def train_device_model(
 
 def _rows_table(by_device: dict[str, dict]) -> list[str]:
     lines = [
-        "| device | model | programs | MAPE | <=25% | >2x off | RMSE(log) | tau | top-1 | top-5 | pairwise |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| device | model | programs | MAPE | <=25% | >2x off | RMSE(log) | tau | top-1 | top-5 | pairwise "
+        "| best p/m | slope | best spd |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for dev, rows in by_device.items():
         for name, r in rows.items():
@@ -460,7 +462,8 @@ def _rows_table(by_device: dict[str, dict]) -> list[str]:
                 f"| {dev} | {name} | {r['programs']} | {100 * r['mape']:.1f}% | {100 * r['within_25']:.1f}% | "
                 f"{100 * r.get('off_2x', float('nan')):.1f}% | "
                 f"{r['rmse_log']:.3f} | {r['kendall_tau']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | "
-                f"{r.get('pairwise', float('nan')):.3f} |"
+                f"{r.get('pairwise', float('nan')):.3f} | {r.get('best_ratio', float('nan')):.3f} | "
+                f"{r.get('slope', float('nan')):.3f} | {r.get('best_speed', float('nan')):.3f} |"
             )
     return lines
 

@@ -32,17 +32,24 @@ COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_ta
 
 
 def format_table(rows: dict[str, dict], title: str) -> str:
-    """A fixed-width text table of metric rows (percentages for MAPE and within-x%)."""
+    """A fixed-width text table of metric rows (percentages for MAPE and within-x%).
+
+    The last three columns are the fast end (:func:`~cdmpp.train.metrics.fast_end`):
+    ``best p/m``, the median predicted / measured latency of each task's fastest
+    program; ``slope``, the within-task slope of log(predicted) on log(measured); and
+    ``best spd``, the mean measured-best / measured latency of the predicted best.
+    """
     head = (
         f"{'model':<28}{'programs':>9}{'MAPE':>9}{'<=10%':>8}{'<=25%':>8}{'RMSE(log)':>11}{'tau':>8}"
-        f"{'top-1':>8}{'top-5':>8}"
+        f"{'top-1':>8}{'top-5':>8}{'best p/m':>10}{'slope':>8}{'best spd':>10}"
     )
     lines = [title, head, "-" * len(head)]
     for name, r in rows.items():
         lines.append(
             f"{name:<28}{r['programs']:>9d}{100 * r['mape']:>8.1f}%{100 * r['within_10']:>7.1f}%"
             f"{100 * r['within_25']:>7.1f}%{r['rmse_log']:>11.3f}{r['kendall_tau']:>8.3f}"
-            f"{r['top1']:>8.3f}{r['top5']:>8.3f}"
+            f"{r['top1']:>8.3f}{r['top5']:>8.3f}{r.get('best_ratio', float('nan')):>10.3f}"
+            f"{r.get('slope', float('nan')):>8.3f}{r.get('best_speed', float('nan')):>10.3f}"
         )
     return "\n".join(lines)
 

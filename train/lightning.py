@@ -58,6 +58,18 @@ class TrainConfig:
             training program's learned device embedding is replaced by the unknown
             device's (row 0; its descriptor stays), so that row 0 plus a descriptor
             learns to stand for a device never measured.
+        within_weight: weight of the within-task term (:func:`within_task_loss`): the
+            MSE between each program's predicted and measured deviation from its task's
+            mean in the batch, which splits log-latency into a task-level part (the MSE
+            carries it) and a within-task part that this term weighs again.  Needs
+            same-task programs in a batch (``task_group > 0``).  0 trains without it.
+        huber_delta: when > 0, a Huber loss with this threshold (in standard deviations
+            of the standardised log-latency) replaces the MSE: a robust loss for labels
+            that a noisy timing threw far off.  0 keeps the MSE.
+        max_repeat_cv: when > 0, training programs whose timing repeats vary by more
+            than this (std / mean) are left out of training (validation and test
+            untouched), as CDMPP (EuroSys 2024, section 6.1) drops programs whose
+            repeats vary by more than 1%.  0 keeps every program.
         train_share: share of each training task's programs that trains, drawn at
             random once per (device, task) with ``seed`` (at least one program per
             task; validation and test untouched): the data-scaling curve, programs
@@ -77,6 +89,9 @@ class TrainConfig:
     cmd_moments: int = 5
     device_dropout: float = 0.1
     train_share: float = 1.0
+    within_weight: float = 0.0
+    huber_delta: float = 0.0
+    max_repeat_cv: float = 0.0
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
@@ -90,6 +105,13 @@ class TrainConfig:
             raise InputError(f"cmd_domain must be 'heldout' or 'validation', got {self.cmd_domain!r}")
         if self.cmd_moments < 1:
             raise InputError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
+        if self.within_weight < 0 or self.huber_delta < 0 or self.max_repeat_cv < 0:
+            raise InputError(
+                f"within_weight, huber_delta and max_repeat_cv must be >= 0, got {self.within_weight}, "
+                f"{self.huber_delta}, {self.max_repeat_cv}"
+            )
+        if self.within_weight > 0 and self.task_group == 0:
+            raise InputError("within_weight > 0 needs task_group > 0: the within-task term needs same-task programs in a batch")
         if not 0 < self.train_share <= 1:
             raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
 
@@ -270,6 +292,34 @@ def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Te
     return torch.nn.functional.softplus(-diff_p[pair]).mean()
 
 
+def within_task_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """MSE of the within-task part: each program's deviation from its task's batch mean,
+    predicted against measured.
+
+    For programs ``i`` of task ``g`` in the batch, ``((pred_i - mean_g pred) - (target_i -
+    mean_g target))^2``, averaged over programs whose task has at least 2 programs in the
+    batch.  A prediction that places each task's level right but explains none of its
+    spread scores the task's label variance here; a perfect one scores 0.
+
+    Args:
+        pred, target: float32 ``(B,)`` (standardised log-latency).
+        group: int64 ``(B,)`` task of each program.
+
+    Returns:
+        A scalar tensor; 0 when no task has two programs in the batch.
+    """
+    _, inv = torch.unique(group, return_inverse=True)
+    k = int(inv.max()) + 1 if inv.numel() else 0
+    count = torch.zeros(k, dtype=pred.dtype, device=pred.device).index_add_(0, inv, torch.ones_like(pred))
+    keep = count[inv] > 1
+    if not bool(keep.any()):
+        return pred.sum() * 0.0
+    mean_p = torch.zeros(k, dtype=pred.dtype, device=pred.device).index_add_(0, inv, pred) / count
+    mean_t = torch.zeros(k, dtype=pred.dtype, device=pred.device).index_add_(0, inv, target) / count
+    diff = (pred - mean_p[inv]) - (target - mean_t[inv])
+    return diff[keep].pow(2).mean()
+
+
 def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, moments: int = 5) -> torch.Tensor:
     """Central moment discrepancy between two samples of embeddings.
 
@@ -306,8 +356,9 @@ def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, momen
 class LatencyModule(L.LightningModule):
     """Loss and optimiser around :class:`LatencyTransformer`.
 
-    The loss is the MSE on standardised log-latency, plus ``rank_weight`` times
-    :func:`pairwise_rank_loss` within tasks, plus (in training, when the batch holds
+    The loss is the MSE (or, with ``huber_delta``, the Huber loss) on standardised
+    log-latency, plus ``within_weight`` times :func:`within_task_loss`, plus
+    ``rank_weight`` times :func:`pairwise_rank_loss` within tasks, plus (in training, when the batch holds
     target-domain programs) ``cmd_weight`` times :func:`central_moment_discrepancy`
     between the pooled embeddings of the batch and of the target programs (see
     :class:`TrainConfig`).
@@ -329,8 +380,13 @@ class LatencyModule(L.LightningModule):
             drop = torch.rand(device.shape, generator=None) < self.train_config.device_dropout
             row = torch.where(drop, torch.zeros_like(device), device)
         pred = self.model.head_output(h, device, row)
-        loss = torch.nn.functional.mse_loss(pred, target)
         c = self.train_config
+        if c.huber_delta > 0:
+            loss = torch.nn.functional.huber_loss(pred, target, delta=c.huber_delta)
+        else:
+            loss = torch.nn.functional.mse_loss(pred, target)
+        if c.within_weight > 0:
+            loss = loss + c.within_weight * within_task_loss(pred, target, batch["workload"])
         if c.rank_weight > 0:
             margin = c.rank_margin / float(self.model.label_std)
             loss = loss + c.rank_weight * pairwise_rank_loss(pred, target, batch["workload"], margin)

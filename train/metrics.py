@@ -83,11 +83,65 @@ def top_k_score(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights:
     return float(num / den) if den > 0 else float("nan")
 
 
+def _task_members(groups: np.ndarray) -> list[np.ndarray]:
+    """Indices of each task's programs, tasks in sorted order."""
+    order = np.argsort(groups, kind="stable")
+    cuts = np.flatnonzero(np.diff(groups[order])) + 1
+    return np.split(order, cuts)
+
+
+def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    """How well a task's fastest schedules are predicted; tasks with fewer than 2 programs
+    or constant measured latencies are skipped.
+
+    Args:
+        pred, true: float64 ``(N,)`` predicted and measured latency (seconds, > 0).
+        groups: int ``(N,)`` task of each program.
+
+    Returns:
+        ``best_ratio``: median over tasks of predicted / measured latency of the task's
+        fastest measured program (1.0 is unbiased; above 1, the fast end is predicted
+        too slow).  ``decile_log_ratio``: median over tasks of the mean natural-log ratio
+        predicted / measured over the task's fastest tenth of programs (at least one).
+        ``slope``: the within-task slope of log(predicted) on log(measured), pooled over
+        tasks (each program's deviation from its task's mean counts once, so tasks weigh
+        by programs and spread); for a calibrated predictor it is the share of the
+        within-task variance it explains, 1 for a perfect one, 0 for one that only
+        places each task's level.  ``best_speed``: mean over tasks of measured-best /
+        measured latency of the program predicted fastest (TenSet's top-1 score, each
+        task weighted 1).  ``tasks``: the tasks counted.  NaN when no task counts.
+    """
+    pred, true, groups = np.asarray(pred, np.float64), np.asarray(true, np.float64), np.asarray(groups)
+    lp, lt = np.log(pred), np.log(true)
+    best, decile, speed, cov, var = [], [], [], 0.0, 0.0
+    for sel in _task_members(groups):
+        if sel.size < 2 or np.all(true[sel] == true[sel][0]):
+            continue
+        order = sel[np.argsort(true[sel], kind="stable")]
+        best.append(pred[order[0]] / true[order[0]])
+        fast = order[: max(1, sel.size // 10)]
+        decile.append(float(np.mean(lp[fast] - lt[fast])))
+        speed.append(true[order[0]] / true[sel[np.argmin(pred[sel])]])
+        dt, dp = lt[sel] - lt[sel].mean(), lp[sel] - lp[sel].mean()
+        cov += float(dt @ dp)
+        var += float(dt @ dt)
+    nan = float("nan")
+    return {
+        "tasks": len(best),
+        "best_ratio": float(np.median(best)) if best else nan,
+        "decile_log_ratio": float(np.median(decile)) if decile else nan,
+        "slope": cov / var if var > 0 else nan,
+        "best_speed": float(np.mean(speed)) if speed else nan,
+    }
+
+
 def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dict | None = None) -> dict[str, float]:
     """The evaluation table row: MAPE, within 10%/25%, RMSE of log-latency, mean Kendall
     tau within tasks, TenSet's top-1 and top-5 scores weighted by ``weights``
     (task weight per group id; default 1), the pairwise accuracy within tasks, and
-    the fraction of programs predicted more than 2x off (``off_2x``).
+    the fraction of programs predicted more than 2x off (``off_2x``), the median
+    absolute percentage error (``median_ape``), and the fast-end measures of
+    :func:`fast_end` (``best_ratio``, ``decile_log_ratio``, ``slope``, ``best_speed``).
 
     Raises:
         ValueError: shapes differ, no program, or a non-positive latency.
@@ -108,4 +162,6 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
         "top5": top_k_score(pred, true, np.asarray(groups), weights, 5),
         "pairwise": pairwise_accuracy(pred, true, np.asarray(groups)),
         "off_2x": float(np.mean(np.abs(np.log(pred / true)) > np.log(2.0))),
+        "median_ape": float(np.median(np.abs(pred - true) / true)),
+        **{k: v for k, v in fast_end(pred, true, np.asarray(groups)).items() if k != "tasks"},
     }

@@ -112,3 +112,28 @@ def thin_training(split: Split, workload: np.ndarray, share: float, seed: int = 
         members = train[w == g]
         keep.append(rng.choice(members, size=max(1, int(round(share * members.size))), replace=False))
     return Split(np.sort(np.concatenate(keep)) if keep else train, split.val, split.test, split.holdout)
+
+
+def drop_unstable_labels(split: Split, repeat_cv: np.ndarray, max_cv: float) -> Split:
+    """Leave training programs whose timing repeats vary by more than ``max_cv`` out of training.
+
+    CDMPP (EuroSys 2024, section 6.1) drops programs whose repeats vary by more than 1%.
+
+    Args:
+        split: the split whose ``train`` indices are filtered; ``val`` and ``test`` stay.
+        repeat_cv: float64 ``(n_programs,)``, each program's repeats' std / mean.
+        max_cv: the largest CV kept; ``<= 0`` returns ``split`` unchanged.
+
+    Raises:
+        InputError: ``repeat_cv`` does not cover the split, or no training program is left.
+    """
+    if max_cv <= 0:
+        return split
+    cv = np.asarray(repeat_cv, dtype=np.float64)
+    train = np.asarray(split.train)
+    if train.size and train.max() >= cv.size:
+        raise InputError(f"repeat_cv has {cv.size} entries; the split indexes program {int(train.max())}")
+    keep = train[cv[train] <= max_cv]
+    if keep.size == 0:
+        raise InputError(f"no training program has repeats within CV {max_cv}")
+    return Split(keep, split.val, split.test, split.holdout)

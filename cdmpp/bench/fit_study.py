@@ -1,0 +1,345 @@
+"""What limits the latency model: a diagnosis on validation workloads (``cdmpp bench fit-study``).
+
+For a set of device folders, one split by workload key (a tenth of the workloads is
+validation on every device; nothing is held out for testing, so no test network is
+looked at), and for each *lever* (a change of the training recipe), the study trains
+the transformer and reports on the training programs (the fit) and on the validation
+workloads: MAPE, median APE, Kendall tau and the fast-end measures of
+:func:`cdmpp.train.metrics.fast_end`.  Beside them:
+
+* the **noise ceiling**: a second timing of stored programs (``remeasured.jsonl``)
+  against the first, scored like a prediction;
+* **feature ambiguity**: programs whose leaf features equal those of another program of
+  their task, and how far apart their latencies are (no model on these features can
+  tell them apart);
+* the **trees** (XGBoost over summed ``PerStoreFeature`` rows) on the same split.
+
+The result is a JSON document (``rows``, ``noise``, ``ambiguity``, ``config``) and a
+markdown table (:func:`format_study`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cdmpp import dataset as ds
+from cdmpp.errors import InputError
+
+STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slope",
+                 "best_speed")
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One change of the training recipe.
+
+    Attributes:
+        name: short name (a table row).
+        description: what it changes, in words.
+        model: :class:`~cdmpp.train.model.ModelConfig` fields it sets.
+        train: :class:`~cdmpp.train.lightning.TrainConfig` fields it sets.
+    """
+
+    name: str
+    description: str
+    model: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+
+
+LEVERS: dict[str, Lever] = {
+    lever.name: lever
+    for lever in (
+        Lever("current", "the shipped recipe: MSE on standardised log-latency, programs shuffled freely"),
+        Lever("grouped", "batches of 16-program groups of one task (the batching the within-task terms need)",
+              train={"task_group": 16}),
+        Lever("within", "MSE plus the within-task term (weight 1), 16-program task groups",
+              train={"task_group": 16, "within_weight": 1.0}),
+        Lever("within-x4", "MSE plus the within-task term (weight 4), 16-program task groups",
+              train={"task_group": 16, "within_weight": 4.0}),
+        Lever("rank", "MSE plus RankNet's pairwise term (weight 1), 16-program task groups (TLP ranks)",
+              train={"task_group": 16, "rank_weight": 1.0}),
+        Lever("huber", "Huber loss (threshold 0.1 standard deviations) instead of the MSE",
+              train={"huber_delta": 0.1}),
+        Lever("stable-labels", "training programs whose repeats vary by more than 5% (CV) left out",
+              train={"max_repeat_cv": 0.05}),
+        Lever("no-dropout", "dropout 0 (intervals then need a deep ensemble or conformal calibration)",
+              model={"dropout": 0.0}),
+        Lever("wider", "4 layers, width 256, feed-forward 768", model={"n_layers": 4, "d_model": 256, "ff_dim": 768}),
+        Lever("longer", "twice the epochs", train={"epochs": -2}),
+    )
+}
+"""The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
+
+
+@dataclass
+class StudyConfig:
+    """What :func:`run_fit_study` trains and on which data.
+
+    Attributes:
+        datasets: dataset folders of device folders, or device folders' parents
+            (:func:`cdmpp.train.devices.corpus_dirs`).
+        levers: names in :data:`LEVERS`, in the order run.
+        exclude: device ids left out.
+        epochs, train_share, d_model, n_layers, ff_dim, dropout: the base recipe every
+            lever starts from (the shipped checkpoint's by default, with fewer epochs).
+        seed: seed of the split and of training.
+        trees: also fit and score the tree baseline.
+    """
+
+    datasets: list[Path]
+    levers: list[str] = field(default_factory=lambda: ["current"])
+    exclude: tuple[str, ...] = ()
+    epochs: int = 10
+    train_share: float = 1.0
+    d_model: int = 192
+    n_layers: int = 3
+    ff_dim: int = 512
+    dropout: float = 0.05
+    seed: int = 0
+    trees: bool = True
+
+    def __post_init__(self):
+        unknown = [n for n in self.levers if n not in LEVERS]
+        if unknown:
+            raise InputError(f"unknown lever(s) {', '.join(unknown)}; known: {', '.join(LEVERS)}")
+        if not self.levers:
+            raise InputError("give at least one lever")
+        if self.epochs < 1:
+            raise InputError(f"epochs must be >= 1, got {self.epochs}")
+
+
+def noise_ceiling(folders: Sequence[Path]) -> dict:
+    """A second timing against the first, scored like a prediction.
+
+    Reads each folder's ``remeasured.jsonl`` (or ``.gz``; written by ``cdmpp
+    remeasure``): the label is the median of the stored repeats (``run_secs``), the
+    "prediction" the median of the new ones (``again``).
+
+    Returns:
+        ``{"programs", "mape", "median_ape", "p90_ape", "folders"}`` (fractions); the
+        error fields are NaN when no folder has remeasured programs.
+    """
+    first, second, used = [], [], []
+    for folder in folders:
+        path = ds.resolve(Path(folder) / "remeasured.jsonl")
+        if path is None:
+            continue
+        n = 0
+        for _, obj in ds.iter_json_lines(path, []):
+            a, b = obj.get("run_secs") or [], obj.get("again") or []
+            if a and b and not obj.get("error"):
+                first.append(float(np.median(a)))
+                second.append(float(np.median(b)))
+                n += 1
+        if n:
+            used.append(f"{Path(folder).name} ({n})")
+    if not first:
+        nan = float("nan")
+        return {"programs": 0, "mape": nan, "median_ape": nan, "p90_ape": nan, "folders": []}
+    t, p = np.asarray(first), np.asarray(second)
+    ape = np.abs(p - t) / t
+    return {"programs": int(t.size), "mape": float(ape.mean()), "median_ape": float(np.median(ape)),
+            "p90_ape": float(np.quantile(ape, 0.9)), "folders": used}
+
+
+def feature_ambiguity(data, index: np.ndarray, decimals: int = 3) -> dict:
+    """Programs that the leaf features cannot tell apart from another program of their task.
+
+    Two programs are twins when they belong to the same task (and device) and their
+    leaf feature matrices and leaf positions are equal after rounding to ``decimals``.
+
+    Args:
+        data: :class:`~cdmpp.featurize.batch.FeaturizedPrograms`.
+        index: int64 ``(K,)`` the programs looked at.
+
+    Returns:
+        ``programs``; ``twins``: the share of them with a twin; ``twin_ratio_median`` and
+        ``twin_ratio_p90``: the slowest / fastest latency within a twin group;
+        ``variance_share``: the share of the within-task variance of log-latency that
+        lies inside twin groups; ``floor_mape``: the MAPE of predicting each twin
+        group's median latency for its programs (a lower bound for any model of these
+        features, on these programs).
+    """
+    index = np.asarray(index, dtype=np.int64)
+    groups: dict[tuple, list[int]] = {}
+    dev = data.device if data.device is not None else np.zeros(len(data), np.int64)
+    for i in index:
+        a, b = data.ptr[i], data.ptr[i + 1]
+        h = hashlib.blake2b(np.round(data.x[a:b].astype(np.float64), decimals).tobytes(), digest_size=16)
+        h.update(np.asarray(data.pos[a:b], np.int64).tobytes())
+        groups.setdefault((int(dev[i]), int(data.workload[i]), h.hexdigest()), []).append(int(i))
+    lt = np.log(data.latency)
+    multi = [np.asarray(g) for g in groups.values() if len(g) > 1]
+    spread = np.array([lt[g].max() - lt[g].min() for g in multi]) if multi else np.zeros(0)
+    inside = sum(float(((lt[g] - lt[g].mean()) ** 2).sum()) for g in multi)
+    total = 0.0
+    task = dev[index] * (int(data.workload.max()) + 1) + data.workload[index]
+    for t in np.unique(task):
+        s = lt[index[task == t]]
+        total += float(((s - s.mean()) ** 2).sum())
+    ape = []
+    for g in groups.values():
+        g = np.asarray(g)
+        med = np.exp(np.median(lt[g]))
+        ape.append(np.abs(med - data.latency[g]) / data.latency[g])
+    ape = np.concatenate(ape) if ape else np.zeros(0)
+    nan = float("nan")
+    return {
+        "programs": int(index.size),
+        "twins": float(sum(len(g) for g in multi) / max(1, index.size)),
+        "twin_ratio_median": float(np.exp(np.median(spread))) if spread.size else nan,
+        "twin_ratio_p90": float(np.exp(np.quantile(spread, 0.9))) if spread.size else nan,
+        "variance_share": inside / total if total > 0 else nan,
+        "floor_mape": float(ape.mean()) if ape.size else nan,
+    }
+
+
+def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
+    from cdmpp.train.metrics import summary  # pylint: disable=import-outside-toplevel
+
+    dev = data.device[index] if data.device is not None else np.zeros(len(index), np.int64)
+    groups = dev * (int(data.workload.max()) + 1) + data.workload[index]
+    row = summary(pred, data.latency[index], groups)
+    return {k: row[k] for k in STUDY_COLUMNS}
+
+
+def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
+    from cdmpp.train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.model import ModelConfig  # pylint: disable=import-outside-toplevel
+
+    model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
+                        num_devices=num_devices)
+    model = dataclasses.replace(model, **lever.model)
+    train = dict(lever.train)
+    if train.get("epochs", 0) < 0:
+        train["epochs"] = cfg.epochs * -train["epochs"]
+    tc = TrainConfig(**{"epochs": cfg.epochs, "seed": cfg.seed, "train_share": cfg.train_share, **train})
+    return model, tc
+
+
+def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | None = None, log=print) -> dict:
+    """Train every lever of ``cfg`` on one split and score fit and validation.
+
+    Returns:
+        ``{"config", "split", "noise", "ambiguity", "rows"}``; each row has ``lever``,
+        ``model``, ``part`` (``"fit"`` or ``"validation"``), the fields of
+        :data:`STUDY_COLUMNS` and ``train_s`` (wall seconds of that model's training).
+
+    Raises:
+        InputError, DatasetError: bad data, an unknown lever, or an empty split.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.train.baselines import TreeBaseline
+    from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs
+    from cdmpp.train.fit import fit_transformer
+    from cdmpp.train.model import predict_latency_array
+    from cdmpp.train.splits import drop_unstable_labels, thin_training
+
+    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress)
+    base = split_corpus(corpus, None, seed=cfg.seed)
+    data, descriptors = corpus.data, corpus.descriptors()
+    folders = [d for d in corpus_dirs(cfg.datasets) if d.name not in cfg.exclude]
+    result = {
+        "config": {**dataclasses.asdict(cfg), "datasets": [str(d) for d in cfg.datasets],
+                   "devices": [d.device_id for d in corpus.devices]},
+        "split": {"train": int(len(base.train)), "validation": int(len(base.val))},
+        "noise": noise_ceiling(folders),
+        "ambiguity": {"train": feature_ambiguity(data, base.train), "validation": feature_ambiguity(data, base.val)},
+        "lever_descriptions": {n: LEVERS[n].description for n in cfg.levers},
+        "rows": [],
+    }
+    log(f"split: {len(base.train)} training programs, {len(base.val)} validation programs; noise {result['noise']}")
+    fit_index = thin_training(base, data.workload, cfg.train_share, cfg.seed).train
+    if cfg.trees:
+        t0 = time.time()
+        tree = TreeBaseline(seed=cfg.seed).fit(tree_inputs(data, descriptors, fit_index), data.latency[fit_index])
+        secs = round(time.time() - t0, 1)
+        for part, index in (("fit", fit_index), ("validation", base.val)):
+            pred = tree.predict(tree_inputs(data, descriptors, index))
+            result["rows"].append({"lever": "-", "model": "xgboost PerStoreFeature", "part": part,
+                                   **_score(pred, data, index), "train_s": secs})
+            log(result["rows"][-1])
+    for name in cfg.levers:
+        lever = LEVERS[name]
+        mcfg, tcfg = _configs(cfg, lever, len(corpus.devices))
+        split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
+        split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
+        t0 = time.time()
+        model = fit_transformer(data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
+                                device_descriptors=descriptors)
+        secs = round(time.time() - t0, 1)
+        for part, index in (("fit", split.train), ("validation", base.val)):
+            pred = predict_latency_array(model, data, index)
+            result["rows"].append({"lever": name, "model": "cdmpp transformer", "part": part,
+                                   **_score(pred, data, index), "train_s": secs, "train_programs": int(len(split.train))})
+            log(result["rows"][-1])
+    return result
+
+
+def format_study(result: dict) -> str:
+    """The study as markdown: the noise ceiling, feature ambiguity, and one table row per
+    (lever, model, part)."""
+    n, lines = result["noise"], []
+    lines.append(
+        f"Noise ceiling (a second timing against the first, {n['programs']} programs): MAPE {100 * n['mape']:.1f}%, "
+        f"median APE {100 * n['median_ape']:.1f}%, p90 APE {100 * n['p90_ape']:.1f}%"
+    )
+    for part, a in result["ambiguity"].items():
+        lines.append(
+            f"Feature twins ({part}, {a['programs']} programs): {100 * a['twins']:.1f}% share their leaf features with "
+            f"another program of their task; slowest / fastest within such a group: median {a['twin_ratio_median']:.2f}, "
+            f"p90 {a['twin_ratio_p90']:.2f}; {100 * a['variance_share']:.1f}% of the within-task variance; floor MAPE "
+            f"{100 * a['floor_mape']:.1f}%"
+        )
+    lines += ["", "| lever | model | part | programs | MAPE | median APE | tau | best p/m | fastest 10% log p/m | "
+              "slope | best spd | train s |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['lever']} | {r['model']} | {r['part']} | {r['programs']} | {100 * r['mape']:.1f}% | "
+            f"{100 * r['median_ape']:.1f}% | {r['kendall_tau']:.3f} | {r['best_ratio']:.2f} | "
+            f"{r['decile_log_ratio']:+.2f} | {r['slope']:.2f} | {r['best_speed']:.3f} | {r['train_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    """Register ``cdmpp bench fit-study``'s arguments on an ``argparse`` parser."""
+    parser.add_argument("-d", "--dataset", nargs="+", required=True, help="dataset folder(s) of device folders")
+    parser.add_argument("--levers", nargs="+", default=["current"], choices=list(LEVERS),
+                        help="recipe changes to train, each from the same base recipe")
+    parser.add_argument("--exclude-device", nargs="+", default=(), metavar="DEVICE_ID")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--train-share", type=float, default=1.0,
+                        help="train on this share of each training task's programs (all levers, and the trees)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-trees", action="store_true", help="skip the tree baseline")
+    parser.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    parser.add_argument("-o", "--out", required=True, help="JSON file to write (the markdown table goes beside it)")
+
+
+def main(args) -> int:
+    """Run the study from parsed arguments; writes ``--out`` and ``--out`` with ``.md``."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    cfg = StudyConfig([Path(d) for d in args.dataset], list(args.levers), tuple(args.exclude_device or ()),
+                      epochs=args.epochs, train_share=args.train_share, seed=args.seed, trees=not args.no_trees)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(row):
+        print(row, flush=True)
+
+    result = run_fit_study(cfg, progress=False, cache_dir=Path(args.cache), log=log)
+    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    table = format_study(result)
+    out.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    return 0

@@ -1,0 +1,67 @@
+"""The fast-end measures of the evaluation tables (``cdmpp.train.metrics.fast_end``)."""
+
+import numpy as np
+import pytest
+
+from cdmpp.train.metrics import fast_end, summary
+
+
+def _two_tasks():
+    rng = np.random.default_rng(3)
+    true = np.exp(rng.normal(-8, 0.7, size=40))
+    groups = np.repeat([5, 9], 20)
+    return true, groups
+
+
+def test_perfect_prediction_scores_one():
+    true, groups = _two_tasks()
+    out = fast_end(true, true, groups)
+    assert out["tasks"] == 2
+    assert out["best_ratio"] == pytest.approx(1.0)
+    assert out["decile_log_ratio"] == pytest.approx(0.0)
+    assert out["slope"] == pytest.approx(1.0)
+    assert out["best_speed"] == pytest.approx(1.0)
+
+
+def test_shrunk_prediction_has_the_shrink_as_slope_and_overpredicts_the_fastest():
+    true, groups = _two_tasks()
+    lt = np.log(true)
+    pred = lt.copy()
+    for g in np.unique(groups):
+        sel = groups == g
+        pred[sel] = lt[sel].mean() + 0.4 * (lt[sel] - lt[sel].mean())
+    out = fast_end(np.exp(pred), true, groups)
+    assert out["slope"] == pytest.approx(0.4)
+    expect = [np.exp(0.6 * (lt[groups == g].mean() - lt[groups == g].min())) for g in (5, 9)]
+    assert out["best_ratio"] == pytest.approx(np.median(expect))
+    assert out["best_ratio"] > 1.2
+    assert out["best_speed"] == pytest.approx(1.0)  # a monotone shrink keeps the order
+
+
+def test_level_only_prediction_has_slope_zero_and_picks_the_first_program():
+    true, groups = _two_tasks()
+    pred = np.ones_like(true)
+    out = fast_end(pred, true, groups)
+    assert out["slope"] == pytest.approx(0.0)
+    first = [true[groups == g][0] for g in (5, 9)]
+    best = [true[groups == g].min() for g in (5, 9)]
+    assert out["best_speed"] == pytest.approx(np.mean(np.divide(best, first)))
+
+
+def test_single_program_tasks_are_skipped_and_summary_carries_the_columns():
+    true = np.array([1e-3, 2e-3, 4e-3, 5e-3])
+    groups = np.array([0, 1, 1, 2])
+    pred = np.array([1e-3, 4e-3, 2e-3, 5e-3])  # task 1 predicted in reverse
+    out = fast_end(pred, true, groups)
+    assert out["tasks"] == 1
+    assert out["best_ratio"] == pytest.approx(2.0)
+    assert out["slope"] == pytest.approx(-1.0)
+    assert out["best_speed"] == pytest.approx(0.5)
+    row = summary(pred, true, groups)
+    assert row["best_ratio"] == pytest.approx(2.0) and row["best_speed"] == pytest.approx(0.5)
+    assert row["median_ape"] == pytest.approx(np.median([0, 1, 0.5, 0]))
+
+
+def test_no_task_with_two_programs_gives_nan():
+    out = fast_end(np.array([1.0, 2.0]), np.array([1.0, 2.0]), np.array([0, 1]))
+    assert out["tasks"] == 0 and np.isnan(out["best_ratio"]) and np.isnan(out["slope"])
