@@ -14,6 +14,8 @@
     cdmpp collect-benchmark --baseline-rev REV   programs/min: plain TVM, an earlier collector, this one
     cdmpp repeat-check DEVDIR ...       replay the adaptive-repeat rule on stored repeats
     cdmpp speed    -d DIR               time one 512-candidate predict call by stage, beside XGBModel
+    cdmpp predict  --work-dir W         predicted latency (and interval, and error) of each program, as CSV
+    cdmpp estimate NET|relax.json|module.py:function --device D   a whole network's per-task table and total
     cdmpp serve                         HTTP prediction service
     cdmpp bench fit-study -d DIR -o F   what limits the model, on validation workloads (see cdmpp bench -h)
 """
@@ -1100,7 +1102,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_serve)
 
     from .bench.cli import add_bench_parser  # pylint: disable=import-outside-toplevel
+    from .inference_cli import add_parsers as add_inference_parsers  # pylint: disable=import-outside-toplevel
 
+    add_inference_parsers(sub)
     add_bench_parser(sub)
     return p
 

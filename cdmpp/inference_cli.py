@@ -1,0 +1,303 @@
+"""The user's inference commands: ``cdmpp predict`` and ``cdmpp estimate``.
+
+They are the command-line twins of :meth:`cdmpp.LatencyPredictor.predict_interval` and of
+the server's ``/estimate`` (:func:`cdmpp.estimate.estimate_network`).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+CSV_FIELDS = ("record", "workload_key", "predicted_s", "low_s", "high_s", "measured_s", "error")
+
+
+@dataclass
+class PredictedProgram:
+    """One program's prediction.
+
+    Attributes:
+        record: 1-based line of its tuning record (0 for a TVM-JSON program).
+        workload_key: the workload's structural hash ("" for a TVM-JSON program).
+        predicted_s, low_s, high_s: predicted latency and its 10-90% interval, seconds
+            (NaN when the program cannot be featurized).
+        measured_s: median of its measured repeats, seconds; ``None`` when not measured.
+        problem: why it has no prediction ("" when it has one).
+    """
+
+    record: int
+    workload_key: str
+    predicted_s: float
+    low_s: float
+    high_s: float
+    measured_s: float | None = None
+    problem: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1, or ``None`` without a measurement or a prediction."""
+        if self.measured_s is None or not np.isfinite(self.predicted_s):
+            return None
+        return self.predicted_s / self.measured_s - 1.0
+
+
+def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]]:
+    """Tuning records of a JSONDatabase folder: ``(records, workload keys, line numbers,
+    measured seconds or None)``; measured records and candidates alike.
+
+    Raises:
+        InputError: a missing file, or a malformed line (named).
+    """
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import TuningRecord, Workload  # pylint: disable=import-outside-toplevel
+
+    wl_path, rec_path = ds.resolve(work / WORKLOAD_FILE), ds.resolve(work / RECORD_FILE)
+    if wl_path is None or rec_path is None:
+        raise InputError(f"{work}: no {WORKLOAD_FILE} and {RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
+    bad: list = []
+    workloads, keys = [], []
+    for lineno, obj in ds.iter_json_lines(wl_path, bad):
+        try:
+            workloads.append(Workload.from_json(obj))
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            raise InputError(f"{wl_path}:{lineno}: not a MetaSchedule workload: {str(err).strip()[:200]}") from err
+        keys.append(str(obj[0]))
+    records, rkeys, lines, measured = [], [], [], []
+    for lineno, obj in ds.iter_json_lines(rec_path, bad):
+        try:
+            widx = int(obj[0])
+            if not 0 <= widx < len(workloads):
+                raise IndexError(f"workload index {widx}, the database has {len(workloads)} workloads")
+            rec = TuningRecord.from_json(obj[1], workloads[widx])
+        except Exception as err:  # noqa: BLE001
+            raise InputError(f"{rec_path}:{lineno}: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
+        secs = [float(s) for s in (rec.run_secs or [])]
+        ok = bool(secs) and all(0 < s < 1e9 for s in secs)
+        records.append(rec)
+        rkeys.append(keys[widx])
+        lines.append(lineno)
+        measured.append(float(np.median(secs)) if ok else None)
+    if bad:
+        raise InputError(f"{bad[0].path}:{bad[0].lineno}: {bad[0].error} ({len(bad)} bad line(s))")
+    if not records:
+        raise InputError(f"{rec_path}: no tuning record")
+    return records, rkeys, lines, measured
+
+
+def predict_programs(predictor, source: Path, device: str | None = None) -> tuple[list[PredictedProgram], str | None]:
+    """Predict every program of a JSONDatabase folder, or the one program of a TVM-JSON file.
+
+    Args:
+        predictor: a :class:`cdmpp.LatencyPredictor`.
+        source: a folder with ``database_workload.json`` and ``database_tuning_record.json``
+            (plain or gzipped), or a file of ``tvm.ir.save_json`` of a scheduled PrimFunc
+            or one-PrimFunc IRModule.
+        device: a device id the checkpoint knows; default the device that the records'
+            target (or this machine) picks (:meth:`cdmpp.LatencyPredictor.resolve_device`).
+
+    Returns:
+        ``(programs in file order, device id)``.  A record that cannot be featurized gets
+        NaN predictions and its ``problem``; the others are unaffected.
+
+    Raises:
+        InputError: a missing or malformed file.  UnknownDeviceError: an unknown device.
+    """
+    from .featurize import featurize_many  # pylint: disable=import-outside-toplevel
+
+    source = Path(source)
+    if source.is_dir():
+        records, keys, lines, measured = _records(source)
+        target = records[0].target if device is None else None
+    elif source.is_file():
+        from .tvm_compat import load_json  # pylint: disable=import-outside-toplevel
+
+        try:
+            records = [load_json(source.read_text(encoding="utf-8"))]
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            raise InputError(f"{source}: not a JSONDatabase folder nor TVM JSON of a program: {str(err)[:200]}") from err
+        keys, lines, measured, target = [""], [0], [None], None
+    else:
+        raise InputError(f"{source}: no such file or folder")
+    dev = predictor.resolve_device(device, target) if predictor.devices else None
+    dev_id = dev.device_id if dev is not None else None
+    feat_target = target if target is not None else (dev.target if dev is not None else None)
+    trees, problems = [], []
+    for rec in records:
+        try:
+            trees.append(featurize_many([rec], feat_target)[0])
+            problems.append("")
+        except Exception as err:  # noqa: BLE001  one bad program must not sink the others
+            trees.append(None)
+            problems.append(f"cannot be featurized: {str(err).strip()[:200]}")
+    ok = [i for i, t in enumerate(trees) if t is not None]
+    point, low, high = (np.full(len(trees), np.nan) for _ in range(3))
+    if ok:
+        p, lo, hi = predictor.predict_trees_interval([trees[i] for i in ok], dev_id)
+        point[ok], low[ok], high[ok] = p, lo, hi
+    out = [PredictedProgram(lines[i], keys[i], float(point[i]), float(low[i]), float(high[i]), measured[i], problems[i])
+           for i in range(len(trees))]
+    return out, dev_id
+
+
+def write_csv(programs: list[PredictedProgram], stream) -> None:
+    """Write the programs as CSV (:data:`CSV_FIELDS`; empty cells where not measured)."""
+    w = csv.writer(stream)
+    w.writerow(CSV_FIELDS)
+    for p in programs:
+        err = p.error
+        w.writerow([p.record, p.workload_key, f"{p.predicted_s:.6g}", f"{p.low_s:.6g}", f"{p.high_s:.6g}",
+                    "" if p.measured_s is None else f"{p.measured_s:.6g}", "" if err is None else f"{err:.4f}"])
+
+
+def accuracy_line(programs: list[PredictedProgram]) -> str | None:
+    """MAPE, median APE, Kendall tau and the fast end over the measured programs, or ``None``."""
+    from .train.metrics import summary  # pylint: disable=import-outside-toplevel
+
+    m = [p for p in programs if p.measured_s is not None and np.isfinite(p.predicted_s)]
+    if not m:
+        return None
+    keys = {k: i for i, k in enumerate(sorted({p.workload_key for p in m}))}
+    r = summary(np.array([p.predicted_s for p in m]), np.array([p.measured_s for p in m]),
+                np.array([keys[p.workload_key] for p in m]))
+    return (f"{len(m)} measured programs: MAPE {100 * r['mape']:.1f}%, median APE {100 * r['median_ape']:.1f}%, "
+            f"tau {r['kendall_tau']:.3f}, fastest program per task predicted/measured {r['best_ratio']:.2f} (median), "
+            f"within-task slope {r['slope']:.2f}")
+
+
+def load_network(spec: str, target) -> tuple[list, str]:
+    """The tuning tasks of a network given as a zoo name, a ``.json`` file of a Relax
+    IRModule in TVM JSON, or ``module.py:function``.
+
+    ``module.py:function`` is a Python file and a function in it that takes no argument
+    and returns ``(torch.nn.Module, tuple of example input tensors)``; the model goes
+    through the zoo's own torch -> Relax import (``torch.export``).
+
+    Returns:
+        ``(tasks, a name for the network)``.
+
+    Raises:
+        InputError: a file that is missing or malformed, or a function that does not
+            return a model and inputs.  UnknownNetworkError: an unknown zoo name.
+    """
+    # pylint: disable=import-outside-toplevel
+    from .estimate import relax_tasks, zoo_tasks
+    from .tvm_compat import Target, load_json, relax_module_from_torch
+
+    target = target if isinstance(target, Target) else Target(target)
+    if ".py:" in spec:
+        path, func = spec.rsplit(":", 1)
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such Python file")
+        mspec = importlib.util.spec_from_file_location(f"cdmpp_user_network_{Path(path).stem}", path)
+        module = importlib.util.module_from_spec(mspec)
+        try:
+            mspec.loader.exec_module(module)
+        except Exception as err:  # noqa: BLE001  the user's code
+            raise InputError(f"{path}: importing it failed: {type(err).__name__}: {err}") from err
+        fn = getattr(module, func, None)
+        if not callable(fn):
+            raise InputError(f"{path} has no function {func!r}")
+        got = fn()
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], tuple)):
+            raise InputError(f"{spec} must return (torch.nn.Module, tuple of example inputs), got {type(got).__name__}")
+        try:
+            mod = relax_module_from_torch(got[0], got[1], target)
+        except Exception as err:  # noqa: BLE001  torch.export and TVM raise their own types
+            raise InputError(f"{spec}: the torch -> Relax import failed: {str(err).strip()[:300]}") from err
+        return relax_tasks(mod, target), spec
+    if spec.endswith(".json"):
+        if not Path(spec).is_file():
+            raise InputError(f"{spec}: no such file")
+        try:
+            mod = load_json(Path(spec).read_text(encoding="utf-8"))
+        except Exception as err:  # noqa: BLE001
+            raise InputError(f"{spec}: malformed TVM JSON: {str(err).strip()[:300]}") from err
+        return relax_tasks(mod, target), spec
+    return zoo_tasks(spec, target), spec
+
+
+def _cmd_predict(args) -> int:
+    from .predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
+
+    predictor = LatencyPredictor.load(args.checkpoint)
+    programs, dev = predict_programs(predictor, Path(args.work_dir), args.device)
+    if args.output:
+        with open(args.output, "w", newline="", encoding="utf-8") as f:
+            write_csv(programs, f)
+        print(f"{len(programs)} programs predicted for device {dev}: {args.output}")
+    else:
+        write_csv(programs, sys.stdout)
+    bad = [p for p in programs if p.problem]
+    for p in bad[:5]:
+        print(f"record {p.record}: {p.problem}", file=sys.stderr)
+    line = accuracy_line(programs)
+    if line:
+        print(line, file=sys.stderr if not args.output else sys.stdout)
+    return 0 if len(bad) < len(programs) else 2
+
+
+def _cmd_estimate(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    import warnings
+
+    from . import dataset as ds
+    from .estimate import EstimateConfig, best_records, estimate_network, format_estimate
+    from .predictor import LatencyPredictor
+    from .tvm_compat import Target
+
+    predictor = LatencyPredictor.load(args.checkpoint)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        dev = predictor.resolve_device(args.device, json.loads(args.target) if args.target else None)
+    target = Target(json.loads(args.target)) if args.target else Target(dev.target)
+    tasks, name = load_network(args.network, target)
+    database = None
+    if args.database:
+        work = Path(args.database)
+        wl, rec = ds.resolve(work / WORKLOAD_FILE), ds.resolve(work / RECORD_FILE)
+        if wl is None or rec is None:
+            raise InputError(f"{work}: no {WORKLOAD_FILE} and {RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
+        database = best_records([o for _, o in ds.iter_json_lines(wl)], [o for _, o in ds.iter_json_lines(rec)])
+    est = estimate_network(predictor, tasks, dev.device_id, target, database, EstimateConfig(samples=args.samples))
+    print(f"network {name}")
+    print(format_estimate(est))
+    if est.measured_total_s is not None:
+        print(f"measured (sum of weight x the database's best): {1e3 * est.measured_total_s:.3f} ms")
+    if args.json:
+        out = est.to_json()
+        out["network"] = name
+        Path(args.json).write_text(json.dumps(out, indent=1), encoding="utf-8")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """Add ``predict`` and ``estimate`` to the ``cdmpp`` subcommands ``sub``."""
+    s = sub.add_parser("predict", help="predicted latency of every program of a JSONDatabase (or a TVM-JSON program)")
+    s.add_argument("--work-dir", required=True,
+                   help="a MetaSchedule JSONDatabase folder (database_*.json), or a TVM-JSON file of a scheduled program")
+    s.add_argument("--device", default=None, help="a device id the checkpoint knows (default: the records' target's)")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
+    s.add_argument("-o", "--output", default=None, help="CSV file to write (default: standard output)")
+    s.set_defaults(func=_cmd_predict)
+
+    s = sub.add_parser("estimate", help="a whole network's latency: per-task table and total")
+    s.add_argument("network", help="a zoo name (cdmpp networks), a Relax IRModule as TVM JSON (.json), or "
+                   "module.py:function returning (torch model, example inputs)")
+    s.add_argument("--device", default=None, help="a device id the checkpoint knows (default: from --target or this machine)")
+    s.add_argument("--target", default=None, help="a TVM target as JSON (default: the device's)")
+    s.add_argument("--database", default=None, metavar="WORK_DIR",
+                   help="a JSONDatabase folder: tasks it measured use their fastest record")
+    s.add_argument("--samples", type=int, default=32, help="schedules sampled per task without a record")
+    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
+    s.add_argument("--json", default=None, help="also write the estimate as JSON here")
+    s.set_defaults(func=_cmd_estimate)
