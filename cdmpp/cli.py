@@ -218,7 +218,7 @@ def _cmd_pack(args) -> int:
 
 def _model_configs(args):
     from .train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
-    from .train.model import ModelConfig  # pylint: disable=import-outside-toplevel
+    from .model import ModelConfig  # pylint: disable=import-outside-toplevel
 
     def given(**kw):
         return {k: v for k, v in kw.items() if v is not None}
@@ -391,7 +391,7 @@ def _cmd_measure_shots(args) -> int:
     from .predictor import DEFAULT_CHECKPOINT
     from .train.evaluate import load_featurized
     from .train.finetune import FineTuneConfig, select_shots
-    from .train.model import load_checkpoint
+    from .model import load_checkpoint
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     model, _ = load_checkpoint(checkpoint)
@@ -482,7 +482,7 @@ def _cmd_adapt_table(args) -> int:
     from .train.adapt import adapt_table
     from .train.devices import device_of_manifest
     from .train.evaluate import format_table, load_featurized, task_weights, write_rows
-    from .train.model import load_checkpoint
+    from .model import load_checkpoint
 
     model, meta = load_checkpoint(Path(args.checkpoint))
     db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)

@@ -76,7 +76,7 @@ class LatencyPredictor:
         Raises:
             CheckpointError: a missing or corrupt file.
         """
-        from cdmpp.train.model import load_checkpoint  # pylint: disable=import-outside-toplevel
+        from cdmpp.model import load_checkpoint  # pylint: disable=import-outside-toplevel
 
         model, meta = load_checkpoint(Path(path) if path is not None else DEFAULT_CHECKPOINT)
         return cls(model, meta)
@@ -236,9 +236,7 @@ class LatencyPredictor:
         Raises:
             UnknownDeviceError: ``device`` is not known to the checkpoint.
         """
-        # pylint: disable=import-outside-toplevel
-        from cdmpp.featurize.batch import from_trees
-        from cdmpp.train.model import predict_latency_array
+        from cdmpp.model import ProgramLeaves, predict_latency_array  # pylint: disable=import-outside-toplevel
 
         row = 0
         if self._known:
@@ -246,13 +244,12 @@ class LatencyPredictor:
         n = len(trees)
         if n == 0:
             return np.zeros(0, dtype=np.float64)
-        data = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
-        return predict_latency_array(self.model, data, device=row)
+        return predict_latency_array(self.model, ProgramLeaves.from_trees(trees), device=row)
 
 
     def predict_interval(self, mods, target=None, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predict latencies with a 10-90% interval (MC dropout, calibrated on validation
-        workloads: :mod:`cdmpp.train.uncertainty`).
+        workloads: :mod:`cdmpp.model`; calibrated by :mod:`cdmpp.train.uncertainty`).
 
         Arguments and errors as :meth:`predict`.
 
@@ -267,15 +264,13 @@ class LatencyPredictor:
 
     def predict_trees_interval(self, trees, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
-        # pylint: disable=import-outside-toplevel
-        from cdmpp.featurize.batch import from_trees
-        from cdmpp.train.uncertainty import IntervalConfig, interval, mc_log_latency
+        from cdmpp.model import IntervalConfig, ProgramLeaves, interval, mc_log_latency  # pylint: disable=import-outside-toplevel
 
         row = self._row(self.resolve_device(device).device_id) if self._known else 0
         n = len(trees)
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
-        data = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
+        data = ProgramLeaves.from_trees(trees)
         calibration = self.metadata.get("interval")
         passes = int(calibration["passes"]) if calibration else IntervalConfig().passes
         point, samples = mc_log_latency(self.model, data, device=row, cfg=IntervalConfig(passes=passes))

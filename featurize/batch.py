@@ -42,7 +42,7 @@ class FeaturizedPrograms:
         psf_ptr: int64 ``(P + 1,)``: program ``i`` owns ``psf`` rows ``psf_ptr[i]:psf_ptr[i+1]``
             (``None`` with ``psf``).
         device: int64 ``(P,)``: each program's row in a model's device table (see
-            :class:`cdmpp.train.model.LatencyTransformer`), or ``None`` for programs
+            :class:`cdmpp.model.LatencyTransformer`), or ``None`` for programs
             of one device (a single device folder).  Not saved by :meth:`save`.
     """
 

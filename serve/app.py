@@ -344,8 +344,21 @@ class _Workers:
             self._replace(pool)
             return 500, "the worker process crashed on this request (a TVM crash on the input); it was replaced"
 
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def shutdown(self, grace_s: float = 5.0) -> None:
+        """Stop the pool and its worker processes: ask them to exit, then terminate (and,
+        after ``grace_s`` seconds, kill) any still running, so that no worker holding a
+        loaded checkpoint outlives the server."""
+        pool = self._pool
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(grace_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
 
 
 def is_loopback(host: str) -> bool:

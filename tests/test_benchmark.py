@@ -5,7 +5,7 @@ import pytest
 
 from cdmpp.train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
 from cdmpp.train.lightning import TrainConfig
-from cdmpp.train.model import ModelConfig
+from cdmpp.model import ModelConfig
 from cdmpp.train.splits import random_programs
 
 

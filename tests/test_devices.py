@@ -14,7 +14,7 @@ AVX2 = "cpu-intel_xeon_processor-emeraldrapids-avx2"
 def device_checkpoint(two_device_dataset, tmp_path_factory):
     from cdmpp.train.devices import train_device_model
     from cdmpp.train.lightning import TrainConfig
-    from cdmpp.train.model import ModelConfig
+    from cdmpp.model import ModelConfig
 
     out = tmp_path_factory.mktemp("ckpt") / "two"
     rows = train_device_model(
@@ -139,7 +139,7 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(device_checkpoi
     from cdmpp.device import DeviceDescriptor, descriptor_vector
     from cdmpp.train.adapt import fit_device_row, with_new_device
     from cdmpp.train.devices import load_corpus
-    from cdmpp.train.model import load_checkpoint, predict_latency_array, save_checkpoint
+    from cdmpp.model import load_checkpoint, predict_latency_array, save_checkpoint
 
     model, _ = load_checkpoint(device_checkpoint[0])
     corpus = load_corpus(two_device_dataset, None, progress=False)
@@ -365,7 +365,7 @@ def test_cmd_toward_the_left_out_device_reads_its_programs_but_never_trains_on_t
     from cdmpp.errors import InputError
     from cdmpp.train.devices import train_device_model
     from cdmpp.train.lightning import TrainConfig
-    from cdmpp.train.model import ModelConfig
+    from cdmpp.model import ModelConfig
 
     mcfg = ModelConfig(d_model=16, n_heads=2, ff_dim=32, n_layers=1, device_dim=4)
     cmd = TrainConfig(epochs=1, batch_size=16, cmd_weight=0.5)

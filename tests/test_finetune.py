@@ -8,7 +8,7 @@ from cdmpp.cli import main
 from cdmpp.train.finetune import FineTuneConfig, fine_tune, program_embeddings, select_shots
 from cdmpp.train.metrics import rmse_log
 from cdmpp.train.fit import predict_latency_array
-from cdmpp.train.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
+from cdmpp.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
 
 
 def _model():

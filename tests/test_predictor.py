@@ -33,7 +33,29 @@ def test_unsupported_input_is_a_clear_error():
 
 
 def test_corrupt_checkpoint_path(tmp_path):
-    from cdmpp.train.model import CheckpointError
+    from cdmpp.model import CheckpointError
 
     with pytest.raises(CheckpointError):
         cdmpp.LatencyPredictor.load(tmp_path)
+
+
+def test_prediction_imports_no_training_or_plotting_library():
+    """The inference path (the predictor, its intervals, the model module) stays torch-only."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from programs import vector_add\n"
+        "from cdmpp import LatencyPredictor\n"
+        "p = LatencyPredictor.load()\n"
+        "lat = p.predict([vector_add], device=p.devices[0])\n"
+        "low = p.predict_interval([vector_add], device=p.devices[0])[1]\n"
+        "assert lat[0] > 0 and low[0] > 0\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning', 'wandb', 'matplotlib'})\n"
+        "print('LOADED', bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    assert "LOADED []" in out.stdout, out.stdout + out.stderr

@@ -4,7 +4,7 @@ import torch
 
 from cdmpp.train.fit import fit_transformer, predict_latency_array
 from cdmpp.train.lightning import ProgramDataModule, TrainConfig
-from cdmpp.train.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint, sinusoidal_encoding
+from cdmpp.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint, sinusoidal_encoding
 from cdmpp.train.splits import holdout_network
 
 
@@ -61,7 +61,7 @@ def test_data_module_batches(tiny_featurized):
 
 
 def test_corrupt_checkpoint_is_a_clear_error(tiny_featurized, tmp_path):
-    from cdmpp.train.model import LatencyTransformer
+    from cdmpp.model import LatencyTransformer
 
     folder = save_checkpoint(LatencyTransformer(ModelConfig(d_model=32, n_heads=2)), tmp_path / "c")
     (folder / "model.safetensors").write_bytes(b"\x00garbage")

@@ -30,7 +30,7 @@ def test_config_errors():
 
 
 def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, tiny_featurized):
-    from cdmpp.train.model import predict_latency_array
+    from cdmpp.model import predict_latency_array
 
     _, data = tiny_featurized
     cfg = IntervalConfig(passes=8)

@@ -3,7 +3,7 @@
 CDMPP (EuroSys 2024, section 5) carries a trained predictor to a new device with a
 few measurements chosen by KMeans over the predictor's program embeddings.  Here
 the program encoder and the head stay frozen.  The new device gets its own row in
-the model's device table (:meth:`~cdmpp.train.model.LatencyTransformer.add_device`),
+the model's device table (:meth:`~cdmpp.model.LatencyTransformer.add_device`),
 a copy of the nearest known device's row (``init="nearest"``) or the unknown-device
 row with the new descriptor (``"descriptor"``), and then:
 
@@ -37,7 +37,7 @@ from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
 from .metrics import summary
-from .model import LatencyTransformer, predict_latency_array
+from cdmpp.model import LatencyTransformer, predict_latency_array
 
 
 @dataclass
@@ -383,7 +383,7 @@ def adapt_measured(
 
 def _device_table_checkpoint(checkpoint: Path):
     """``(model, meta)`` of a checkpoint with a device table; InputError for one without."""
-    from .model import load_checkpoint  # pylint: disable=import-outside-toplevel
+    from cdmpp.model import load_checkpoint  # pylint: disable=import-outside-toplevel
 
     model, meta = load_checkpoint(checkpoint)
     if model.config.num_devices <= 0 or not meta.get("devices"):
@@ -399,7 +399,7 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
 
     from cdmpp.featurize.batch import featurize_database
 
-    from .model import save_checkpoint
+    from cdmpp.model import save_checkpoint
 
     t0 = time.time()
     data = featurize_database(db, cache_dir, progress=False)

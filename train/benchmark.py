@@ -26,7 +26,7 @@ from .evaluate import load_featurized, task_weights
 from .fit import fit_transformer, predict_latency_array
 from .lightning import TrainConfig, cmd_domain_programs
 from .metrics import summary
-from .model import ModelConfig
+from cdmpp.model import ModelConfig
 from .splits import Split, holdout_network, networks_of, random_programs
 
 METRICS = ("mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5", "best_ratio", "slope", "best_speed")

@@ -2,7 +2,7 @@
 
 CDMPP (EuroSys 2024) makes one predictor serve several devices.  Here every device
 folder of a dataset joins one training set; each program carries its device's row
-in the model's device table (:class:`~cdmpp.train.model.LatencyTransformer`, a
+in the model's device table (:class:`~cdmpp.model.LatencyTransformer`, a
 learned embedding plus the device descriptor of :func:`cdmpp.device.descriptor_vector`).
 
 The split is strict: holding out a network holds out every workload of that
@@ -30,7 +30,7 @@ from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, feat
 from .baselines import TreeBaseline
 from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
-from .model import ModelConfig, predict_latency_array, save_checkpoint
+from cdmpp.model import ModelConfig, predict_latency_array, save_checkpoint
 from .splits import Split, drop_unstable_labels, networks_of, thin_training
 
 BASELINE_FILE = "tree_baseline.json"
@@ -592,7 +592,7 @@ def evaluate_devices(
         CheckpointError, DatasetError, ValueError: a bad checkpoint, bad data, a
             checkpoint without a device table, or no device folder it knows.
     """
-    from .model import load_checkpoint  # pylint: disable=import-outside-toplevel
+    from cdmpp.model import load_checkpoint  # pylint: disable=import-outside-toplevel
 
     model, meta = load_checkpoint(Path(checkpoint))
     if not meta.get("devices"):

@@ -23,7 +23,7 @@ from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
 from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
 from .metrics import summary
-from .model import ModelConfig, load_checkpoint, save_checkpoint
+from cdmpp.model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import Split, holdout_network, networks_of, thin_training
 
 BASELINE_FILE = "tree_baseline.json"

@@ -4,7 +4,7 @@ CDMPP (EuroSys 2024) carries a trained predictor to a new device with few
 measurements, choosing them by KMeans over the predictor's program representations
 (its "KMeans-based sampling"), so that the few measured programs cover the program
 space.  Here: embed every candidate program with the trained transformer
-(:meth:`~cdmpp.train.model.LatencyTransformer.pooled`), cluster the embeddings into
+(:meth:`~cdmpp.model.LatencyTransformer.pooled`), cluster the embeddings into
 ``shots`` clusters (scikit-learn's ``KMeans``), measure the program nearest each
 centroid, and adapt the model to those programs' measurements.  Choosing uses no
 latency, so the choice can be made before anything is measured on the new device.
@@ -35,7 +35,7 @@ from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
 from .lightning import LatencyModule, ProgramDataModule, TrainConfig
-from .model import LatencyTransformer
+from cdmpp.model import LatencyTransformer
 
 SELECTIONS = ("kmeans", "random")
 METHODS = ("offset", "full")

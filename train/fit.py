@@ -12,7 +12,7 @@ from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
 from .lightning import EpochHistory, LatencyModule, ProgramDataModule, TrainConfig
-from .model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
+from cdmpp.model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 from .splits import Split
 
 

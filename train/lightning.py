@@ -1,6 +1,6 @@
 """Lightning wrappers: the loss/optimiser module and the data module.
 
-:class:`LatencyModule` holds a :class:`~cdmpp.train.model.LatencyTransformer` and one
+:class:`LatencyModule` holds a :class:`~cdmpp.model.LatencyTransformer` and one
 shared step (MSE on standardised log-latency, optionally plus a pairwise ranking term
 within each task and a CMD domain-adaptation term); :class:`ProgramDataModule` serves
 padded batches of a :class:`~cdmpp.featurize.batch.FeaturizedPrograms` split,
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
 
-from .model import LatencyTransformer, ModelConfig
+from cdmpp.model import LatencyTransformer, ModelConfig
 
 
 @dataclass

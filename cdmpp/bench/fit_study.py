@@ -43,7 +43,7 @@ class Lever:
     Attributes:
         name: short name (a table row).
         description: what it changes, in words.
-        model: :class:`~cdmpp.train.model.ModelConfig` fields it sets.
+        model: :class:`~cdmpp.model.ModelConfig` fields it sets.
         train: :class:`~cdmpp.train.lightning.TrainConfig` fields it sets.
     """
 
@@ -73,6 +73,13 @@ LEVERS: dict[str, Lever] = {
               model={"dropout": 0.0}),
         Lever("wider", "4 layers, width 256, feed-forward 768", model={"n_layers": 4, "d_model": 256, "ff_dim": 768}),
         Lever("longer", "twice the epochs", train={"epochs": -2}),
+        Lever("huber-rank", "Huber loss plus RankNet's pairwise term (weight 1), 16-program task groups",
+              train={"huber_delta": 0.1, "task_group": 16, "rank_weight": 1.0}),
+        Lever("huber-rank-0.3", "Huber loss plus RankNet's pairwise term (weight 0.3), 16-program task groups",
+              train={"huber_delta": 0.1, "task_group": 16, "rank_weight": 0.3}),
+        Lever("huber-longer", "Huber loss, twice the epochs", train={"huber_delta": 0.1, "epochs": -2}),
+        Lever("huber-rank-longer", "Huber loss plus RankNet's pairwise term (weight 0.3), 16-program task groups, "
+              "twice the epochs", train={"huber_delta": 0.1, "task_group": 16, "rank_weight": 0.3, "epochs": -2}),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
@@ -212,7 +219,7 @@ def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
 
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
     from cdmpp.train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
-    from cdmpp.train.model import ModelConfig  # pylint: disable=import-outside-toplevel
+    from cdmpp.model import ModelConfig  # pylint: disable=import-outside-toplevel
 
     model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
                         num_devices=num_devices)
@@ -239,7 +246,7 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     from cdmpp.train.baselines import TreeBaseline
     from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs
     from cdmpp.train.fit import fit_transformer
-    from cdmpp.train.model import predict_latency_array
+    from cdmpp.model import predict_latency_array
     from cdmpp.train.splits import drop_unstable_labels, thin_training
 
     corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress)

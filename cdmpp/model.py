@@ -1,4 +1,11 @@
-"""The latency model: a transformer encoder over a program's leaf vectors.
+"""The latency model, for inference and training alike: the network, its checkpoints,
+a label-free batch of programs, batched prediction and prediction intervals.
+
+Torch only: nothing here imports Lightning, wandb or matplotlib, so that
+:class:`cdmpp.LatencyPredictor`, the MetaSchedule plugin and the server load none of them.
+Training (:mod:`cdmpp.train`) builds on this module.
+
+The network is a transformer encoder over a program's leaf vectors.
 
 CDMPP (EuroSys 2024), section 4.2-4.3: each leaf vector of the compact AST is
 embedded, a sinusoidal positional encoding of the leaf's pre-order position is
@@ -20,7 +27,7 @@ import torch
 from torch import nn
 
 from cdmpp.device import DESCRIPTOR_DIM
-from cdmpp.errors import CheckpointError, InputError  # noqa: F401  (CheckpointError re-exported)
+from cdmpp.errors import CheckpointError, InputError
 from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.ast import FEATURIZER_VERSION
 
@@ -292,7 +299,8 @@ def predict_latency_array(
     model: LatencyTransformer, data, index=None, batch_size: int = 512, device=None
 ) -> np.ndarray:
     """Predicted latency in seconds, float64 ``(len(index),)``, of the programs ``index`` (int
-    ``(K,)``, default all) of ``data`` (:class:`cdmpp.featurize.batch.FeaturizedPrograms`).
+    ``(K,)``, default all) of ``data`` (:class:`ProgramLeaves`, or
+    :class:`cdmpp.featurize.batch.FeaturizedPrograms`).
 
     Args:
         batch_size: programs per forward pass, at most ``BUCKET_PROGRAMS`` (128): programs
@@ -322,3 +330,142 @@ def predict_latency_array(
     log_latency = np.empty_like(out)
     log_latency[order] = out
     return np.exp(log_latency)
+
+
+@dataclass
+class ProgramLeaves:
+    """Featurized programs without labels: what prediction needs.
+
+    ``P`` programs with ``L_i`` leaves each, ``F = FEATURE_DIM``.  Any object with these
+    fields (such as :class:`cdmpp.featurize.batch.FeaturizedPrograms`, which adds labels
+    and grouping) is accepted where this type is.
+
+    Attributes:
+        x: float32 ``(sum L_i, F)``: leaf features, program after program.
+        pos: int32 ``(sum L_i,)``: each leaf's pre-order position.
+        ptr: int64 ``(P + 1,)``: program ``i`` owns rows ``ptr[i]:ptr[i+1]``.
+        device: int64 ``(P,)`` device-table rows, or ``None``.
+    """
+
+    x: np.ndarray
+    pos: np.ndarray
+    ptr: np.ndarray
+    device: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    @staticmethod
+    def from_trees(trees) -> "ProgramLeaves":
+        """Stack :class:`cdmpp.featurize.ProgramAST` trees (``featurize_many``'s output)."""
+        if not trees:
+            return ProgramLeaves(np.zeros((0, FEATURE_DIM), np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64))
+        return ProgramLeaves(
+            np.concatenate([t.leaf_features for t in trees]).astype(np.float32),
+            np.concatenate([t.leaf_position for t in trees]).astype(np.int32),
+            np.concatenate([[0], np.cumsum([t.num_leaves for t in trees])]).astype(np.int64),
+        )
+
+
+# Prediction intervals (inference half; calibration is in cdmpp.train.uncertainty)
+
+METHODS = ("mc-normalized", "mc-raw", "constant")
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+MIN_STD = 1e-3  # floor of the MC standard deviation (natural log units), so that r stays finite
+
+
+@dataclass
+class IntervalConfig:
+    """How intervals are computed.
+
+    Attributes:
+        passes: MC-dropout forward passes per program.
+        lower: lower quantile of the interval (0.1: a 10-90% interval).
+        upper: upper quantile.
+        seed: torch seed of the dropout masks (the same inputs give the same interval).
+    """
+
+    passes: int = 16
+    lower: float = 0.1
+    upper: float = 0.9
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.passes < 2:
+            raise InputError(f"passes must be >= 2, got {self.passes}")
+        if not 0.0 < self.lower < self.upper < 1.0:
+            raise InputError(f"need 0 < lower < upper < 1, got {self.lower} and {self.upper}")
+
+
+@torch.no_grad()
+def mc_log_latency(model, data, index=None, device=None, cfg: IntervalConfig | None = None, batch_size: int = 512):
+    """Point and MC-dropout log-latencies of programs ``index`` of ``data``.
+
+    Args:
+        model: a :class:`LatencyTransformer` (its dropout rate is used).
+        data: :class:`ProgramLeaves` (or :class:`~cdmpp.featurize.batch.FeaturizedPrograms`).
+        index: int ``(K,)`` programs (default all).
+        device: device-table rows, as :func:`predict_latency_array` takes them.
+
+    Returns:
+        ``(point, passes)``: float64 ``(K,)`` natural log of seconds with dropout off,
+        and float64 ``(P, K)`` with dropout on, one row per pass.
+    """
+    from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
+
+    cfg = cfg or IntervalConfig()
+    index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
+    if device is None:
+        device = data.device[index] if getattr(data, "device", None) is not None else 0
+    dev = torch.as_tensor(np.broadcast_to(np.asarray(device, dtype=np.int64), index.shape).copy())
+    gen_state = torch.random.get_rng_state()
+    point, passes = [], []
+    try:
+        model.eval()
+        for s in range(0, len(index), batch_size):
+            x, pos, mask = dense_programs(data, index[s : s + batch_size])
+            point.append(model.predict_log_latency(x, pos, mask, dev[s : s + batch_size]).double())
+        model.train()  # dropout on; the model has no batch norm, so nothing else changes
+        for k, i in enumerate(index):
+            # one program at a time, its passes as one batch, the seed set anew: a program's
+            # interval never depends on which other programs share the call
+            torch.manual_seed(cfg.seed)
+            x, pos, mask = dense_programs(data, np.full(cfg.passes, i))
+            passes.append(model.predict_log_latency(x, pos, mask, dev[k].repeat(cfg.passes)).double())
+    finally:
+        model.eval()
+        torch.random.set_rng_state(gen_state)
+    if not point:
+        return np.zeros(0), np.zeros((cfg.passes, 0))
+    return torch.cat(point).numpy(), torch.stack(passes, dim=1).numpy()
+
+
+def mc_std(passes: np.ndarray) -> np.ndarray:
+    """Standard deviation over the passes, float64 ``(K,)``, floored at ``MIN_STD``."""
+    return np.maximum(np.std(passes, axis=0), MIN_STD)
+
+
+def interval_methods(point: np.ndarray, passes: np.ndarray, calibration: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Interval bounds in seconds, ``(low (K,), high (K,))`` float64, of each method in ``METHODS``."""
+    s = mc_std(passes)
+    lo, hi = calibration["lower"], calibration["upper"]
+    out = {}
+    c = calibration["mc-normalized"]
+    w = s ** c.get("alpha", 1.0)
+    out["mc-normalized"] = (np.exp(point + c["q_lower"] * w), np.exp(point + c["q_upper"] * w))
+    out["mc-raw"] = (np.exp(np.quantile(passes, lo, axis=0)), np.exp(np.quantile(passes, hi, axis=0)))
+    c = calibration["constant"]
+    out["constant"] = (np.exp(point + c["q_lower"]), np.exp(point + c["q_upper"]))
+    return out
+
+
+def interval(point: np.ndarray, passes: np.ndarray, calibration: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """The served interval in seconds, ``(low (K,), high (K,))``: ``calibration["method"]``'s
+    (default ``mc-normalized``), or the raw MC-dropout percentiles when the checkpoint
+    records no calibration."""
+    if not calibration:
+        lo, hi = np.quantile(passes, 0.1, axis=0), np.quantile(passes, 0.9, axis=0)
+        return np.exp(lo), np.exp(hi)
+    return interval_methods(point, passes, calibration)[calibration.get("method", "mc-normalized")]
+
+
