@@ -1,23 +1,21 @@
-"""The ``cdmpp`` command line: one subcommand per pipeline step.
+"""The ``cdmpp`` command line: one subcommand per job of a user, and one ``bench`` group.
 
     cdmpp networks                      list the network zoo
     cdmpp collect  -n NET ... -o DIR    measure sampled schedules on this CPU or GPU (--gpu; resumable)
+    cdmpp remeasure DIR                 time a random sample of measured programs again (drift)
     cdmpp import   --work-dir W --device ID -o DIR   add a user's JSONDatabase to a dataset
     cdmpp validate DIR                  check a dataset's files, report bad lines
     cdmpp pack     DIR                  gzip a dataset's database files, write its card
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
     cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
-    cdmpp finetune -c CKPT -d DIR -o OUT   few-shot transfer to a new device (KMeans-chosen programs)
-    cdmpp measure-shots -d SRC -o DIR   measure only KMeans-chosen programs of SRC on this CPU
-    cdmpp finetune -c CKPT -d DIR/DEV --all-shots -o OUT   adapt to those measurements
-    cdmpp tune-benchmark -d DIR --network NET   MetaSchedule tuning: XGBoost vs the cdmpp plugin
-    cdmpp collect-benchmark --baseline-rev REV   programs/min: plain TVM, an earlier collector, this one
-    cdmpp repeat-check DEVDIR ...       replay the adaptive-repeat rule on stored repeats
-    cdmpp speed    -d DIR               time one 512-candidate predict call by stage, beside XGBModel
+    cdmpp adapt    -s DEVDIR -o OUT     teach a checkpoint this machine (or --measured-dir: a device measured elsewhere)
     cdmpp predict  --work-dir W         predicted latency (and interval, and error) of each program, as CSV
     cdmpp estimate NET|relax.json|module.py:function --device D   a whole network's per-task table and total
     cdmpp serve                         HTTP prediction service
-    cdmpp bench fit-study -d DIR -o F   what limits the model, on validation workloads (see cdmpp bench -h)
+    cdmpp bench NAME ...                benchmarks and studies: tune, truth-check, calibrate, speed, serve-load,
+                                        collect-rate, search-check, repeat-check, adapt-table, fit-study
+
+``finetune`` and ``measure-shots`` still run, with a deprecation message: ``adapt`` replaces them.
 """
 
 from __future__ import annotations
@@ -351,8 +349,17 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+DEPRECATED = {
+    "finetune": "cdmpp finetune is deprecated and will be removed: cdmpp adapt fits a device's row of the shipped "
+                "checkpoint (--measured-dir DEVICE_DIR for a device measured elsewhere)",
+    "measure-shots": "cdmpp measure-shots is deprecated and will be removed: cdmpp adapt chooses, times and fits "
+                     "in one step",
+}
+
+
 def _cmd_finetune(args) -> int:
     # pylint: disable=import-outside-toplevel
+    print(f"warning: {DEPRECATED['finetune']}", file=sys.stderr)
     from .predictor import DEFAULT_CHECKPOINT
     from .train.evaluate import adapt_checkpoint, finetune_and_compare, format_table, write_rows
     from .train.finetune import FineTuneConfig
@@ -385,6 +392,7 @@ def _cmd_finetune(args) -> int:
 
 def _cmd_measure_shots(args) -> int:
     # pylint: disable=import-outside-toplevel
+    print(f"warning: {DEPRECATED['measure-shots']}", file=sys.stderr)
     import numpy as np
 
     from .collect import measure_programs
@@ -445,157 +453,10 @@ def _cmd_adapt(args) -> int:
     return 0
 
 
-def _cmd_truth_check(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    import json
-
-    from .serve.truth_check import TruthCheckConfig, format_truth_check, run_truth_check
-
-    cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
-                           args.device)
-    rows = run_truth_check(Path(args.dataset), cfg)
-    print(format_truth_check(rows, markdown=True))
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(rows, indent=1), encoding="utf-8")
-        print(f"rows written to {args.output}")
-    return 0
 
 
-def _cmd_calibrate(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from .train.uncertainty import IntervalConfig, calibrate_checkpoint, format_coverage
-
-    calibration, report = calibrate_checkpoint(
-        Path(args.checkpoint), [Path(d) for d in args.dataset], Path(args.cache), IntervalConfig(passes=args.passes),
-        args.method, progress=True, write=not args.dry_run,
-    )
-    print(format_coverage(report, calibration))
-    if not args.dry_run:
-        print(f"calibration ({args.method}) written to {Path(args.checkpoint) / 'config.json'}")
-    return 0
 
 
-def _cmd_adapt_table(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from . import dataset as ds
-    from .train.adapt import adapt_table
-    from .train.devices import device_of_manifest
-    from .train.evaluate import format_table, load_featurized, task_weights, write_rows
-    from .model import load_checkpoint
-
-    model, meta = load_checkpoint(Path(args.checkpoint))
-    db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
-    device = device_of_manifest(db.manifest, Path(args.dataset))
-    if any(d["device_id"] == device.device_id for d in meta.get("devices", [])):
-        if device.device_id not in meta.get("excluded_devices", []):
-            raise ds.DatasetError(
-                f"{args.checkpoint} was trained on {device.device_id}; train one with --exclude-device {device.device_id}"
-            )
-        # Left out of training, its row added afterwards (`cdmpp adapt --measured-dir`): score as before that row.
-        meta = {**meta, "devices": [d for d in meta["devices"] if d["device_id"] != device.device_id]}
-        print(f"{device.device_id} was left out of training; its row added afterwards is ignored here")
-    rows = adapt_table(
-        model, meta, data, device, task_weights(db.manifest, data.workload_keys, None),
-        tuple(args.shots), tuple(args.selection), args.seed,
-    )
-    title = f"device {device.device_id}, unseen by {args.checkpoint}: zero-shot and after shots"
-    print(format_table(rows, title))
-    if args.output:
-        write_rows(rows, Path(args.output))
-    if args.plot:
-        from .train.plots import plot_error_vs_shots
-
-        plot_error_vs_shots(rows, f"{device.device_id} (left out of training): MAPE after shots", Path(args.plot))
-        print(f"plot written to {args.plot}")
-    return 0
-
-
-def _cmd_tune_network(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from .device import local_cpu
-    from .serve.tune_benchmark import NetworkTuneConfig, format_network_tuning, network_curve_panels, run_network_tuning
-    from .train.benchmark import write_csv_and_markdown
-
-    rows = []
-    for seed in args.seeds or [args.seed]:
-        cfg = NetworkTuneConfig(
-            network=args.whole_network,
-            trials=args.trials,
-            trials_per_iter=args.trials_per_iter,
-            cost_models=tuple(args.cost_models),
-            checkpoint=Path(args.checkpoint) if args.checkpoint else None,
-            seed=seed,
-        )
-        rows += run_network_tuning(Path(args.output), cfg)
-    print(format_network_tuning(rows))
-    csv_path, md_path = write_csv_and_markdown(rows, Path(args.output), "tune_network",
-                                               format_network_tuning(rows, markdown=True))
-    print(f"written: {csv_path}, {md_path}")
-    if args.plot:
-        from .train.plots import plot_tuning_curves
-
-        plot_tuning_curves(network_curve_panels(Path(args.output), args.whole_network),
-                           f"MetaSchedule tune_relax on {local_cpu().device_id}", Path(args.plot),
-                           ylabel="network latency")
-        print(f"plot written to {args.plot}")
-    return 0
-
-
-def _cmd_tune_benchmark(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from .device import local_cpu
-    from .serve.tune_benchmark import (
-        TuneBenchmarkConfig,
-        format_tune_benchmark,
-        ratio_summary,
-        reach_table,
-        run_tune_benchmark,
-        tuning_curves,
-        tuning_walls,
-        with_reference,
-        write_tune_benchmark,
-    )
-
-    if args.whole_network:
-        return _cmd_tune_network(args)
-    if not args.dataset or not (args.network or args.task):
-        print("error: tune-benchmark needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
-        return 2
-    cfg = TuneBenchmarkConfig(
-        network=args.network or "",
-        task_names=tuple(args.task),
-        model_trials=tuple(args.trials_for),
-        tasks=args.tasks,
-        trials=args.trials,
-        trials_per_iter=args.trials_per_iter,
-        cost_models=tuple(args.cost_models),
-        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
-        seed=args.seed,
-        seeds=tuple(args.seeds),
-        checkpoints_at=tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0),
-    )
-    rows = run_tune_benchmark(Path(args.dataset), Path(args.output), cfg)
-    print(format_tune_benchmark(rows))
-    csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
-    print(f"written: {csv_path}, {md_path}")
-    curves, yardstick = tuning_curves(Path(args.output)), "xgb"
-    if curves and args.reference:
-        curves, yardstick = with_reference(curves, tuning_curves(Path(args.reference)))
-    if curves:
-        print(reach_table(curves, markdown=False, yardstick=yardstick))
-        if args.reference:  # the benchmark's summary: each seed's mean ratio to the reference, and wall times
-            at = tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0)
-            walls, _ = with_reference(tuning_walls(Path(args.output), args.trials),
-                                      tuning_walls(Path(args.reference), args.trials), name=yardstick)
-            print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
-        if args.plot:
-            from .train.plots import plot_tuning_curves
-
-            plot_tuning_curves(curves, f"MetaSchedule tune_tir on {local_cpu().device_id}", Path(args.plot),
-                               yardstick=yardstick, log_trials=yardstick != "xgb")
-            print(f"plot written to {args.plot}")
-    return 0
 
 
 def _benchmark(args) -> int:
@@ -623,69 +484,14 @@ def _benchmark(args) -> int:
     return 0
 
 
-def _cmd_collect_benchmark(args) -> int:
-    import json  # pylint: disable=import-outside-toplevel
-
-    from .collect_benchmark import CollectBenchmarkConfig, format_collect_benchmark, run_collect_benchmark  # pylint: disable=import-outside-toplevel
-
-    paths = tuple(p for p in args.paths if p != "baseline" or args.baseline_rev)
-    cfg = CollectBenchmarkConfig(network=args.network, minutes=args.minutes, baseline_rev=args.baseline_rev,
-                                 programs_per_task=args.programs_per_task, remeasure=args.remeasure, paths=paths)
-    rows = run_collect_benchmark(cfg, Path(args.output))
-    table = format_collect_benchmark(rows)
-    print(table)
-    out = Path(args.output)
-    (out / "collect_benchmark.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    (out / "collect_benchmark.md").write_text(format_collect_benchmark(rows, markdown=True) + "\n", encoding="utf-8")
-    return 0
 
 
-def _cmd_repeat_check(args) -> int:
-    from .collect_benchmark import check_adaptive_repeats  # pylint: disable=import-outside-toplevel
-    from .train.benchmark import render_table  # pylint: disable=import-outside-toplevel
-
-    def pct(x: float) -> str:
-        return f"{100 * x:.2f}%"
-
-    body = []
-    for d in args.device_dirs:
-        r = check_adaptive_repeats(Path(d), args.first, args.min_ms / 1e3, args.max_spread)
-        body.append([Path(d).name, str(r.programs), pct(r.stopped), pct(r.timing_saved), pct(r.change_median),
-                     pct(r.change_p90), pct(r.change_p99), pct(r.change_max)])
-    print(f"rule: stop after {args.first} repeats when their median is >= {args.min_ms:g} ms and their spread "
-          f"(max - min) / median <= {100 * args.max_spread:g}%")
-    print(render_table(["device", "programs", "stopped", "timing saved", "label change median", "p90", "p99", "max"],
-                       body, args.markdown))
-    return 0
 
 
-def _cmd_search_check(args) -> int:
-    import json  # pylint: disable=import-outside-toplevel
-
-    from .collect_benchmark import SearchCheckConfig, format_search_check, run_search_check  # pylint: disable=import-outside-toplevel
-
-    cfg = SearchCheckConfig(dataset=Path(args.dataset), networks=args.networks,
-                            tasks_per_network=args.tasks_per_network, populations=tuple(args.populations),
-                            batch=args.batch, seed=args.seed)
-    rows = run_search_check(cfg)
-    print(format_search_check(rows))
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "search_check.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    (out / "search_check.md").write_text(format_search_check(rows, markdown=True) + "\n", encoding="utf-8")
-    return 0
 
 
-def _cmd_speed(args) -> int:
-    from .serve.speed import run  # pylint: disable=import-outside-toplevel
-
-    return run(args)
 
 
-def _cmd_serve_benchmark(args) -> int:
-    from .serve.load_benchmark import run  # pylint: disable=import-outside-toplevel
-
-    return run(args)
 
 
 def _cmd_serve(args) -> int:
@@ -921,35 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(s)
     s.set_defaults(func=_cmd_evaluate)
 
-    s = sub.add_parser(
-        "tune-benchmark", help="tune a network's largest tasks with TVM's XGBoost model and with cdmpp's plugin"
-    )
-    s.add_argument("-d", "--dataset", help="device folder whose manifest lists the network")
-    s.add_argument("--network", help="network whose tasks are tuned (several: comma-separated)")
-    s.add_argument("--whole-network", metavar="NET", default=None,
-                   help="tune every task of a zoo network with tune_relax (a global budget of --trials), then "
-                        "compile it with each database and time it end to end")
-    s.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
-    s.add_argument("--task", action="append", default=[], metavar="NET:TASK",
-                   help="also tune this task (a task name or its prefix, e.g. mobilenet_v2-b1:fused_conv2d7); repeatable")
-    s.add_argument("--trials", type=int, default=64, help="measured trials per task and cost model")
-    s.add_argument("--trials-per-iter", type=int, default=16)
-    s.add_argument("--trials-for", action="append", default=[], metavar="MODEL=N",
-                   help="another budget for one cost model, e.g. xgb=512 (the reference the others must reach)")
-    s.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=["xgb", "cdmpp", "random"])
-    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the cdmpp plugin (default: shipped)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
-    s.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
-    s.add_argument("--plot", default=None, metavar="PNG", help="also plot best latency against trials per task")
-    s.add_argument("--reference", default=None, metavar="DIR",
-                   help="another tune-benchmark output whose XGBoost runs (e.g. --trials-for xgb=512) are the "
-                        "yardstick of the reach table and the plot")
-    s.set_defaults(func=_cmd_tune_benchmark)
-
-    s = sub.add_parser(
-        "measure-shots", help="choose a few programs of a dataset measured elsewhere and measure them on this CPU"
-    )
+    s = sub.add_parser("measure-shots", help="deprecated: use adapt (it chooses, times and fits in one step)")
     s.add_argument("-d", "--dataset", required=True, help="device folder the programs come from")
     s.add_argument("-o", "--out", required=True, help="dataset folder for this CPU's measurements")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint whose embeddings choose (default: shipped)")
@@ -981,44 +759,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--disable-avx512", action="store_true", help="adapt to the AVX-512-off device of this CPU")
     s.set_defaults(func=_cmd_adapt)
 
-    s = sub.add_parser(
-        "adapt-table", help="leave-one-device-out: a device the checkpoint never saw, zero-shot and after 16-64 shots"
-    )
-    s.add_argument("-c", "--checkpoint", required=True, help="a checkpoint trained with --exclude-device DEVICE")
-    s.add_argument("-d", "--dataset", required=True, help="DEVICE's folder (its measured programs are the shots)")
-    s.add_argument("--shots", type=int, nargs="+", default=[16, 32, 64])
-    s.add_argument("--selection", nargs="+", choices=["kmeans", "random"], default=["kmeans", "random"])
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
-    s.add_argument("--output", default=None, help="also write the rows as JSON here")
-    s.add_argument("--plot", default=None, metavar="PNG", help="also plot MAPE against the number of shots")
-    s.set_defaults(func=_cmd_adapt_table)
-
-    s = sub.add_parser(
-        "truth-check", help="whole networks: measured end to end vs summed measured kernels vs the estimate"
-    )
-    s.add_argument("-d", "--dataset", required=True, help="this machine's device folder (its fastest records are used)")
-    s.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"])
-    s.add_argument("--repeat", type=int, default=20, help="end-to-end runs timed (median)")
-    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the estimate (default: the shipped one)")
-    s.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")
-    s.add_argument("--output", default=None, help="also write the rows (with per-task figures) as JSON here")
-    s.set_defaults(func=_cmd_truth_check)
-
-    s = sub.add_parser(
-        "calibrate", help="calibrate a checkpoint's 10-90%% intervals on its validation workloads; report coverage"
-    )
-    s.add_argument("-c", "--checkpoint", required=True, help="a checkpoint of cdmpp train -d DATASET")
-    s.add_argument("-d", "--dataset", nargs="+", default=["datasets/corpus"],
-                   help="the dataset folder(s) it was trained on")
-    s.add_argument("--passes", type=int, default=16, help="MC-dropout passes per program")
-    s.add_argument("--method", default="mc-normalized", choices=["mc-normalized", "mc-raw", "constant"],
-                   help="the interval the checkpoint serves")
-    s.add_argument("--dry-run", action="store_true", help="report coverage only; leave the checkpoint as it is")
-    s.add_argument("--cache", default=".cdmpp-cache", help="feature cache folder")
-    s.set_defaults(func=_cmd_calibrate)
-
-    s = sub.add_parser("finetune", help="few-shot transfer of a checkpoint to another device's dataset")
+    s = sub.add_parser("finetune", help="deprecated: use adapt (--measured-dir for a device measured elsewhere)")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("-d", "--dataset", required=True, help="the new device's folder (or a dataset with one device)")
     s.add_argument("-o", "--out", default=None, help="write the fine-tuned checkpoint here")
@@ -1040,48 +781,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.set_defaults(func=_cmd_finetune)
-
-    s = sub.add_parser("repeat-check", help="replay the adaptive-repeat rule on device folders' stored repeats")
-    s.add_argument("device_dirs", nargs="+", help="device folders (every repeat of each program is stored)")
-    s.add_argument("--first", type=int, default=4, help="repeats timed before the rule decides")
-    s.add_argument("--min-ms", type=float, default=2.0, help="programs faster than this get every repeat")
-    s.add_argument("--max-spread", type=float, default=0.02, help="(max - min) / median of the first repeats")
-    s.add_argument("--markdown", action="store_true")
-    s.set_defaults(func=_cmd_repeat_check)
-
-    s = sub.add_parser("collect-benchmark", help="programs per minute: plain TVM, an earlier collector and this one")
-    s.add_argument("-n", "--network", default="resnet_18-b1")
-    s.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
-    s.add_argument("--baseline-rev", default=None, help="git revision of the collector to compare with")
-    s.add_argument("--programs-per-task", type=int, default=32)
-    s.add_argument("--remeasure", type=int, default=40, help="programs of each collector's run timed again (drift)")
-    s.add_argument("--paths", nargs="+", default=["plain", "baseline", "current"],
-                   choices=["plain", "baseline", "current", "current-every-repeat", "current-random"])
-    s.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
-    s.set_defaults(func=_cmd_collect_benchmark)
-
-    s = sub.add_parser("search-check", help="the collector's evolutionary search at several populations: "
-                       "search time, and the measured latency of what it draws")
-    s.add_argument("dataset", help="dataset folder with this CPU's device folder (read only)")
-    s.add_argument("-n", "--networks", nargs="+", default=["resnet_50-b1", "mobilenet_v2-b1", "bert_base-b1s128"])
-    s.add_argument("--tasks-per-network", type=int, default=2)
-    s.add_argument("--populations", type=int, nargs="+", default=[128, 64, 32])
-    s.add_argument("--batch", type=int, default=32)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--output", default="runs/search-check")
-    s.set_defaults(func=_cmd_search_check)
-
-    s = sub.add_parser("speed", help="time one 512-candidate predict call by stage, beside TVM's XGBModel")
-    from .serve.speed import add_arguments as speed_arguments  # pylint: disable=import-outside-toplevel
-
-    speed_arguments(s)
-    s.set_defaults(func=_cmd_speed)
-
-    s = sub.add_parser("serve-benchmark", help="load test: N clients for S seconds against a local cdmpp serve")
-    from .serve.load_benchmark import add_arguments as load_arguments  # pylint: disable=import-outside-toplevel
-
-    load_arguments(s)
-    s.set_defaults(func=_cmd_serve_benchmark)
 
     s = sub.add_parser("serve", help="HTTP prediction service")
     s.add_argument("-c", "--checkpoint", default=None)

@@ -87,8 +87,8 @@ class MeasureConfig:
             value at or above ``repeat``): always ``repeat``.  The default rule changes
             the label (median of the kept repeats against the median of all 10) by a
             p90 of 0.5-0.9% and a p99 of 1.1-3.7% on the five CPU folders, replayed on
-            their stored repeats (:func:`cdmpp.collect_benchmark.check_adaptive_repeats`,
-            ``cdmpp repeat-check``).  Raises ``InputError`` when below 1.
+            their stored repeats (:func:`cdmpp.bench.collect_rate.check_adaptive_repeats`,
+            ``cdmpp bench repeat-check``).  Raises ``InputError`` when below 1.
         adaptive_min_s: seconds; faster programs always get every repeat.
         adaptive_max_spread: fraction; see ``adaptive_repeats``.
     """

@@ -821,7 +821,7 @@ def test_adaptive_evaluator_times_the_rest_unless_the_first_repeats_agree():
 
 
 def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
-    from cdmpp.collect_benchmark import check_adaptive_repeats
+    from cdmpp.bench.collect_rate import check_adaptive_repeats
 
     runs = [
         [0.010, 0.0101, 0.0100, 0.0100] + [0.0102] * 6,  # first 4 agree within 1%: stops, label 0.0100 for 0.0102
@@ -842,7 +842,7 @@ def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
 
 
 def test_collect_benchmark_names_its_paths_and_compares_each_of_this_collectors_rows(tmp_path):
-    from cdmpp.collect_benchmark import CollectBenchmarkConfig, format_collect_benchmark, run_collect_benchmark
+    from cdmpp.bench.collect_rate import CollectBenchmarkConfig, format_collect_benchmark, run_collect_benchmark
 
     rows = [
         {"path": "plain TVM", "measured": 400, "per_min": 100.0},

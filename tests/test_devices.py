@@ -286,7 +286,7 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     assert main(train) == 0
     capsys.readouterr()
     png = tmp_path / "shots.png"
-    table = ["adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX2), "--shots", "2", "4",
+    table = ["bench", "adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX2), "--shots", "2", "4",
              "--cache", str(tmp_path / "c"), "--plot", str(png)]
     assert main(table) == 0
     out = capsys.readouterr().out
@@ -319,7 +319,7 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     assert f"device {AVX2} is not in this checkpoint: zero-shot from its descriptor" in title
     assert rows["cdmpp transformer"]["programs"] > 0
     # a device the checkpoint was trained on is not a leave-one-device-out target
-    assert main(["adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX512), "--cache", str(tmp_path / "c")]) == 2
+    assert main(["bench", "adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX512), "--cache", str(tmp_path / "c")]) == 2
 
 
 def test_cdmpp_protocol_filters_and_keeps_shared_tasks_on_both_sides(two_device_dataset):

@@ -189,7 +189,7 @@ def test_estimate_bad_requests_name_the_field(client):
 
 def test_truth_check_refuses_a_folder_missing_tasks_before_any_timing(tiny_collection):
     from cdmpp import dataset as ds
-    from cdmpp.serve.truth_check import TruthCheckConfig, run_truth_check
+    from cdmpp.bench.truth_check import TruthCheckConfig, run_truth_check
 
     _, summary = tiny_collection  # 2 of DCGAN's 5 tasks measured, on this machine
     with pytest.raises(ds.DatasetError, match="tasks have no measured record"):

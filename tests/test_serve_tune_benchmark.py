@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from cdmpp.serve.tune_benchmark import (
+from cdmpp.bench.tune import (
     TuneBenchmarkConfig,
     _trials,
     best_so_far,
@@ -69,7 +69,7 @@ def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsy
     from cdmpp.cli import main
 
     _, summary = tiny_collection
-    args = ["tune-benchmark", "-d", str(summary.device_dir), "--network", "dcgan-b1", "--tasks", "1"]
+    args = ["bench", "tune", "-d", str(summary.device_dir), "--network", "dcgan-b1", "--tasks", "1"]
     args += ["--trials", "2", "--trials-per-iter", "2", "--cost-models", "cdmpp", "--output", str(tmp_path)]
     assert main(args + ["--plot", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -99,7 +99,7 @@ def test_trials_to_reach():
 
 
 def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
-    from cdmpp.serve.tune_benchmark import network_curve
+    from cdmpp.bench.tune import network_curve
 
     wl = [["111", "a"], ["222", "b"]]
     recs = [[0, ["t", [4e-3], {}, []]], [0, ["t", [1e10], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]],
@@ -114,13 +114,13 @@ def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
 
 def test_network_tuning_config_and_cli_errors(capsys):
     from cdmpp.cli import main
-    from cdmpp.serve.tune_benchmark import NetworkTuneConfig, format_network_tuning
+    from cdmpp.bench.tune import NetworkTuneConfig, format_network_tuning
 
     with pytest.raises(ValueError, match="unknown cost models"):
         NetworkTuneConfig(network="dcgan-b1", cost_models=("ansor",))
     with pytest.raises(ValueError, match=">= 1"):
         NetworkTuneConfig(network="dcgan-b1", trials=0)
-    assert main(["tune-benchmark", "--network", "dcgan-b1"]) == 2
+    assert main(["bench", "tune", "--network", "dcgan-b1"]) == 2
     assert "--whole-network" in capsys.readouterr().err
     row = {"network": "dcgan-b1", "cost_model": "xgb", "seed": 0, "tasks": 5, "trials": 8, "tuned_sum_s": 6e-3,
            "e2e_s": 7e-3, "compile_s": 1.0, "tune_s": 90.0}
@@ -128,7 +128,7 @@ def test_network_tuning_config_and_cli_errors(capsys):
 
 
 def test_a_longer_xgboost_reference_is_the_yardstick():
-    from cdmpp.serve.tune_benchmark import with_reference
+    from cdmpp.bench.tune import with_reference
 
     curves = {"t": {"xgb": [best_so_far([[4.0], [3.0]])], "cdmpp": [best_so_far([[2.5], [1.5]])]}}
     ref = {"t": {"xgb": [best_so_far([[5.0], [3.0], [2.0], [1.0]])]}, "other": {"xgb": [best_so_far([[1.0]])]}}
@@ -146,7 +146,7 @@ def test_a_longer_xgboost_reference_is_the_yardstick():
 
 
 def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_then_seeds():
-    from cdmpp.serve.tune_benchmark import ratio_summary
+    from cdmpp.bench.tune import ratio_summary
 
     ref = [best_so_far([[4.0], [2.0], [2.0], [1.0]]), best_so_far([[2.0], [2.0], [2.0], [2.0]])]  # finals 1.0, 2.0
     curves = {
@@ -166,7 +166,7 @@ def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_th
 
 
 def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_kept_file(tmp_path):
-    from cdmpp.serve.tune_benchmark import WALL_FILE, ratio_summary, save_trial_walls, seconds_to_trials, trial_walls
+    from cdmpp.bench.tune import WALL_FILE, ratio_summary, save_trial_walls, seconds_to_trials, trial_walls
 
     log = tmp_path / "logs" / "tvm.s_tir.meta_schedule.logging.task_scheduler.log"
     log.parent.mkdir()

@@ -536,7 +536,7 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
             "",
             f"{100 * cal['lower']:.0f}-{100 * cal['upper']:.0f}% intervals: {cal['passes']} MC-dropout passes, "
             f"method `{cal['method']}` (alpha = {cal.get(cal['method'], {}).get('alpha')}), calibrated on "
-            f"{cal['calibrated_on']} (`cdmpp calibrate`)."
+            f"{cal['calibrated_on']} (`cdmpp bench calibrate`)."
             + (
                 f" Coverage there: {100 * val['coverage']:.1f}%, median high / low {val['median_width_ratio']:.2f}."
                 if val else ""

@@ -489,7 +489,7 @@ def _no_device_table(model, checkpoint) -> None:
     if model.config.num_devices > 0:
         raise InputError(
             f"{checkpoint} predicts for several devices (a device table): fine-tuning it would move every device; "
-            "use `cdmpp adapt` (this machine) or `cdmpp adapt-table` (a measured device folder) instead"
+            "use `cdmpp adapt` (this machine) or `cdmpp bench adapt-table` (a measured device folder) instead"
         )
 
 

@@ -3,7 +3,7 @@
 - :func:`plot_predicted_vs_measured`: predicted against measured latency, log-log,
   one panel per device, with the y = x line and the 2x band.
 - :func:`plot_error_vs_shots`: an accuracy metric against the number of shots, one
-  line per adaptation recipe (the leave-one-device-out table of ``cdmpp adapt-table``).
+  line per adaptation recipe (the leave-one-device-out table of ``cdmpp bench adapt-table``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]],
 
 
 def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: str = "mape") -> Path:
-    """Plot a metric of ``cdmpp adapt-table``'s rows against the number of shots and write a PNG.
+    """Plot a metric of ``cdmpp bench adapt-table``'s rows against the number of shots and write a PNG.
 
     Rows named ``"<k> <selection> shots, <recipe>"`` become one line per (selection,
     recipe); rows named ``"zero-shot, ..."`` become horizontal lines.
@@ -134,7 +134,7 @@ def plot_tuning_curves(
             (seconds) per seed.
         ylabel: what the curves measure (the axis says whether it is normalised).
         yardstick: the cost model whose final best is 1 (e.g. ``"xgb 512"``,
-            :func:`cdmpp.serve.tune_benchmark.with_reference`).
+            :func:`cdmpp.bench.tune.with_reference`).
         log_trials: a log-scale trial axis (for budgets of very different sizes).
     """
     plt = _pyplot()

@@ -5,6 +5,18 @@ from __future__ import annotations
 import importlib
 
 BENCHES = {
+    "tune": ("cdmpp.bench.tune", "MetaSchedule tuning of a network's largest tasks (or a whole network): TVM's "
+             "XGBoost model against cdmpp's plugin"),
+    "truth-check": ("cdmpp.bench.truth_check", "whole networks: measured end to end vs summed measured kernels vs "
+                    "the estimate"),
+    "calibrate": ("cdmpp.bench.calibrate", "calibrate a checkpoint's 10-90%% intervals on its validation workloads; "
+                  "report coverage"),
+    "speed": ("cdmpp.bench.speed", "time one 512-candidate predict call by stage, beside TVM's XGBModel"),
+    "serve-load": ("cdmpp.bench.serve_load", "load test: N clients for S seconds against a local cdmpp serve"),
+    "collect-rate": ("cdmpp.bench.collect_rate", "programs per minute: plain TVM, an earlier collector and this one"),
+    "search-check": ("cdmpp.bench.search_check", "the collector's evolutionary search at several populations"),
+    "repeat-check": ("cdmpp.bench.repeat_check", "replay the adaptive-repeat rule on device folders' stored repeats"),
+    "adapt-table": ("cdmpp.bench.adapt_table", "leave-one-device-out: zero-shot and after 16-64 shots"),
     "fit-study": ("cdmpp.bench.fit_study", "what limits the model: fit, validation, fast end, noise, per lever"),
 }
 """Each bench's module (with ``add_arguments(parser)`` and ``main(args) -> int``) and help line."""

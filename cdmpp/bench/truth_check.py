@@ -1,4 +1,4 @@
-"""``cdmpp truth-check``: whole-network estimates against the network measured end to end.
+"""``cdmpp bench truth-check``: whole-network estimates against the network measured end to end.
 
 For each zoo network, on this machine and from one device folder of measured programs:
 
@@ -186,3 +186,33 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
             f"{est / e2e:.2f}", f"{est / msum:.2f}",
         ])
     return render_table(head, body, markdown)
+
+
+def add_arguments(parser) -> None:
+    """Register ``cdmpp bench truth-check``'s arguments."""
+    parser.add_argument("-d", "--dataset", required=True, help="this machine's device folder (its fastest records are used)")
+    parser.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"])
+    parser.add_argument("--repeat", type=int, default=20, help="end-to-end runs timed (median)")
+    parser.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the estimate (default: the shipped one)")
+    parser.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")
+    parser.add_argument("--output", default=None, help="also write the rows (with per-task figures) as JSON here")
+
+
+def _cmd_truth_check(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    import json
+
+    cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
+                           args.device)
+    rows = run_truth_check(Path(args.dataset), cfg)
+    print(format_truth_check(rows, markdown=True))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        print(f"rows written to {args.output}")
+    return 0
+
+
+def main(args) -> int:
+    """``cdmpp bench truth-check``."""
+    return _cmd_truth_check(args)

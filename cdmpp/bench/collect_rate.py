@@ -1,4 +1,4 @@
-"""``cdmpp collect-benchmark``: programs measured per minute, side by side in one run.
+"""``cdmpp bench collect-rate``: programs measured per minute, side by side in one run.
 
 Three ways to measure random and evolutionary samples of one network's tasks on this
 CPU, each for the same wall-clock budget, one after the other on a quiet machine:
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.errors import InputError
-from . import dataset as ds
+from cdmpp import dataset as ds
 
 
 PATHS = {
@@ -78,9 +78,9 @@ def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None
     """In a fresh process: ReplayTrace + LocalBuilder + LocalRunner until ``seconds`` pass;
     writes ``{"measured": n, "cv": [...]}`` to ``out``."""
     # pylint: disable=import-outside-toplevel
-    from .collect import MeasureConfig, extract_network_tasks
-    from .device import local_cpu
-    from .tvm_compat import (
+    from cdmpp.collect import MeasureConfig, extract_network_tasks
+    from cdmpp.device import local_cpu
+    from cdmpp.tvm_compat import (
         LocalBuilder,
         LocalRunner,
         Target,
@@ -151,7 +151,7 @@ def _run_collector(python_path: str | None, network: str, out_dir: Path, seconds
 
 def _noise(device_dir: Path, sample: int) -> dict:
     """Repeat CV (median, p90) of a folder's programs and the drift of ``sample`` of them timed again."""
-    from .collect import remeasure  # pylint: disable=import-outside-toplevel
+    from cdmpp.collect import remeasure  # pylint: disable=import-outside-toplevel
 
     db = ds.load_device_dir(device_dir)
     cv = np.asarray([p.run_secs.std() / p.run_secs.mean() for p in db.programs]) if db.programs else np.zeros(0)
@@ -198,7 +198,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
         t0 = time.perf_counter()
         if path == "plain":
             out.mkdir(parents=True)
-            code = ("import sys; from cdmpp.collect_benchmark import _plain_worker; "
+            code = ("import sys; from cdmpp.bench.collect_rate import _plain_worker; "
                     f"_plain_worker({cfg.network!r}, {str(out / 'plain.json')!r}, {seconds}, {cfg.programs_per_task})")
             subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=seconds + 300)
@@ -298,7 +298,7 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
             tasks has measured programs.
     """
     # pylint: disable=import-outside-toplevel
-    from .collect import (
+    from cdmpp.collect import (
         MeasureConfig,
         QuietConfig,
         _local_bench,
@@ -308,8 +308,8 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
         _tune_context,
         extract_network_tasks,
     )
-    from .device import local_cpu
-    from .tvm_compat import Target, load_tensor_intrinsics
+    from cdmpp.device import local_cpu
+    from cdmpp.tvm_compat import Target, load_tensor_intrinsics
 
     device = local_cpu()
     device_dir = Path(cfg.dataset) / device.device_id
@@ -429,7 +429,7 @@ def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.00
                                     if isinstance(r, list) and len(r) > 1 and r[1][1] and len(r[1][1]) == repeat]
     if not secs:
         raise InputError(f"{device_dir}: no tuning records with {repeat} repeats to check the rule on")
-    from .collect import stops_early  # pylint: disable=import-outside-toplevel  the collector's own rule
+    from cdmpp.collect import stops_early  # pylint: disable=import-outside-toplevel  the collector's own rule
 
     a = np.asarray(secs, dtype=np.float64)
     stop = np.asarray([stops_early(list(row[:first]), min_s, max_spread) for row in a], dtype=bool)
@@ -440,3 +440,35 @@ def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.00
     c = change[stop] if stop.any() else np.zeros(1)
     return AdaptiveRepeatCheck(len(a), float(stop.mean()), float(saved / a.sum()), float(np.median(c)),
                                float(np.quantile(c, 0.9)), float(np.quantile(c, 0.99)), float(c.max()))
+
+
+def add_arguments(parser) -> None:
+    """Register ``cdmpp bench collect-rate``'s arguments."""
+    parser.add_argument("-n", "--network", default="resnet_18-b1")
+    parser.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
+    parser.add_argument("--baseline-rev", default=None, help="git revision of the collector to compare with")
+    parser.add_argument("--programs-per-task", type=int, default=32)
+    parser.add_argument("--remeasure", type=int, default=40, help="programs of each collector's run timed again (drift)")
+    parser.add_argument("--paths", nargs="+", default=["plain", "baseline", "current"],
+                        choices=["plain", "baseline", "current", "current-every-repeat", "current-random"])
+    parser.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
+
+
+def _cmd_collect_benchmark(args) -> int:
+    import json  # pylint: disable=import-outside-toplevel
+
+    paths = tuple(p for p in args.paths if p != "baseline" or args.baseline_rev)
+    cfg = CollectBenchmarkConfig(network=args.network, minutes=args.minutes, baseline_rev=args.baseline_rev,
+                                 programs_per_task=args.programs_per_task, remeasure=args.remeasure, paths=paths)
+    rows = run_collect_benchmark(cfg, Path(args.output))
+    table = format_collect_benchmark(rows)
+    print(table)
+    out = Path(args.output)
+    (out / "collect_benchmark.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    (out / "collect_benchmark.md").write_text(format_collect_benchmark(rows, markdown=True) + "\n", encoding="utf-8")
+    return 0
+
+
+def main(args) -> int:
+    """``cdmpp bench collect-rate``."""
+    return _cmd_collect_benchmark(args)

@@ -17,7 +17,7 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
 * ``CdmppCostModel.predict, seen candidates``: the same call again, as when the search
   re-scores schedules it has scored before (the plugin's feature cache).
 
-Run it with ``cdmpp speed -d datasets/slice``; it prints milliseconds per call and
+Run it with ``cdmpp bench speed -d datasets/slice``; it prints milliseconds per call and
 microseconds per candidate (best of ``--repeats``), every row measured in one run.  Rebuilding the programs from
 their tuning records is not timed: in a tuning loop the candidates arrive built.
 """
@@ -71,7 +71,7 @@ def predict_call_seconds(
     from cdmpp.predictor import LatencyPredictor
     from cdmpp.tvm_compat import ArgInfo, Schedule, Target, feature_context, ms, per_store_features
 
-    from .cost_model import CdmppCostModel
+    from cdmpp.serve.cost_model import CdmppCostModel
 
     db = ds.load_device_dir(ds.device_dirs(Path(dataset_dir))[0])
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -109,14 +109,14 @@ def predict_call_seconds(
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``cdmpp speed``."""
+    """The options of ``cdmpp bench speed``."""
     p.add_argument("-d", "--dataset", default="datasets/slice", help="dataset or device folder of the candidates")
     p.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     p.add_argument("--candidates", type=int, default=512, help="programs per predict call")
     p.add_argument("--repeats", type=int, default=3, help="timings per stage; the fastest is kept")
 
 
-def run(args) -> int:
+def main(args) -> int:
     """Print the stage timings of one predict call (see the module docstring)."""
     n, secs = predict_call_seconds(Path(args.dataset), args.checkpoint, args.candidates, args.repeats)
     print(f"one predict call on {n} candidates ({os.cpu_count()} cores, best of {args.repeats})")

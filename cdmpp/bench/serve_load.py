@@ -1,6 +1,6 @@
 """A bounded load test of ``cdmpp serve``: N clients for S seconds against a real server.
 
-``cdmpp serve-benchmark`` starts the service on 127.0.0.1 (uvicorn, in this process,
+``cdmpp bench serve-load`` starts the service on 127.0.0.1 (uvicorn, in this process,
 with its worker processes), lets ``clients`` threads post ``POST /predict`` requests
 of ``programs`` real measured programs each for ``seconds`` seconds, and prints the
 throughput (requests and programs per second) and the p50 / p90 / p99 request
@@ -60,7 +60,7 @@ def run_load_test(
     import httpx
     import uvicorn
 
-    from .app import ServeConfig, create_app
+    from cdmpp.serve.app import ServeConfig, create_app
 
     body = {"programs": _programs(dataset, programs), "interval": interval}
     with socket.socket() as s:
@@ -134,7 +134,7 @@ def format_result(r: LoadResult) -> str:
 
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
-    """The ``cdmpp serve-benchmark`` arguments."""
+    """The ``cdmpp bench serve-load`` arguments."""
     s.add_argument("-d", "--dataset", default="datasets/slice", help="device folder (or dataset) the programs come from")
     s.add_argument("--clients", type=int, default=8)
     s.add_argument("--seconds", type=float, default=60.0)
@@ -145,8 +145,8 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--output", default=None, help="also write the result as JSON here")
 
 
-def run(args) -> int:
-    """``cdmpp serve-benchmark``."""
+def main(args) -> int:
+    """``cdmpp bench serve-load``."""
     import json  # pylint: disable=import-outside-toplevel
 
     res = run_load_test(
