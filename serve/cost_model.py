@@ -242,14 +242,14 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
 
     def update(self, context, candidates, results) -> None:
         """Learn from measured trials: each ``RunnerResult`` with ``run_secs`` (seconds) and no
-        error is a label (log of the mean of its repeats); failed trials are ignored."""
+        error is a label (log of the median of its repeats, the label everything else uses); failed trials are ignored."""
         if not self.online.enabled or not candidates:
             return
         keep = []
         for c, r in zip(candidates, results):
             secs = [float(s) for s in (r.run_secs or [])]
             if r.error_msg is None and secs and all(0 < s < 1e9 for s in secs):
-                keep.append((c.sch, float(np.log(np.mean(secs)))))
+                keep.append((c.sch, float(np.log(np.median(secs)))))
         if not keep:
             return
         if not self._announced:

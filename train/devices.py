@@ -28,7 +28,7 @@ from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
 
 from .baselines import TreeBaseline
-from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
+from .lightning import TrainConfig, cmd_domain_programs, describe_loss, no_cmd_target
 from .metrics import summary
 from cdmpp.model import ModelConfig, predict_latency_array, save_checkpoint
 from .splits import Split, drop_unstable_labels, networks_of, thin_training
@@ -516,7 +516,7 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
         "",
         "## Recipe",
         f"- Model: `{json.dumps(asdict(model_config))}`",
-        f"- Training: `{json.dumps(meta['train_config'])}`; loss MSE on standardised log-latency; AdamW",
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss {describe_loss(meta['train_config'])}; AdamW",
         f"- Wall time on the training machine: {meta['train_seconds']['transformer']} s "
         f"(tree baseline {meta['train_seconds']['tree_baseline']} s)",
         "- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended to the "

@@ -21,7 +21,7 @@ from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
-from .lightning import TrainConfig, cmd_domain_programs, no_cmd_target
+from .lightning import TrainConfig, cmd_domain_programs, describe_loss, no_cmd_target
 from .metrics import summary
 from cdmpp.model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import Split, holdout_network, networks_of, thin_training
@@ -285,12 +285,7 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         "",
         "## Recipe",
         f"- Model: `{json.dumps(asdict(model_config))}`",
-        f"- Training: `{json.dumps(meta['train_config'])}`; loss MSE on standardised log-latency"
-        + (
-            f" plus {meta['train_config']['rank_weight']} x a within-task pairwise ranking term (RankNet)"
-            if meta["train_config"].get("rank_weight")
-            else ""
-        )
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss {describe_loss(meta['train_config'])}"
         + (
             f" plus {meta['train_config']['cmd_weight']} x CMD between the embeddings of training programs and "
             f"{cmd_domain} (features only)"

@@ -120,6 +120,21 @@ CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation worklo
 """What each ``TrainConfig.cmd_domain`` names, for error messages."""
 
 
+def describe_loss(train_config: dict) -> str:
+    """The loss of a checkpoint's ``train_config`` (as stored in its metadata), in words,
+    for model cards: the base loss and each extra term with its weight."""
+    c = train_config
+    words = (f"Huber loss (threshold {c['huber_delta']} standard deviations) on standardised log-latency"
+             if c.get("huber_delta") else "MSE on standardised log-latency")
+    if c.get("within_weight"):
+        words += f" plus {c['within_weight']} x a within-task term (deviation from the task's batch mean)"
+    if c.get("rank_weight"):
+        words += f" plus {c['rank_weight']} x a within-task pairwise ranking term (RankNet)"
+    if c.get("max_repeat_cv"):
+        words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
+    return words
+
+
 def no_cmd_target(config: "TrainConfig") -> InputError:
     """The error for ``cmd_weight > 0`` with no programs to serve as the CMD term's target."""
     return InputError(f"cmd_weight > 0 needs {CMD_DOMAINS[config.cmd_domain]} or a CMD target device: their programs "
