@@ -704,7 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("-d", "--dataset", default=None, help="cdmpp dataset folder")
     s.add_argument(
-        "--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one; 'none': every program)"
+        "--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one; 'none': every "
+        "program; with several device folders, 'validation' or 'training': that part of the checkpoint's own split)"
     )
     s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
     s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")

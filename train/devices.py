@@ -580,7 +580,9 @@ def evaluate_devices(
     plot: Path | None = None,
 ) -> tuple[dict[str, dict], str]:
     """Score a checkpoint trained by :func:`train_device_model` on each device folder of ``root``
-    that it knows, on the held-out network (default: the one it recorded) or on every program.
+    that it knows, on the held-out network (default: the one it recorded), on every program
+    (``holdout=None``), or on one part of its own split (``holdout="validation"``: its
+    validation workloads; ``"training"``: the programs it trained on, the fit).
 
     With ``plot``, also write a PNG of predicted against measured latency, one panel
     per device (:func:`cdmpp.train.plots.plot_predicted_vs_measured`).
@@ -599,8 +601,13 @@ def evaluate_devices(
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
     row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
     corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress)
-    net = meta.get("holdout") if holdout == "auto" else holdout
-    index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
+    part = holdout if holdout in ("validation", "training") else None
+    net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
+    if part:  # the checkpoint's own split: its validation workloads, or the programs it trained on
+        split = split_corpus(corpus, meta.get("holdout"))
+        index = split.val if part == "validation" else split.train
+    else:
+        index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
     tree = None
     if (Path(checkpoint) / BASELINE_FILE).exists() and meta.get("tree_inputs") == "psf_sum+descriptor":
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
@@ -609,7 +616,7 @@ def evaluate_devices(
     for d in meta["devices"]:
         table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
     rows = _score_remapped(model, tree, corpus, index, net, model_rows, table, panels)
-    what = f"held-out network {net}" if net else "every program"
+    what = f"{part} programs (the checkpoint's split)" if part else (f"held-out network {net}" if net else "every program")
     title = f"{what} of {root}, per device ({checkpoint})"
     worst = worst_tasks(corpus, index, panels, net)
     if worst:
