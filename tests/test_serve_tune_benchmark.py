@@ -188,3 +188,20 @@ def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_k
     table = ratio_summary(curves, at=(2,), markdown=False, walls={"t": {"cdmpp": [12.0], "xgb": [None]}})
     rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
     assert rows["cdmpp"][-1] == "12.0" and rows["xgb"][-1] == "-"
+
+
+def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monkeypatch):
+    from cdmpp.bench import tune
+    from cdmpp.errors import InputError
+
+    model_dir = tmp_path / "00-fused_dense" / "xgb"
+    kept = model_dir / "seed0"
+    kept.mkdir(parents=True)
+    (kept / "database_tuning_record.json.gz").write_bytes(b"kept")
+    monkeypatch.setattr(tune, "_trials", lambda d: [[1e-3]] * 64 if d == kept else [])
+    assert tune._run_dir(model_dir, 0, 64) == kept  # the finished run is read back
+    assert tune._run_dir(model_dir, 0, 512) == tmp_path / "00-fused_dense" / "xgb-512trials" / "seed0"
+    assert tune._run_dir(model_dir, 1, 512) == model_dir / "seed1"  # nothing kept there
+    with pytest.raises(InputError, match="not overwritten"):
+        tune._start_run(kept, guard=None, progress=False, message="")
+    assert (kept / "database_tuning_record.json.gz").read_bytes() == b"kept"

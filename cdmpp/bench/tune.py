@@ -38,11 +38,30 @@ def _check_cost_models(names) -> None:
         raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
 
 
+def _run_dir(model_dir: Path, seed: int | None, trials: int) -> Path:
+    """The work dir of one run of ``trials`` trials: ``model_dir`` (a task's folder of one
+    cost model), or its ``seed<seed>`` sub-folder.
+
+    A finished run is kept gzipped (and may be tracked in git); a run with another budget
+    never replaces it: it goes to ``<model_dir>-<trials>trials`` instead, which reads back
+    as a cost model of its own."""
+    def at(folder: Path) -> Path:
+        return folder if seed is None else folder / f"seed{seed}"
+
+    base = at(model_dir)
+    kept = any((base / f"{f}.gz").exists() for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE))
+    if kept and len(_trials(base)) != trials:
+        return at(model_dir.with_name(f"{model_dir.name}-{trials}trials"))
+    return base
+
+
 def _start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
-    """Clear an unfinished run's records, wait for a quiet machine, say what is tuned."""
+    """Clear an unfinished run's plain record files (a finished run's gzipped records are
+    never deleted: :func:`_run_dir`), wait for a quiet machine, say what is tuned."""
     for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
+        if (work_dir / f"{f}.gz").exists():
+            raise InputError(f"{work_dir} holds a finished run's records ({f}.gz); they are not overwritten")
         (work_dir / f).unlink(missing_ok=True)
-        (work_dir / f"{f}.gz").unlink(missing_ok=True)
     work_dir.mkdir(parents=True, exist_ok=True)
     guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
     if progress:
@@ -313,9 +332,9 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         for seed in cfg.seeds or (cfg.seed,):
             for model_name in cfg.cost_models:
                 task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
-                work_dir = task_dir / model_name if single else task_dir / model_name / f"seed{seed}"
-                run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
                 trials = cfg.trials_for(model_name)
+                work_dir = _run_dir(task_dir / model_name, None if single else seed, trials)
+                run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
                 if len(_trials(work_dir)) < trials:  # not finished: start this run again from scratch
                     _start_run(work_dir, guard, progress,
                                f"tuning {net} {name} with {model_name}, seed {seed} ({trials} trials)")
@@ -607,7 +626,7 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     (Path(out_dir) / cfg.network / WEIGHTS_FILE).write_text(json.dumps(weights), encoding="utf-8")
     rows = []
     for model_name in cfg.cost_models:
-        work_dir = Path(out_dir) / cfg.network / model_name / f"seed{cfg.seed}"
+        work_dir = _run_dir(Path(out_dir) / cfg.network / model_name, cfg.seed, cfg.trials)
         run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
         if len(_trials(work_dir)) < cfg.trials:
             _start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
