@@ -510,12 +510,45 @@ def _cmd_serve(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``cdmpp``."""
-    p = argparse.ArgumentParser(prog="cdmpp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--debug", action="store_true", help="show the traceback of cdmpp's own errors too")
-    sub = p.add_subparsers(dest="command", required=True)
+def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainConfig
+    s.add_argument("--epochs", type=int, default=None)
+    s.add_argument("--batch-size", type=int, default=None)
+    s.add_argument("--lr", type=float, default=None)
+    s.add_argument("--d-model", type=int, default=None)
+    s.add_argument("--layers", type=int, default=None)
+    s.add_argument("--ff-dim", type=int, default=None, help="feed-forward width of each encoder layer")
+    s.add_argument("--dropout", type=float, default=None, help="dropout rate of the encoder layers (prediction intervals need it above 0)")
+    s.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
+    s.add_argument("--device-dropout", type=float, default=None,
+                   help="share of training programs scored with the unknown-device row (several devices)")
+    s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
+    s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
+    s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
+    s.add_argument("--within-weight", type=float, default=None,
+                   help="weight of the within-task term (each program's deviation from its task's batch mean; "
+                   "needs --task-group)")
+    s.add_argument("--huber-delta", type=float, default=None,
+                   help="Huber loss with this threshold (standardised log-latency) instead of the MSE")
+    s.add_argument(
+        "--cmd-weight",
+        type=float,
+        default=None,
+        help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features "
+        "(or, for train, those of --cmd-target)",
+    )
+    s.add_argument(
+        "--cmd-domain",
+        choices=["heldout", "validation"],
+        default=None,
+        help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (heldout, the "
+        "default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
+    )
 
+
+def _add_data_parsers(sub) -> None:
+    """The collection and dataset subcommands: networks, collect, remeasure, validate, import, pack."""
     s = sub.add_parser("networks", help="list the network zoo")
     s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
     s.add_argument("--dataset", default=None, help="take task counts from this dataset's manifests (instant)")
@@ -605,42 +638,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dataset")
     s.set_defaults(func=_cmd_pack)
 
-    def model_args(s):  # defaults (None) come from ModelConfig and TrainConfig
-        s.add_argument("--epochs", type=int, default=None)
-        s.add_argument("--batch-size", type=int, default=None)
-        s.add_argument("--lr", type=float, default=None)
-        s.add_argument("--d-model", type=int, default=None)
-        s.add_argument("--layers", type=int, default=None)
-        s.add_argument("--ff-dim", type=int, default=None, help="feed-forward width of each encoder layer")
-        s.add_argument("--dropout", type=float, default=None, help="dropout rate of the encoder layers (prediction intervals need it above 0)")
-        s.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
-        s.add_argument("--device-dropout", type=float, default=None,
-                       help="share of training programs scored with the unknown-device row (several devices)")
-        s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
-        s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
-        s.add_argument("--seed", type=int, default=None)
-        s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
-        s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
-        s.add_argument("--within-weight", type=float, default=None,
-                       help="weight of the within-task term (each program's deviation from its task's batch mean; "
-                       "needs --task-group)")
-        s.add_argument("--huber-delta", type=float, default=None,
-                       help="Huber loss with this threshold (standardised log-latency) instead of the MSE")
-        s.add_argument(
-            "--cmd-weight",
-            type=float,
-            default=None,
-            help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features "
-            "(or, for train, those of --cmd-target)",
-        )
-        s.add_argument(
-            "--cmd-domain",
-            choices=["heldout", "validation"],
-            default=None,
-            help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (heldout, the "
-            "default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
-        )
 
+
+def _add_learning_parsers(sub) -> None:
+    """train and evaluate."""
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
     s.add_argument(
         "-d",
@@ -697,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-repeat-cv", type=float, default=None,
                    help="leave training programs whose timing repeats vary by more than this (std / mean) out of "
                    "training (several device folders)")
-    model_args(s)
+    _model_args(s)
     s.set_defaults(func=_cmd_train)
 
     s = sub.add_parser("evaluate", help="score a checkpoint on a held-out network or any JSONDatabase")
@@ -725,9 +726,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
     s.add_argument("--access-ablation", action="store_true",
                    help="--benchmark: also train the transformer without the buffer-access features")
-    model_args(s)
+    _model_args(s)
     s.set_defaults(func=_cmd_evaluate)
 
+
+
+def _add_adaptation_parsers(sub) -> None:
+    """adapt, and the deprecated measure-shots and finetune."""
     s = sub.add_parser("measure-shots", help="deprecated: use adapt (it chooses, times and fits in one step)")
     s.add_argument("-d", "--dataset", required=True, help="device folder the programs come from")
     s.add_argument("-o", "--out", required=True, help="dataset folder for this CPU's measurements")
@@ -783,6 +788,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.set_defaults(func=_cmd_finetune)
 
+
+
+def _add_serve_parser(sub) -> None:
+    """serve."""
     s = sub.add_parser("serve", help="HTTP prediction service")
     s.add_argument("-c", "--checkpoint", default=None)
     s.add_argument("--host", default="127.0.0.1")
@@ -801,6 +810,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=_cmd_serve)
 
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``cdmpp``."""
+    p = argparse.ArgumentParser(prog="cdmpp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of cdmpp's own errors too")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    _add_data_parsers(sub)
+    _add_learning_parsers(sub)
+    _add_adaptation_parsers(sub)
+    _add_serve_parser(sub)
     from .bench.cli import add_bench_parser  # pylint: disable=import-outside-toplevel
     from .inference_cli import add_parsers as add_inference_parsers  # pylint: disable=import-outside-toplevel
 

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from cdmpp.errors import CheckpointError, InputError
 from cdmpp.model import (  # noqa: F401  (the inference half of the intervals lives with the model)
