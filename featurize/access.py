@@ -11,7 +11,7 @@ this group carries what the transformer needs from ``PerStoreFeature``.
 
 The compact-AST walk (:func:`cdmpp.featurize.ast.build_tree`) computes the same 90
 columns for every leaf from the scheduled PrimFunc as it stands, in its one pass over
-the statements (featurizer version 3; :func:`access_features` returns them alone):
+the statements (featurizer version 3; :func:`cdmpp.featurize.ast.access_features` returns them alone):
 block iteration variables are replaced by their bindings, every buffer index becomes
 an affine form of the enclosing loops, and the touched region under each loop is the
 bounding box of the indices over the loops inside it.  It differs from TVM's in what TVM's lowering changes
@@ -318,22 +318,3 @@ class _AccessState:
         for j, r in enumerate(rows[:ACCESS_BUFFERS]):
             out[j * ACCESS_FEATURES_PER_BUFFER:(j + 1) * ACCESS_FEATURES_PER_BUFFER] = r[3]
         return out
-
-
-def access_features(program) -> np.ndarray:
-    """The buffer-access features of every leaf of a scheduled program.
-
-    Args:
-        program: a scheduled PrimFunc, a one-PrimFunc IRModule or a Schedule.
-
-    Returns:
-        float32 ``(L, 90)``, one row per leaf in the compact AST's leaf order: the layout
-        of ``PerStoreFeature``'s columns 57-146 (module docstring), the same values as
-        the leaves' columns :data:`ACCESS_NAMES` of :func:`cdmpp.featurize.ast.build_tree`.
-
-    Raises:
-        UnsupportedProgramError: a construct the walk does not know.
-    """
-    from .ast import OWN_FEATURES, build_tree  # pylint: disable=import-outside-toplevel
-
-    return np.ascontiguousarray(build_tree(program).leaf_features[:, len(OWN_FEATURES):])

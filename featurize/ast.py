@@ -309,3 +309,20 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         psf=None if psf_rows is None else np.asarray(psf_rows, dtype=np.float32).reshape(-1, PSF_DIM),
         dropped_leaves=b.dropped,
     )
+
+
+def access_features(program) -> np.ndarray:
+    """The buffer-access features of every leaf of a scheduled program.
+
+    Args:
+        program: a scheduled PrimFunc, a one-PrimFunc IRModule or a Schedule.
+
+    Returns:
+        float32 ``(L, 90)``, one row per leaf in the compact AST's leaf order: the layout
+        of ``PerStoreFeature``'s columns 57-146 (:mod:`cdmpp.featurize.access`), the same values as
+        the leaves' columns :data:`~cdmpp.featurize.access.ACCESS_NAMES` of :func:`build_tree`.
+
+    Raises:
+        UnsupportedProgramError: a construct the walk does not know.
+    """
+    return np.ascontiguousarray(build_tree(program).leaf_features[:, len(OWN_FEATURES):])

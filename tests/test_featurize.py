@@ -157,7 +157,8 @@ def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
     """The leaves' buffer-access features (``access_features``) are PerStoreFeature's
     buffer-access group (its columns 57-146) computed from the loop nest; where TVM's
     lowering changes nothing, they are equal."""
-    from cdmpp.featurize.access import ACCESS_DIM, access_features
+    from cdmpp.featurize.access import ACCESS_DIM
+    from cdmpp.featurize.ast import access_features
     from programs import matmul_rowsum_exp
 
     for func in (vector_add, matmul_relu, matmul_rowsum_exp):
