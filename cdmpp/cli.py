@@ -215,7 +215,7 @@ def _cmd_pack(args) -> int:
 
 
 def _model_configs(args):
-    from .train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
+    from .train.config import TrainConfig  # pylint: disable=import-outside-toplevel
     from .model import ModelConfig  # pylint: disable=import-outside-toplevel
 
     def given(**kw):

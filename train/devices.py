@@ -28,7 +28,8 @@ from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
 
 from .baselines import TreeBaseline
-from .lightning import TrainConfig, cmd_domain_programs, describe_loss, no_cmd_target
+from .config import TrainConfig, describe_loss, no_cmd_target
+from .lightning import cmd_domain_programs
 from .metrics import summary
 from cdmpp.model import ModelConfig, predict_latency_array, save_checkpoint
 from .splits import Split, drop_unstable_labels, networks_of, thin_training

@@ -21,7 +21,8 @@ from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .fit import fit_transformer, predict_latency_array
-from .lightning import TrainConfig, cmd_domain_programs, describe_loss, no_cmd_target
+from .config import TrainConfig, describe_loss, no_cmd_target
+from .lightning import cmd_domain_programs
 from .metrics import summary
 from cdmpp.model import ModelConfig, load_checkpoint, save_checkpoint
 from .splits import Split, holdout_network, networks_of, thin_training

@@ -218,7 +218,7 @@ def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
 
 
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
-    from cdmpp.train.lightning import TrainConfig  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
     from cdmpp.model import ModelConfig  # pylint: disable=import-outside-toplevel
 
     model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,

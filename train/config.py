@@ -1,0 +1,127 @@
+"""Training configuration: :class:`TrainConfig` and the words model cards use for it.
+
+Plain dataclasses and functions, no Lightning, so that a caller can build and check a
+configuration without importing the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdmpp.errors import InputError
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings.
+
+    Attributes:
+        epochs: passes over the training programs.
+        batch_size: programs per batch.
+        lr: peak AdamW learning rate (one-cycle schedule).
+        weight_decay: AdamW weight decay.
+        seed: seed of everything (weights, shuffling, validation draw).
+        rank_weight: weight of the pairwise ranking term (RankNet's logistic loss over
+            pairs of programs of the same task in a batch; Burges et al. 2005) added to
+            the MSE.  0 trains on the MSE alone.
+        rank_margin: pairs whose measured log-latencies differ by less than this
+            (natural log; 0.05 is about 5%, the repeat noise) are not ranked.
+        task_group: when > 0, training batches are made of groups of up to this many
+            programs of one task (shuffled groups, shuffled within), so that a batch
+            holds same-task pairs; 0 shuffles programs freely.
+        cmd_weight: weight of the central-moment-discrepancy term
+            (:func:`central_moment_discrepancy`) between the pooled embeddings of a
+            training batch and of a batch of unlabelled target-domain programs (CDMPP,
+            EuroSys 2024, section 5: CMD-based regularisation).  0 trains without it;
+            it needs target programs (``fit_transformer(target=...)``).
+        cmd_domain: which unlabelled programs the trainers (``cdmpp train``) give the
+            CMD term when no CMD target device is named: ``"heldout"``, the held-out
+            network's programs (the method), or ``"validation"``, the validation
+            workloads' programs, so that the weight can be chosen on validation
+            workloads under the same conditions the held-out network meets.
+        cmd_moments: highest central moment the CMD term matches (``K``).
+        device_dropout: for a model with device input, the probability that a
+            training program's learned device embedding is replaced by the unknown
+            device's (row 0; its descriptor stays), so that row 0 plus a descriptor
+            learns to stand for a device never measured.
+        within_weight: weight of the within-task term (:func:`within_task_loss`): the
+            MSE between each program's predicted and measured deviation from its task's
+            mean in the batch, which splits log-latency into a task-level part (the MSE
+            carries it) and a within-task part that this term weighs again.  Needs
+            same-task programs in a batch (``task_group > 0``).  0 trains without it.
+        huber_delta: when > 0, a Huber loss with this threshold (in standard deviations
+            of the standardised log-latency) replaces the MSE: a robust loss for labels
+            that a noisy timing threw far off.  0 keeps the MSE.
+        max_repeat_cv: when > 0, training programs whose timing repeats vary by more
+            than this (std / mean) are left out of training (validation and test
+            untouched), as CDMPP (EuroSys 2024, section 6.1) drops programs whose
+            repeats vary by more than 1%.  0 keeps every program.
+        train_share: share of each training task's programs that trains, drawn at
+            random once per (device, task) with ``seed`` (at least one program per
+            task; validation and test untouched): the data-scaling curve, programs
+            per task against accuracy on one split.  1.0 trains on every program.
+    """
+
+    epochs: int = 20
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    seed: int = 0
+    rank_weight: float = 0.0
+    rank_margin: float = 0.05
+    task_group: int = 0
+    cmd_weight: float = 0.0
+    cmd_domain: str = "heldout"
+    cmd_moments: int = 5
+    device_dropout: float = 0.1
+    train_share: float = 1.0
+    within_weight: float = 0.0
+    huber_delta: float = 0.0
+    max_repeat_cv: float = 0.0
+
+    def __post_init__(self):
+        if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
+            raise InputError(
+                f"rank_weight, rank_margin, task_group and cmd_weight must be >= 0, got "
+                f"{self.rank_weight}, {self.rank_margin}, {self.task_group}, {self.cmd_weight}"
+            )
+        if not 0 <= self.device_dropout < 1:
+            raise InputError(f"device_dropout must be in [0, 1), got {self.device_dropout}")
+        if self.cmd_domain not in CMD_DOMAINS:
+            raise InputError(f"cmd_domain must be 'heldout' or 'validation', got {self.cmd_domain!r}")
+        if self.cmd_moments < 1:
+            raise InputError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
+        if self.within_weight < 0 or self.huber_delta < 0 or self.max_repeat_cv < 0:
+            raise InputError(
+                f"within_weight, huber_delta and max_repeat_cv must be >= 0, got {self.within_weight}, "
+                f"{self.huber_delta}, {self.max_repeat_cv}"
+            )
+        if self.within_weight > 0 and self.task_group == 0:
+            raise InputError("within_weight > 0 needs task_group > 0: the within-task term needs same-task programs in a batch")
+        if not 0 < self.train_share <= 1:
+            raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
+
+
+CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation workloads"}
+"""What each ``TrainConfig.cmd_domain`` names, for error messages."""
+
+
+def describe_loss(train_config: dict) -> str:
+    """The loss of a checkpoint's ``train_config`` (as stored in its metadata), in words,
+    for model cards: the base loss and each extra term with its weight."""
+    c = train_config
+    words = (f"Huber loss (threshold {c['huber_delta']} standard deviations) on standardised log-latency"
+             if c.get("huber_delta") else "MSE on standardised log-latency")
+    if c.get("within_weight"):
+        words += f" plus {c['within_weight']} x a within-task term (deviation from the task's batch mean)"
+    if c.get("rank_weight"):
+        words += f" plus {c['rank_weight']} x a within-task pairwise ranking term (RankNet)"
+    if c.get("max_repeat_cv"):
+        words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
+    return words
+
+
+def no_cmd_target(config: "TrainConfig") -> InputError:
+    """The error for ``cmd_weight > 0`` with no programs to serve as the CMD term's target."""
+    return InputError(f"cmd_weight > 0 needs {CMD_DOMAINS[config.cmd_domain]} or a CMD target device: their programs "
+                      "are the CMD term's target domain")
