@@ -11,7 +11,6 @@ term.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import lightning as L
 import numpy as np
@@ -19,7 +18,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
 
 from cdmpp.model import LatencyTransformer, ModelConfig
