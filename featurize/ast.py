@@ -117,22 +117,6 @@ class ProgramAST:
         """``L``."""
         return int(self.leaf_position.shape[0])
 
-    def to_data(self, **extra):
-        """This tree as a PyTorch Geometric ``Data``.
-
-        Fields: ``x`` float32 ``(L, F)`` leaf features; ``pos`` int64 ``(L,)`` pre-order
-        positions; plus the keyword arguments given (e.g. ``y``).
-        """
-        import torch  # pylint: disable=import-outside-toplevel
-        from torch_geometric.data import Data  # pylint: disable=import-outside-toplevel
-
-        return Data(
-            x=torch.from_numpy(self.leaf_features),
-            pos=torch.from_numpy(self.leaf_position.astype(np.int64)),
-            num_nodes=self.num_leaves,
-            **extra,
-        )
-
 
 def _log(x: float) -> float:
     return math.copysign(math.log2(1.0 + abs(x)), x)

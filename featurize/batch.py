@@ -2,8 +2,9 @@
 
 Like PyTorch Geometric's ``Batch``, the leaves of ``P`` programs are stacked into one
 ``(sum L_i, F)`` array, and ``ptr`` (``(P + 1,)``) marks where each program starts.
-:func:`collate` turns a list of programs into PyG ``Batch`` form and
-:func:`dense` into padded ``(B, L_max, F)`` tensors with a mask (``to_dense_batch``).
+:func:`dense` pads them into ``(B, L_max, F)`` tensors with a mask, as PyG's
+``to_dense_batch`` does.  cdmpp does not depend on PyG: one padding function is all the
+model needs, and PyG's import (about 2.5 s) would land on the prediction path.
 """
 
 from __future__ import annotations
@@ -396,7 +397,8 @@ def dense(x: np.ndarray, pos: np.ndarray, ptr: np.ndarray):
 
     Returns:
         ``(x, pos, mask)``: float32 ``(B, L_max, F)``, int64 ``(B, L_max)``, bool
-        ``(B, L_max)`` (True on real leaves), as ``torch_geometric.utils.to_dense_batch`` pads.
+        ``(B, L_max)`` (True on real leaves), padded as ``torch_geometric.utils.to_dense_batch`` pads
+        (done here with two index assignments, so that prediction needs no PyG).
     """
     import torch  # pylint: disable=import-outside-toplevel
 
@@ -419,10 +421,3 @@ def dense_programs(data: FeaturizedPrograms, idx: np.ndarray):
     starts, ends = data.ptr[idx], data.ptr[idx + 1]
     rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)]) if len(idx) else np.zeros(0, np.int64)
     return dense(data.x[rows], data.pos[rows], np.concatenate([[0], np.cumsum(ends - starts)]))
-
-
-def collate(trees: list[ProgramAST]):
-    """A PyG ``Batch`` of trees (``x`` ``(sum L_i, F)``, ``pos``, ``batch`` ``(sum L_i,)``)."""
-    from torch_geometric.data import Batch  # pylint: disable=import-outside-toplevel
-
-    return Batch.from_data_list([t.to_data() for t in trees])

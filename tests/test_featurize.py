@@ -13,7 +13,7 @@ from cdmpp.featurize import (
     featurize_many,
 )
 from cdmpp.featurize.ast import PARALLEL, SERIAL, UNROLLED, VECTORIZED
-from cdmpp.featurize.batch import collate, dense, from_trees
+from cdmpp.featurize.batch import dense, from_trees
 
 from programs import matmul_relu, vector_add, with_while
 
@@ -82,8 +82,6 @@ def test_unsupported_constructs_are_named():
 
 def test_batches_of_ragged_trees_collate():
     trees = featurize_many([vector_add, matmul_relu])
-    b = collate(trees)
-    assert b.x.shape == (4, FEATURE_DIM) and b.batch.tolist() == [0, 1, 1, 1]
     data = from_trees(trees, [1e-3, 2e-3], [0, 1], ["a", "b"], [0.0, 0.0])
     x, pos, mask = dense(data.x, data.pos, data.ptr)
     assert x.shape == (2, 3, FEATURE_DIM)
