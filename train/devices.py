@@ -517,7 +517,7 @@ def model_card(model_config: ModelConfig, meta: dict) -> str:
         "",
         "## Recipe",
         f"- Model: `{json.dumps(asdict(model_config))}`",
-        f"- Training: `{json.dumps(meta['train_config'])}`; loss {describe_loss(meta['train_config'])}; AdamW",
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss: {describe_loss(meta['train_config'])}; AdamW",
         f"- Wall time on the training machine: {meta['train_seconds']['transformer']} s "
         f"(tree baseline {meta['train_seconds']['tree_baseline']} s)",
         "- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended to the "

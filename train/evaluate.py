@@ -286,7 +286,7 @@ def model_card(model_config: ModelConfig, meta: dict, db, benchmark_table: str |
         "",
         "## Recipe",
         f"- Model: `{json.dumps(asdict(model_config))}`",
-        f"- Training: `{json.dumps(meta['train_config'])}`; loss {describe_loss(meta['train_config'])}"
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss: {describe_loss(meta['train_config'])}"
         + (
             f" plus {meta['train_config']['cmd_weight']} x CMD between the embeddings of training programs and "
             f"{cmd_domain} (features only)"
