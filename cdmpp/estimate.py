@@ -191,7 +191,7 @@ def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[ob
         InputError: a malformed line (the message names it).
     """
     # pylint: disable=import-outside-toplevel
-    from .tvm_compat import TuningRecord, Workload, structural_hash
+    from .tvm_compat import Workload, structural_hash
 
     workloads = []
     for i, obj in enumerate(workload_lines):
@@ -201,19 +201,34 @@ def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[ob
             raise InputError(f"database.workloads[{i}]: not a MetaSchedule workload: {str(err).strip()[:200]}") from err
     out: dict[str, tuple[object, BestRecord]] = {}
     for i, obj in enumerate(record_lines):
-        try:
-            widx = int(obj[0])
-            if not 0 <= widx < len(workloads):
-                raise IndexError(f"workload index {widx}, the database has {len(workloads)} workloads")
-            rec = TuningRecord.from_json(obj[1], workloads[widx])
-        except Exception as err:  # noqa: BLE001
-            raise InputError(f"database.records[{i}]: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
-        secs = [float(s) for s in (rec.run_secs or [])]
-        if not secs or not all(0 < s < 1e9 for s in secs):
+        widx, rec, measured = parse_record(obj, workloads, f"database.records[{i}]")
+        if measured is None:
             continue  # failed builds and runs carry 1e10
         mod = workloads[widx].mod
-        keep_fastest(out, str(structural_hash(mod)), mod, rec, float(np.median(secs)))
+        keep_fastest(out, str(structural_hash(mod)), mod, rec, measured)
     return out
+
+
+def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float | None]:
+    """One JSONDatabase tuning-record line: ``(workload index, TuningRecord, measured
+    seconds)``; the measured seconds are the median of its repeats, ``None`` for a record
+    without a successful measurement.
+
+    Raises:
+        InputError: a malformed line; the message starts with ``where``.
+    """
+    from .tvm_compat import TuningRecord  # pylint: disable=import-outside-toplevel
+
+    try:
+        widx = int(obj[0])
+        if not 0 <= widx < len(workloads):
+            raise IndexError(f"workload index {widx}, the database has {len(workloads)} workloads")
+        rec = TuningRecord.from_json(obj[1], workloads[widx])
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        raise InputError(f"{where}: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
+    secs = [float(s) for s in (rec.run_secs or [])]
+    ok = bool(secs) and all(0 < s < 1e9 for s in secs)
+    return widx, rec, float(np.median(secs)) if ok else None
 
 
 def _scheduled(mod, trace):

@@ -59,7 +59,8 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
         InputError: a missing file, or a malformed line (named).
     """
     from . import dataset as ds  # pylint: disable=import-outside-toplevel
-    from .tvm_compat import TuningRecord, Workload  # pylint: disable=import-outside-toplevel
+    from .estimate import parse_record  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import Workload  # pylint: disable=import-outside-toplevel
 
     wl_path, rec_path = ds.resolve(work / WORKLOAD_FILE), ds.resolve(work / RECORD_FILE)
     if wl_path is None or rec_path is None:
@@ -74,19 +75,11 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
         keys.append(str(obj[0]))
     records, rkeys, lines, measured = [], [], [], []
     for lineno, obj in ds.iter_json_lines(rec_path, bad):
-        try:
-            widx = int(obj[0])
-            if not 0 <= widx < len(workloads):
-                raise IndexError(f"workload index {widx}, the database has {len(workloads)} workloads")
-            rec = TuningRecord.from_json(obj[1], workloads[widx])
-        except Exception as err:  # noqa: BLE001
-            raise InputError(f"{rec_path}:{lineno}: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
-        secs = [float(s) for s in (rec.run_secs or [])]
-        ok = bool(secs) and all(0 < s < 1e9 for s in secs)
+        widx, rec, secs = parse_record(obj, workloads, f"{rec_path}:{lineno}")
         records.append(rec)
         rkeys.append(keys[widx])
         lines.append(lineno)
-        measured.append(float(np.median(secs)) if ok else None)
+        measured.append(secs)
     if bad:
         raise InputError(f"{bad[0].path}:{bad[0].lineno}: {bad[0].error} ({len(bad)} bad line(s))")
     if not records:
