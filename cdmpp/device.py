@@ -3,7 +3,7 @@
 Every tuning record in a cdmpp dataset lives under the id of the device that
 measured it.  A CPU id is its model name, LLVM CPU name and widest vector ISA
 as used by the generated code (``cpu-<model>-<llvm cpu>-<isa>``); switching AVX-512 code generation off gives a
-second real device on the same CPU (issue 3).  A GPU id is its name as the driver
+second real device on the same CPU.  A GPU id is its name as the driver
 reports it and its compute capability (``gpu-<name>-sm<XY>``).
 """
 

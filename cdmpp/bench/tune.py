@@ -446,8 +446,8 @@ def ratio_summary(
 ) -> str:
     """Each cost model's best after ``k`` trials (each ``k`` of ``at``) over the same seed's
     yardstick final best, averaged over the tasks of each seed, then over the seeds (with
-    the lowest and highest seed mean): the benchmark's summary table (issue 24's goal is a
-    mean of at most 1.00 for ``cdmpp`` at 64 trials against ``"xgb 512"``).
+    the lowest and highest seed mean): the benchmark's summary table (the goal is a mean of
+    at most 1.00 for ``cdmpp`` at 64 trials against ``"xgb 512"``).
 
     Seeds are paired in order with the yardstick's runs, as in :func:`reach_table`; a task
     counts for a seed only where both ran.  ``reached``: tasks whose best is at most the
