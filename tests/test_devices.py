@@ -299,7 +299,7 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     assert main(["adapt", "-c", str(ckpt), "--measured-dir", str(two_device_dataset / AVX2), "-o", str(known),
                  "--method", "row", "--cache", str(tmp_path / "c")]) == 0
     capsys.readouterr()
-    assert main(table[:2] + [str(known)] + table[3:-2]) == 0
+    assert main(table[:3] + [str(known)] + table[4:-2]) == 0
     again = capsys.readouterr().out
     assert "left out of training; its row added afterwards is ignored here" in again
 
