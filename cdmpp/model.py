@@ -358,13 +358,9 @@ class ProgramLeaves:
     @staticmethod
     def from_trees(trees) -> "ProgramLeaves":
         """Stack :class:`cdmpp.featurize.ProgramAST` trees (``featurize_many``'s output)."""
-        if not trees:
-            return ProgramLeaves(np.zeros((0, FEATURE_DIM), np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64))
-        return ProgramLeaves(
-            np.concatenate([t.leaf_features for t in trees]).astype(np.float32),
-            np.concatenate([t.leaf_position for t in trees]).astype(np.int32),
-            np.concatenate([[0], np.cumsum([t.num_leaves for t in trees])]).astype(np.int64),
-        )
+        from cdmpp.featurize.batch import stack_leaves  # pylint: disable=import-outside-toplevel
+
+        return ProgramLeaves(*stack_leaves(trees))
 
 
 # Prediction intervals (inference half; calibration is in cdmpp.train.uncertainty)

@@ -207,21 +207,32 @@ class FeaturizedPrograms:
             raise ValueError(f"corrupt featurized-programs file {path}: {err}") from err
 
 
+def stack_leaves(trees: list[ProgramAST]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The leaves of ``P`` trees stacked: ``(x, pos, ptr)``, float32 ``(sum L_i, F)``, int32
+    ``(sum L_i,)`` and int64 ``(P + 1,)`` (program ``i`` owns rows ``ptr[i]:ptr[i+1]``)."""
+    if not trees:
+        return np.zeros((0, FEATURE_DIM), np.float32), np.zeros(0, np.int32), np.zeros(1, np.int64)
+    return (
+        np.concatenate([t.leaf_features for t in trees]).astype(np.float32),
+        np.concatenate([t.leaf_position for t in trees]).astype(np.int32),
+        np.concatenate([[0], np.cumsum([t.num_leaves for t in trees])]).astype(np.int64),
+    )
+
+
 def from_trees(
     trees: list[ProgramAST], latency, workload, workload_keys: list[str], flops
 ) -> FeaturizedPrograms:
     """Stack trees (and their labels) into a :class:`FeaturizedPrograms` (with ``psf``
     when every tree carries its ``PerStoreFeature`` rows)."""
-    lens = [t.num_leaves for t in trees]
-    x = np.concatenate([t.leaf_features for t in trees]) if trees else np.zeros((0, FEATURE_DIM), np.float32)
+    x, pos, ptr = stack_leaves(trees)
     psf = psf_ptr = None
     if all(t.psf is not None for t in trees):
         psf = np.concatenate([t.psf for t in trees] + [np.zeros((0, PSF_DIM), np.float32)]).astype(np.float32)
         psf_ptr = np.concatenate([[0], np.cumsum([len(t.psf) for t in trees])]).astype(np.int64)
     return FeaturizedPrograms(
-        x=x.astype(np.float32),
-        pos=np.concatenate([t.leaf_position for t in trees]).astype(np.int32) if trees else np.zeros(0, np.int32),
-        ptr=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+        x=x,
+        pos=pos,
+        ptr=ptr,
         latency=np.asarray(latency, dtype=np.float64),
         workload=np.asarray(workload, dtype=np.int64),
         workload_keys=list(workload_keys),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 BENCHES = {
-    "tune": ("cdmpp.bench.tune", "MetaSchedule tuning of a network's largest tasks (or a whole network): TVM's "
+    "tune": ("cdmpp.bench.tune_cli", "MetaSchedule tuning of a network's largest tasks (or a whole network): TVM's "
              "XGBoost model against cdmpp's plugin"),
     "truth-check": ("cdmpp.bench.truth_check", "whole networks: measured end to end vs summed measured kernels vs "
                     "the estimate"),

@@ -159,7 +159,8 @@ def noise_ceiling(folders: Sequence[Path]) -> dict:
 def feature_ambiguity(data, index: np.ndarray, decimals: int = 3) -> dict:
     """Programs that the leaf features cannot tell apart from another program of their task.
 
-    Two programs are twins when they belong to the same task (and device) and their
+    Two programs are twins when they belong to the same task (a pooled corpus qualifies
+    each workload by its device, so a task is one device's) and their
     leaf feature matrices and leaf positions are equal after rounding to ``decimals``.
 
     Args:
@@ -176,18 +177,17 @@ def feature_ambiguity(data, index: np.ndarray, decimals: int = 3) -> dict:
     """
     index = np.asarray(index, dtype=np.int64)
     groups: dict[tuple, list[int]] = {}
-    dev = data.device if data.device is not None else np.zeros(len(data), np.int64)
     for i in index:
         a, b = data.ptr[i], data.ptr[i + 1]
         h = hashlib.blake2b(np.round(data.x[a:b].astype(np.float64), decimals).tobytes(), digest_size=16)
         h.update(np.asarray(data.pos[a:b], np.int64).tobytes())
-        groups.setdefault((int(dev[i]), int(data.workload[i]), h.hexdigest()), []).append(int(i))
+        groups.setdefault((int(data.workload[i]), h.hexdigest()), []).append(int(i))
     lt = np.log(data.latency)
     multi = [np.asarray(g) for g in groups.values() if len(g) > 1]
     spread = np.array([lt[g].max() - lt[g].min() for g in multi]) if multi else np.zeros(0)
     inside = sum(float(((lt[g] - lt[g].mean()) ** 2).sum()) for g in multi)
     total = 0.0
-    task = dev[index] * (int(data.workload.max()) + 1) + data.workload[index]
+    task = data.workload[index]
     for t in np.unique(task):
         s = lt[index[task == t]]
         total += float(((s - s.mean()) ** 2).sum())
@@ -211,9 +211,7 @@ def feature_ambiguity(data, index: np.ndarray, decimals: int = 3) -> dict:
 def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
     from cdmpp.train.metrics import summary  # pylint: disable=import-outside-toplevel
 
-    dev = data.device[index] if data.device is not None else np.zeros(len(index), np.int64)
-    groups = dev * (int(data.workload.max()) + 1) + data.workload[index]
-    row = summary(pred, data.latency[index], groups)
+    row = summary(pred, data.latency[index], data.workload[index])
     return {k: row[k] for k in STUDY_COLUMNS}
 
 

@@ -1,0 +1,127 @@
+"""``cdmpp bench tune``: its arguments and the command (the tuning runs are in :mod:`cdmpp.bench.tune`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cdmpp.bench.tune import (
+    NetworkTuneConfig,
+    TuneBenchmarkConfig,
+    format_network_tuning,
+    format_tune_benchmark,
+    network_curve_panels,
+    ratio_summary,
+    reach_table,
+    run_network_tuning,
+    run_tune_benchmark,
+    tuning_curves,
+    tuning_walls,
+    with_reference,
+    write_tune_benchmark,
+)
+
+
+def add_arguments(parser) -> None:
+    """Register ``cdmpp bench tune``'s arguments."""
+    parser.add_argument("-d", "--dataset", help="device folder whose manifest lists the network")
+    parser.add_argument("--network", help="network whose tasks are tuned (several: comma-separated)")
+    parser.add_argument("--whole-network", metavar="NET", default=None,
+                        help="tune every task of a zoo network with tune_relax (a global budget of --trials), then "
+                        "compile it with each database and time it end to end")
+    parser.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
+    parser.add_argument("--task", action="append", default=[], metavar="NET:TASK",
+                        help="also tune this task (a task name or its prefix, e.g. mobilenet_v2-b1:fused_conv2d7); repeatable")
+    parser.add_argument("--trials", type=int, default=64, help="measured trials per task and cost model")
+    parser.add_argument("--trials-per-iter", type=int, default=16)
+    parser.add_argument("--trials-for", action="append", default=[], metavar="MODEL=N",
+                        help="another budget for one cost model, e.g. xgb=512 (the reference the others must reach)")
+    parser.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=["xgb", "cdmpp", "random"])
+    parser.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the cdmpp plugin (default: shipped)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
+    parser.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
+    parser.add_argument("--plot", default=None, metavar="PNG", help="also plot best latency against trials per task")
+    parser.add_argument("--reference", default=None, metavar="DIR",
+                        help="another tune-benchmark output whose XGBoost runs (e.g. --trials-for xgb=512) are the "
+                        "yardstick of the reach table and the plot")
+
+
+def _cmd_tune_network(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.device import local_cpu
+    from cdmpp.train.benchmark import write_csv_and_markdown
+
+    rows = []
+    for seed in args.seeds or [args.seed]:
+        cfg = NetworkTuneConfig(
+            network=args.whole_network,
+            trials=args.trials,
+            trials_per_iter=args.trials_per_iter,
+            cost_models=tuple(args.cost_models),
+            checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+            seed=seed,
+        )
+        rows += run_network_tuning(Path(args.output), cfg)
+    print(format_network_tuning(rows))
+    csv_path, md_path = write_csv_and_markdown(rows, Path(args.output), "tune_network",
+                                               format_network_tuning(rows, markdown=True))
+    print(f"written: {csv_path}, {md_path}")
+    if args.plot:
+        from cdmpp.train.plots import plot_tuning_curves
+
+        plot_tuning_curves(network_curve_panels(Path(args.output), args.whole_network),
+                           f"MetaSchedule tune_relax on {local_cpu().device_id}", Path(args.plot),
+                           ylabel="network latency")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def _cmd_tune_benchmark(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.device import local_cpu
+
+    if args.whole_network:
+        return _cmd_tune_network(args)
+    if not args.dataset or not (args.network or args.task):
+        print("error: cdmpp bench tune needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
+        return 2
+    cfg = TuneBenchmarkConfig(
+        network=args.network or "",
+        task_names=tuple(args.task),
+        model_trials=tuple(args.trials_for),
+        tasks=args.tasks,
+        trials=args.trials,
+        trials_per_iter=args.trials_per_iter,
+        cost_models=tuple(args.cost_models),
+        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        seed=args.seed,
+        seeds=tuple(args.seeds),
+        checkpoints_at=tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0),
+    )
+    rows = run_tune_benchmark(Path(args.dataset), Path(args.output), cfg)
+    print(format_tune_benchmark(rows))
+    csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
+    print(f"written: {csv_path}, {md_path}")
+    curves, yardstick = tuning_curves(Path(args.output)), "xgb"
+    if curves and args.reference:
+        curves, yardstick = with_reference(curves, tuning_curves(Path(args.reference)))
+    if curves:
+        print(reach_table(curves, markdown=False, yardstick=yardstick))
+        if args.reference:  # the benchmark's summary: each seed's mean ratio to the reference, and wall times
+            at = tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0)
+            walls, _ = with_reference(tuning_walls(Path(args.output), args.trials),
+                                      tuning_walls(Path(args.reference), args.trials), name=yardstick)
+            print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
+        if args.plot:
+            from cdmpp.train.plots import plot_tuning_curves
+
+            plot_tuning_curves(curves, f"MetaSchedule tune_tir on {local_cpu().device_id}", Path(args.plot),
+                               yardstick=yardstick, log_trials=yardstick != "xgb")
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+def main(args) -> int:
+    """``cdmpp bench tune``."""
+    return _cmd_tune_benchmark(args)
