@@ -25,6 +25,8 @@ import signal
 import sys
 from pathlib import Path
 
+from .errors import InputError
+
 
 def _cmd_networks(args) -> int:
     from . import dataset as ds  # pylint: disable=import-outside-toplevel
@@ -63,19 +65,11 @@ def _cmd_collect(args) -> int:
 
     rpc = None
     if args.rpc_tracker:
-        host, _, port = args.rpc_tracker.rpartition(":")
-        if not host or not port.isdigit() or not args.rpc_key:
-            print("error: --rpc-tracker takes HOST:PORT and needs --rpc-key", file=sys.stderr)
-            return 2
-        rpc = RPCSettings(host, int(port), args.rpc_key, parallel_sessions=args.rpc_sessions)
+        rpc = RPCSettings.from_address(args.rpc_tracker, args.rpc_key, parallel_sessions=args.rpc_sessions)
     try:
         rounds = tuple(int(x) for x in args.rounds.split(",")) if args.rounds else ()
     except ValueError:
-        print(f"error: --rounds takes counts like 32,64,128, got {args.rounds!r}", file=sys.stderr)
-        return 2
-    if any(r < 1 for r in rounds) or list(rounds) != sorted(rounds):
-        print(f"error: --rounds must be positive and increasing, got {args.rounds!r}", file=sys.stderr)
-        return 2
+        raise InputError(f"--rounds takes counts like 32,64,128, got {args.rounds!r}") from None
     cfg = CollectConfig(
         rpc=rpc,
         networks=args.networks,
@@ -96,9 +90,6 @@ def _cmd_collect(args) -> int:
         quiet=QuietConfig(enabled=not args.allow_busy, max_other_cores=args.busy_cores),
         tasks_in_flight=args.tasks_in_flight,
     )
-    if args.gpu and args.disable_avx512:
-        print("error: --disable-avx512 is a CPU device; it does not go with --gpu", file=sys.stderr)
-        return 2
     requests = []
 
     def stop(signum, _frame):

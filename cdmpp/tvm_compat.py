@@ -65,6 +65,9 @@ __all__ = [
     "lower_gpu_reductions",
     "alloc_arguments_in_bounds",
     "rpc_alloc_arguments_in_bounds",
+    "default_alloc_argument",
+    "run_evaluator_common",
+    "apply_trace_json",
 ]
 
 
@@ -356,3 +359,28 @@ def rpc_alloc_arguments_in_bounds(session, device, args_info, alloc_repeat: int,
 
     repeated = default_alloc_argument(session, device, args_info, alloc_repeat)
     return _fill_index_arguments(repeated, args_info, index_bounds, seed)
+
+
+def default_alloc_argument(device, args_info, alloc_repeat: int) -> list:
+    """MetaSchedule's ``LocalRunner`` argument allocation (TVM's random fill), for wrappers."""
+    from tvm.s_tir.meta_schedule.runner.local_runner import (  # pylint: disable=import-outside-toplevel
+        default_alloc_argument as inner,
+    )
+
+    return inner(device, args_info, alloc_repeat)
+
+
+def run_evaluator_common(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
+    """MetaSchedule's time evaluator: seconds per repeat, one float per repeat."""
+    from tvm.s_tir.meta_schedule.runner.utils import (  # pylint: disable=import-outside-toplevel
+        run_evaluator_common as inner,
+    )
+
+    return inner(rt_mod, device, evaluator_config, repeated_args)
+
+
+def apply_trace_json(trace_json, sch: Schedule) -> None:
+    """Replay a schedule trace in its JSON form (a tuning record's ``trace``) on ``sch``."""
+    from tvm.s_tir.schedule import Trace  # pylint: disable=import-outside-toplevel
+
+    Trace.apply_json_to_schedule(trace_json, sch)

@@ -183,7 +183,7 @@ def parse_program(program: dict):
             replay on its workload.
     """
     # pylint: disable=import-outside-toplevel
-    from cdmpp.tvm_compat import IRModule, Schedule, load_json
+    from cdmpp.tvm_compat import IRModule, Schedule, apply_trace_json, load_json
 
     if program.get("tvmscript") is not None:
         from tvm.script import from_source
@@ -201,11 +201,9 @@ def parse_program(program: dict):
         raise ProgramError(f"the JSON holds a {type(mod).__name__}, not an IRModule")
     if program.get("trace") is None:
         return mod
-    from tvm.s_tir.schedule import Trace
-
     try:
         sch = Schedule(mod)
-        Trace.apply_json_to_schedule(program["trace"], sch)
+        apply_trace_json(program["trace"], sch)
     except Exception as err:  # noqa: BLE001
         raise ProgramError(f"the trace does not replay on the workload: {str(err).strip()[:300]}") from err
     return sch.mod

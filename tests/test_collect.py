@@ -10,8 +10,9 @@ from cdmpp.errors import InputError
 
 
 def _program_keys(device_dir):
-    from cdmpp.collect import _program_key
     from cdmpp.featurize import as_module
+
+    from cdmpp.collect.store import _program_key
 
     db = ds.load_device_dir(device_dir)
     return [(db.workload_keys[p.workload_index], _program_key(as_module(p.record))) for p in db.programs], db
@@ -95,7 +96,7 @@ def test_a_later_round_with_more_programs_per_task_samples_new_ones(tiny_collect
 def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     import shutil
 
-    from cdmpp.collect import _Store, _Task
+    from cdmpp.collect.store import _Store, _Task
     from cdmpp.tvm_compat import TuningRecord
 
     cfg, summary = tiny_collection
@@ -118,8 +119,11 @@ def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
 
 
 def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, monkeypatch):
-    from cdmpp import collect as collect_mod
     from cdmpp.collect import CollectConfig, MeasureConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
 
     cfg = CollectConfig(
         networks=["dcgan-b1"],
@@ -141,11 +145,11 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
     def no_extraction(*_):
         raise AssertionError("a restart must reuse the task list in the manifest")
 
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", no_extraction)
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", no_extraction)
     # two rounds in one run: the second visit neither replays the measured programs for
     # their structural hashes nor retrains a new XGBModel on them, it reuses the first's
     misses, models = [], []
-    keys_of, tune_context = collect_mod._Store.measured_program_keys, collect_mod._tune_context
+    keys_of, tune_context = store_mod._Store.measured_program_keys, loop_mod._tune_context
 
     def counted_keys(self, wl, key=None):
         misses.append(key not in self._program_keys)
@@ -156,8 +160,8 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
         models.append(model)
         return ctx, model
 
-    monkeypatch.setattr(collect_mod._Store, "measured_program_keys", counted_keys)
-    monkeypatch.setattr(collect_mod, "_tune_context", kept_models)
+    monkeypatch.setattr(store_mod._Store, "measured_program_keys", counted_keys)
+    monkeypatch.setattr(loop_mod, "_tune_context", kept_models)
     again = collect(dataclasses.replace(cfg, rounds=(5, 6)), progress=False)
     assert misses == [True, False]
     evo = [m for m in models if m is not None]
@@ -250,8 +254,12 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
     the files) and the evolutionary phase must not fail on the other task's names."""
     from tvm.script import tirx as T
 
-    from cdmpp import collect as collect_mod
-    from cdmpp.collect import CollectConfig, MeasureConfig, _Task
+    from cdmpp.collect import CollectConfig, MeasureConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
+    from cdmpp.collect.store import _Task
     from cdmpp.tvm_compat import IRModule, JSONDatabase
 
     def rowsum(block: str):
@@ -280,7 +288,7 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
         ],
         "resnet_18-b1": [_Task("resnet_18-b1", "rowsum", 1, 8192.0, rowsum("red_b"))],
     }
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _target: tasks[n])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _target: tasks[n])
     cfg = CollectConfig(
         networks=["dcgan-b1", "resnet_18-b1"],
         out_dir=tmp_path,
@@ -307,10 +315,13 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
 
 
 def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monkeypatch):
-    from cdmpp import collect as collect_mod
     from cdmpp.collect import CollectConfig, MeasureConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
 
-    real = collect_mod._tune_context
+    real = loop_mod._tune_context
     calls = []
 
     def failing_first(task, *args, **kwargs):
@@ -319,7 +330,7 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
             raise RuntimeError("ScheduleError: boom in the first task")
         return real(task, *args, **kwargs)
 
-    monkeypatch.setattr(collect_mod, "_tune_context", failing_first)
+    monkeypatch.setattr(loop_mod, "_tune_context", failing_first)
     cfg = CollectConfig(
         networks=["dcgan-b1"],
         out_dir=tmp_path,
@@ -335,7 +346,7 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
     (err,) = entry["task_errors"]
     assert err["task_name"] == calls[0] and "boom in the first task" in err["error"]
     assert entry["ended"] and entry["measured"] == first.measured == 2  # the second task was measured
-    monkeypatch.setattr(collect_mod, "_tune_context", real)
+    monkeypatch.setattr(loop_mod, "_tune_context", real)
     again = collect(cfg, progress=False)  # the next collection tries the skipped task again
     assert again.task_errors == 0 and again.measured == 2
     keys, db = _program_keys(first.device_dir)
@@ -381,17 +392,20 @@ def test_evolutionary_sampling_without_xgboost_is_refused_before_anything_is_wri
 def test_random_only_collection_never_starts_the_evolutionary_phase(tmp_path, monkeypatch):
     """With evolutionary_fraction 0, a task whose random phase falls short stays short:
     no XGBoost-guided search (which an H200 collection without xgboost failed on)."""
-    from cdmpp import collect as collect_mod
     from cdmpp.collect import CollectConfig, MeasureConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
 
     phases = []
-    real = collect_mod._Collection._phase
+    real = loop_mod._Collection._phase
 
     def short_random(self, task, wl, phase, want, *args):
         phases.append(phase)
         return real(self, task, wl, phase, want - 1 if phase == "random" else want, *args)
 
-    monkeypatch.setattr(collect_mod._Collection, "_phase", short_random)
+    monkeypatch.setattr(loop_mod._Collection, "_phase", short_random)
     cfg = CollectConfig(
         networks=["dcgan-b1"],
         out_dir=tmp_path,
@@ -406,11 +420,10 @@ def test_random_only_collection_never_starts_the_evolutionary_phase(tmp_path, mo
 
 
 def test_index_bounds_are_the_extents_the_indices_address():
+    from programs import vector_add
     from tvm.script import tirx as T
 
     from cdmpp.collect import index_bounds
-
-    from programs import vector_add
 
     @T.prim_func(s_tir=True)
     def class_token(x: T.Buffer((4, 197, 768), "float32"), k: T.Buffer((), "int64"), y: T.Buffer((4, 768), "float32")):
@@ -428,11 +441,15 @@ def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monk
     """TVM's default fill puts out-of-range indices in a gather's ``int64`` input and the
     runner crashes; in-range indices make it a real measurement, and ``retry_failed``
     times the programs that failed before."""
-    from cdmpp import collect as collect_mod
-    from cdmpp.collect import CollectConfig, MeasureConfig, _Task
+    from cdmpp.collect import CollectConfig, MeasureConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
+    from cdmpp.collect.store import _Task
 
     monkeypatch.setattr(
-        collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "take", 1, 0.0, _gather_module())]
+        sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "take", 1, 0.0, _gather_module())]
     )
     cfg = CollectConfig(
         networks=["dcgan-b1"],
@@ -442,14 +459,14 @@ def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monk
         evolutionary_fraction=0.0,
         measure=MeasureConfig(repeat=3),
     )
-    real = collect_mod.index_bounds
-    monkeypatch.setattr(collect_mod, "index_bounds", lambda mod: ())  # as before: TVM's fill everywhere
+    real = timing_mod.index_bounds
+    monkeypatch.setattr(timing_mod, "index_bounds", lambda mod: ())  # as before: TVM's fill everywhere
     crashed = collect(cfg, progress=False)
     assert crashed.measured == 0 and crashed.failed >= 1
     dev = crashed.device_dir
     lines = [json.loads(s) for s in (dev / ds.FAILURE_FILE).read_text().splitlines()]
     assert {o["stage"] for o in lines} == {"run"}
-    monkeypatch.setattr(collect_mod, "index_bounds", real)
+    monkeypatch.setattr(timing_mod, "index_bounds", real)
     assert collect(cfg, progress=False).measured == 0  # failed programs are not timed again by default
     again = collect(dataclasses.replace(cfg, retry_failed=True), progress=False)
     assert again.measured >= 1 and again.failed == 0
@@ -502,16 +519,19 @@ def _tiny_cfg(tmp_path, **kw):
 
 
 def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, monkeypatch):
-    from cdmpp import collect as collect_mod
-    from cdmpp.collect import _Task
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
+    from cdmpp.collect.store import _Task
 
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "add", 1, 4.0, _tiny_add_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "add", 1, 4.0, _tiny_add_module())])
     first = collect(_tiny_cfg(tmp_path, programs_per_task=4), progress=False)
     assert first.measured == 1  # the space has one program
     (task,) = ds.read_manifest(first.device_dir)["tasks"]
     assert task["space_exhausted_at"] == 1
-    real, visits = collect_mod._tune_context, []
-    monkeypatch.setattr(collect_mod, "_tune_context", lambda *a, **k: visits.append(a[0]) or real(*a, **k))
+    real, visits = loop_mod._tune_context, []
+    monkeypatch.setattr(loop_mod, "_tune_context", lambda *a, **k: visits.append(a[0]) or real(*a, **k))
     later = collect(_tiny_cfg(tmp_path, rounds=(8, 16)), progress=False)
     assert later.measured == 0 and later.skipped_duplicates == 0 and visits == []
     again = collect(_tiny_cfg(tmp_path, programs_per_task=8, retry_exhausted=True), progress=False)
@@ -519,10 +539,14 @@ def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, 
 
 
 def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, monkeypatch):
-    from cdmpp import collect as collect_mod
-    from cdmpp.collect import STAGES, _Task
+    from cdmpp.collect import STAGES
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
+    from cdmpp.collect.store import _Task
 
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
     summary = collect(_tiny_cfg(tmp_path, rounds=(1, 3)), progress=False)
     assert summary.measured == 3
     entry = ds.read_manifest(summary.device_dir)["collections"][-1]
@@ -543,10 +567,14 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     import sys
     import time
 
-    from cdmpp import collect as collect_mod
-    from cdmpp.collect import QuietConfig, _Task
+    from cdmpp.collect import QuietConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
+    from cdmpp.collect.store import _Task
 
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import load_tensor_intrinsics
 
@@ -554,7 +582,7 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     busy_s = 6.0
     # started through a shell that exits at once, so the loop is no descendant of this process
     loop = f"import time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass"
-    real_finish, started = collect_mod._finish_batch, []
+    real_finish, started = loop_mod._finish_batch, []
 
     def finish_beside_a_busy_loop(bench, batch):  # the loop starts once the first batch is built
         if not started:
@@ -565,7 +593,7 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
             assert pid.isdigit()
         return real_finish(bench, batch)
 
-    monkeypatch.setattr(collect_mod, "_finish_batch", finish_beside_a_busy_loop)
+    monkeypatch.setattr(loop_mod, "_finish_batch", finish_beside_a_busy_loop)
     summary = collect(_tiny_cfg(tmp_path, quiet=QuietConfig(settle_s=0.5, max_wait_s=120)), progress=False)
     start = started[0]
     ended = start + busy_s
@@ -616,7 +644,10 @@ def test_a_stop_signal_inside_a_tvm_call_is_recorded_as_stopped_early(tiny_colle
 
     import pytest
 
-    from cdmpp import collect as collect_mod
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
 
     cfg, summary = tiny_collection
     out = tmp_path / "ds"
@@ -627,7 +658,7 @@ def test_a_stop_signal_inside_a_tvm_call_is_recorded_as_stopped_early(tiny_colle
         requests.append(15)
         raise RuntimeError("signal 15 inside a TVM callback")
 
-    monkeypatch.setattr(collect_mod._Collection, "visit", visit)
+    monkeypatch.setattr(loop_mod._Collection, "visit", visit)
     with pytest.raises(RuntimeError, match="signal 15"):
         collect(dataclasses.replace(cfg, out_dir=out, programs_per_task=8), progress=False,
                 should_stop=lambda: bool(requests))
@@ -636,12 +667,13 @@ def test_a_stop_signal_inside_a_tvm_call_is_recorded_as_stopped_early(tiny_colle
 
 
 def test_a_stage_nested_in_another_counts_for_itself_only(monkeypatch):
-    from cdmpp import collect as collect_mod
+    import time
+
     from cdmpp.collect import StageClock
 
     clock = StageClock()
     ticks = iter([0.0, 1.0, 3.0, 10.0, 20.0, 21.0])  # outer in, inner in, inner out, outer out; a plain stage
-    monkeypatch.setattr(collect_mod.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
     with clock.stage("evolutionary search"):
         with clock.stage("cost model features"):
             pass
@@ -660,7 +692,12 @@ def test_build_workers_pause_for_timings_and_a_build_stops_at_its_cpu_time_limit
     import psutil
 
     from cdmpp.collect import PooledBuilder
-    from cdmpp.tvm_compat import BuilderInput, Target, build_for_measurement, export_shared_library
+    from cdmpp.tvm_compat import (
+        BuilderInput,
+        Target,
+        build_for_measurement,
+        export_shared_library,
+    )
 
     target = Target({"kind": "llvm", "num-cores": 1})
     mod = _matmul_module()
@@ -700,7 +737,12 @@ def test_closing_the_builder_while_builds_run_ends_every_worker_without_error():
     import psutil
 
     from cdmpp.collect import PooledBuilder
-    from cdmpp.tvm_compat import BuilderInput, Target, build_for_measurement, export_shared_library
+    from cdmpp.tvm_compat import (
+        BuilderInput,
+        Target,
+        build_for_measurement,
+        export_shared_library,
+    )
 
     target = Target({"kind": "llvm", "num-cores": 1})
     mod = _matmul_module()
@@ -729,10 +771,13 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
     timed, and every timing finds the build workers stopped."""
     import psutil
 
-    from cdmpp import collect as collect_mod
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
 
     events = []
-    real_submit, real_finish, real_run = collect_mod._submit_batch, collect_mod._finish_batch, collect_mod._run_batch
+    real_submit, real_finish, real_run = loop_mod._submit_batch, loop_mod._finish_batch, timing_mod._run_batch
 
     def submit(bench, fresh):
         events.append(("submit", len(fresh)))
@@ -755,9 +800,9 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
         assert all(s in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) for s in states), states
         return real_run(bench, items, bounds)
 
-    monkeypatch.setattr(collect_mod, "_submit_batch", submit)
-    monkeypatch.setattr(collect_mod, "_finish_batch", finish)
-    monkeypatch.setattr(collect_mod, "_run_batch", run)
+    monkeypatch.setattr(loop_mod, "_submit_batch", submit)
+    monkeypatch.setattr(loop_mod, "_finish_batch", finish)
+    monkeypatch.setattr(timing_mod, "_run_batch", run)
     summary = collect(_tiny_cfg(tmp_path, max_tasks_per_network=2), progress=False)
     assert summary.measured == 4 and summary.failed == 0
     assert [e for e, _ in events] == ["submit", "submit", "time", "time"]
@@ -766,10 +811,14 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
 
 
 def test_adaptive_repeats_stop_early_only_when_the_first_repeats_agree(tmp_path, monkeypatch):
-    from cdmpp import collect as collect_mod
-    from cdmpp.collect import MeasureConfig, _Task
+    from cdmpp.collect import MeasureConfig
+    from cdmpp.collect import loop as loop_mod
+    from cdmpp.collect import sampling as sampling_mod
+    from cdmpp.collect import store as store_mod
+    from cdmpp.collect import timing as timing_mod
+    from cdmpp.collect.store import _Task
 
-    monkeypatch.setattr(collect_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
     # any spread is small enough and any program slow enough: every program stops after 2 repeats
     early = MeasureConfig(repeat=6, adaptive_repeats=2, adaptive_min_s=0.0, adaptive_max_spread=10.0)
     s = collect(_tiny_cfg(tmp_path / "early", programs_per_task=3, measure=early), progress=False)
@@ -842,7 +891,11 @@ def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
 
 
 def test_collect_benchmark_names_its_paths_and_compares_each_of_this_collectors_rows(tmp_path):
-    from cdmpp.bench.collect_rate import CollectBenchmarkConfig, format_collect_benchmark, run_collect_benchmark
+    from cdmpp.bench.collect_rate import (
+        CollectBenchmarkConfig,
+        format_collect_benchmark,
+        run_collect_benchmark,
+    )
 
     rows = [
         {"path": "plain TVM", "measured": 400, "per_min": 100.0},
@@ -857,3 +910,30 @@ def test_collect_benchmark_names_its_paths_and_compares_each_of_this_collectors_
         run_collect_benchmark(CollectBenchmarkConfig(paths=("plain", "fastest")), tmp_path)
     with pytest.raises(InputError, match="baseline revision"):
         run_collect_benchmark(CollectBenchmarkConfig(paths=("baseline",)), tmp_path)
+
+
+def test_collect_config_rejects_unusable_settings_for_python_callers_too(tmp_path):
+    from cdmpp.collect import CollectConfig, MeasureConfig, QuietConfig, RPCSettings
+
+    ok = dict(networks=["dcgan-b1"], out_dir=tmp_path)
+    for bad, match in [
+        (dict(rounds=(64, 32)), "increasing"),
+        (dict(rounds=(0, 32)), "positive"),
+        (dict(networks=[]), "no networks"),
+        (dict(batch_size=0), "at least 1"),
+        (dict(evolutionary_fraction=1.5), r"\[0, 1\]"),
+        (dict(tasks_in_flight=3), "1 or 2"),
+        (dict(gpu=True, disable_avx512=True), "CPU device"),
+    ]:
+        with pytest.raises(InputError, match=match):
+            CollectConfig(**{**ok, **bad})
+    assert CollectConfig(**ok, rounds=[32, 64]).rounds == (32, 64)
+    with pytest.raises(InputError, match="HOST:PORT"):
+        RPCSettings.from_address("nowhere", "key")
+    with pytest.raises(InputError, match="device key"):
+        RPCSettings.from_address("127.0.0.1:9190", None)
+    assert RPCSettings.from_address("127.0.0.1:9190", "k").tracker_port == 9190
+    with pytest.raises(InputError, match="repeat"):
+        MeasureConfig(repeat=0)
+    with pytest.raises(InputError, match="max_other_cores"):
+        QuietConfig(max_other_cores=-1)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
+from cdmpp.errors import InputError, UnknownNetworkError
 
 COST_MODELS = ("xgb", "cdmpp", "random")
 WEIGHTS_FILE = "task_weights.json"
@@ -122,7 +122,7 @@ def _tuned(guard, work_dir: Path, tune) -> dict:
         whole run, in cores, building and search included) and ``retimed_batches``
         (timing batches the guard timed again because another process was busy).
     """
-    from cdmpp.collect import _build_tmpdir  # pylint: disable=import-outside-toplevel
+    from cdmpp.collect.machine import _build_tmpdir  # pylint: disable=import-outside-toplevel
 
     retimed, t0, start = guard.retimed, time.perf_counter(), guard.snapshot()
     with _build_tmpdir(work_dir / "tmp"):
@@ -139,9 +139,8 @@ def _search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
     # pylint: disable=import-outside-toplevel
     from cdmpp.collect import MeasureConfig, quiet_runner
-    from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement
-
     from cdmpp.serve.cost_model import CdmppCostModel
+    from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement
 
     m = MeasureConfig()
     return {
@@ -482,7 +481,7 @@ def ratio_summary(
     def mean_or_none(v):
         return float(np.mean(v)) if v else None
 
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"
     head = ["cost model", "seed", "tasks", *(f"after {k}" for k in at), f"reached in {max(at)}"]
     head += [f"wall to {max(at)} trials, s"] if walls is not None else []
     body = []
@@ -608,7 +607,14 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     from cdmpp.collect import QuietConfig, QuietGuard
     from cdmpp.device import local_cpu
     from cdmpp.estimate import relax_tasks
-    from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms, relax_module_and_params_from_torch, structural_hash
+    from cdmpp.tvm_compat import (
+        Target,
+        load_tensor_intrinsics,
+        ms,
+        relax_module_and_params_from_torch,
+        structural_hash,
+    )
+
     from .truth_check import compile_and_time
 
     spec = zoo.get_network(cfg.network)

@@ -1,0 +1,363 @@
+"""The collection loop: every task of every network, round after round, two tasks in flight."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from cdmpp.errors import InputError
+
+from .. import dataset as ds
+from ..device import DeviceUnavailableError, local_cpu, local_gpu
+from .config import CollectConfig, CollectSummary, MachineBusyError
+from .machine import PooledBuilder, StageClock, _build_tmpdir, _note
+from .sampling import _plan_tasks, _tune_context, sampling_threads
+from .store import (
+    _manifest,
+    _mark_phase,
+    _mark_tasks,
+    _program_key,
+    _Store,
+    _Task,
+    _task_seed,
+)
+from .timing import _finish_batch, _make_bench, _submit_batch
+
+
+class _Collection:
+    """One ``collect`` call: its store, manifest, bench and counts; visits tasks one by one."""
+
+    def __init__(self, cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress=True):
+        self.cfg, self.device, self.dir, self.progress = cfg, device, device_dir, progress
+        self.store, self.manifest, self.bench, self.workloads = store, manifest, bench, workloads
+        self.should_stop = should_stop
+        self.measured = self.failed = self.dups = self.task_errors = 0
+        self.stopped = False
+        self.bar = None
+        self._last_pack = time.time()
+        self._models: dict[str, object] = {}  # each task's evolutionary-phase XGBModel, by workload key
+
+    def stop_requested(self) -> bool:
+        return self.should_stop is not None and bool(self.should_stop())
+
+    def exhausted(self, key: str) -> bool:
+        """Whether an earlier visit found this workload's design space used up."""
+        return any(t.get("workload_key") == key and "space_exhausted_at" in t for t in self.manifest["tasks"])
+
+    def visit(self, task: _Task, goal: int):
+        """Sample, measure and record programs of one task until it has ``goal`` (or its space runs out).
+
+        A generator: it yields each batch of fresh ``(candidate, program_key)`` pairs to
+        measure and is sent back their :func:`_finish_batch` results, so that
+        :meth:`run_round` can build one task's batch while another task samples."""
+        key, wl, cfg = task.workload_key, self.workloads[task.workload_key], self.cfg
+        need = goal - self.store.done.get(key, 0)
+        self.bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
+        earlier_failures = self.store.failed.get(key, 0) if cfg.retry_failed else 0
+        with self.bench.clock.stage("de-duplication"):
+            seen = (set() if cfg.retry_failed else set(self.store.failed_keys.get(key, set()))) | (
+                self.store.measured_program_keys(wl, key) if self.store.done.get(key) else set()
+            )
+        n_random = goal - round(goal * cfg.evolutionary_fraction)
+        seed = _task_seed(cfg.seed, key, self.store.done.get(key, 0))
+        for phase in ("random", "evolutionary"):
+            if need <= 0 or self.stop_requested():
+                break
+            done = self.store.done.get(key, 0)
+            if phase == "random":
+                want = min(need, n_random - done)
+                if want <= 0:
+                    continue
+            elif not done or cfg.evolutionary_fraction <= 0:  # random only, or nothing to learn from
+                break
+            else:
+                want = need
+                _mark_phase(self.manifest, self.dir, task, done)
+            if (yield from self._phase(task, wl, phase, want, seen, seed, goal, earlier_failures)):
+                _mark_tasks(self.manifest, self.dir, key, "space_exhausted_at", self.store.done.get(key, 0), True)
+                break
+            need = goal - self.store.done.get(key, 0)
+        if need > 0 and not self.stop_requested():  # the design space ran out of distinct programs
+            self.bar.total -= need
+            self.bar.refresh()
+
+    def _phase(self, task, wl, phase, want, seen, seed, goal, earlier_failures):
+        """One sampling phase of a task, a generator as :meth:`visit`; returns whether a whole
+        batch was already seen (space used up)."""
+        from ..tvm_compat import TuningRecord, ms  # pylint: disable=import-outside-toplevel
+
+        cfg, key, clock = self.cfg, task.workload_key, self.bench.clock
+        sampling = "random sampling" if phase == "random" else "evolutionary search"
+        with clock.stage("cost model training" if phase != "random" else sampling):
+            ctx, cost_model = _tune_context(
+                task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population,
+                self._models.get(key), clock, sampling_threads(self.device.cores, cfg.tasks_in_flight),
+            )
+        if cost_model is not None:  # it learns each batch timed below; later rounds of this run reuse it
+            self._models[key] = cost_model
+        with clock.stage(sampling):
+            ctx.pre_tuning(
+                max_trials=want * 4,
+                num_trials_per_iter=cfg.batch_size,
+                database=self.store.db if cost_model is not None else None,
+                cost_model=cost_model,
+            )
+        attempts, exhausted = 0, False
+        give_up = max(8, goal // 4)  # failures with no success: the task cannot run here
+        while want > 0 and attempts < goal * 4 and not self.stop_requested():
+            if self.store.failed.get(key, 0) - earlier_failures >= give_up and not self.store.done.get(key):
+                break
+            with clock.stage(sampling):
+                cands = ctx.generate_measure_candidates()
+            if not cands:
+                break
+            attempts += len(cands)
+            fresh = self._fresh(cands, seen)
+            if not fresh:  # a whole round of programs already seen: the space is used up
+                exhausted = True
+                break
+            batch = yield fresh[:want]
+            results = self._record(task, wl, batch, TuningRecord)
+            want -= len(results)
+            outcome = [results.get(id(c), ms.runner.RunnerResult(None, "not measured")) for c in cands]
+            with clock.stage(sampling):
+                ctx.notify_runner_results(cands, outcome)
+            if cost_model is not None and results:  # only what was timed in this batch
+                with clock.stage("cost model training"):
+                    timed = [c for c in cands if id(c) in results]
+                    cost_model.update(ctx, timed, [results[id(c)] for c in timed])
+        with clock.stage(sampling):
+            ctx.post_tuning()
+        return exhausted
+
+    def _fresh(self, cands: list, seen: set) -> list:
+        """The candidates not measured (or failed) before, with their program keys."""
+        fresh = []
+        with self.bench.clock.stage("de-duplication"):
+            for c in cands:
+                pk = _program_key(c.sch.mod)
+                if pk in seen:
+                    self.dups += 1
+                    continue
+                seen.add(pk)
+                fresh.append((c, pk))
+        return fresh
+
+    def _record(self, task: _Task, wl, batch: list, record_type) -> dict:
+        """Store a measured batch: records and failures; returns runner results of the successes by candidate id."""
+        from ..tvm_compat import ms  # pylint: disable=import-outside-toplevel
+
+        results = {}
+        interrupted = self.stop_requested()
+        with self.bench.clock.stage("writing"):
+            for c, pk, secs, stage, error in batch:
+                record = record_type(c.sch.trace, wl, secs, self.bench.target, c.args_info)
+                if secs is None and interrupted:
+                    continue  # the stop signal may have killed its worker: measure it again next time
+                if secs is None:
+                    self.store.add_failure(task, pk, stage, error, record)
+                    self.failed += 1
+                    continue
+                self.store.add_record(record, task.workload_key, pk)
+                self.measured += 1
+                self.bar.update(1)
+                results[id(c)] = ms.runner.RunnerResult(secs, None)
+        return results
+
+    def task_failed(self, task: _Task, err: Exception) -> None:
+        """Keep one task's TVM error in the manifest; the collection goes on."""
+        self.task_errors += 1
+        message = f"{type(err).__name__}: {err}"
+        self.manifest["collections"][-1].setdefault("task_errors", []).append(
+            {
+                "network": task.network,
+                "task_name": task.task_name,
+                "workload_key": task.workload_key,
+                "error": message[-4000:],
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        )
+        ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
+        _note(
+            f"{task.network}:{task.task_name}: skipped after {message.splitlines()[0][:200]} "
+            "(kept in the manifest; the next collection tries it again)"
+        )
+
+    def checkpoint(self, final: bool) -> None:
+        """Write the manifest's counts, stage times and guard figures so far and, when asked to, the packed files."""
+        entry = self.manifest["collections"][-1]
+        entry.update({"measured": self.measured, "failed": self.failed, "stage_seconds": self.bench.clock.to_json()})
+        if isinstance(self.bench.builder, PooledBuilder):
+            entry["build_seconds"] = self.bench.builder.to_json()
+        if self.bench.guard is not None:
+            entry["quiet_machine"] = self.bench.guard.to_json()
+        if final:
+            entry.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "stopped_early": self.stopped})
+        ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
+        if self.cfg.pack_every_s is not None:
+            ds.pack(self.dir)
+
+    def maybe_pack(self) -> None:
+        """Between tasks (no timing in flight): the periodic checkpoint of ``pack_every_s``."""
+        if self.cfg.pack_every_s is not None and time.time() - self._last_pack >= self.cfg.pack_every_s:
+            self.checkpoint(final=False)
+            self._last_pack = time.time()
+
+    def _advance(self, task: _Task, goal: int, steps, measured, inflight: list) -> None:
+        """Run one task's visit (``steps``; ``None``: start it) until it asks for its next batch
+        (queued for building and appended to ``inflight``) or ends; a TVM error ends only
+        that task."""
+        try:
+            steps = self.visit(task, goal) if steps is None else steps
+            fresh = steps.send(measured)
+        except StopIteration:
+            return
+        except MachineBusyError:
+            raise  # the machine, not the task: stop, every finished record is stored
+        except Exception as err:
+            if self.stop_requested():
+                raise  # a stop signal that landed inside a TVM callback
+            self.task_failed(task, err)
+            return
+        inflight.append((task, steps, _submit_batch(self.bench, fresh)))
+
+    def run_round(self, tasks: list[_Task], goal: int) -> None:
+        """Visit every task once, towards ``goal`` programs each.
+
+        With ``tasks_in_flight`` 2, two tasks are in flight at a time: while one task's
+        batch builds on the worker processes, the other samples its next batch (or records
+        its last), and a batch is timed only once its own builds are done, with every build
+        worker paused, so that sampling and building overlap but nothing runs beside a
+        timing."""
+        from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
+        todo = {}
+        for t in tasks:
+            # a used-up space still holds the failed programs that retry_failed times again
+            if not self.exhausted(t.workload_key) or self.cfg.retry_exhausted or self.cfg.retry_failed:
+                todo.setdefault(t.workload_key, t)
+        total = len(todo) * goal
+        already = sum(min(self.store.done.get(k, 0), goal) for k in todo)
+        desc = f"{self.device.device_id} to {goal}/task"
+        self.bar = tqdm(total=total, initial=already, disable=not self.progress, unit="prog", desc=desc, smoothing=0.05)
+        waiting = iter(todo.items())
+        inflight: list = []
+        try:
+            while not self.stop_requested():
+                while len(inflight) < self.cfg.tasks_in_flight and not self.stop_requested():
+                    nxt = next(((k, t) for k, t in waiting if goal - self.store.done.get(k, 0) > 0), None)
+                    if nxt is None:
+                        break
+                    self.maybe_pack()
+                    self._advance(nxt[1], goal, None, None, inflight)
+                if not inflight or self.stop_requested():
+                    break
+                task, steps, submitted = inflight.pop(0)
+                self._advance(task, goal, steps, _finish_batch(self.bench, submitted), inflight)
+        finally:
+            for _, steps, _ in inflight:  # batches not timed: their programs are sampled again next time
+                steps.close()
+            self.bar.close()
+            # also when a stop signal ends the round with an exception (one landing in a TVM call)
+            self.stopped = self.stop_requested()
+
+
+def collect(
+    cfg: CollectConfig, progress: bool = True, should_stop: Callable[[], bool] | None = None
+) -> CollectSummary:
+    """Measure programs of the given networks' tasks on the local CPU; resumable.
+
+    Args:
+        cfg: what to collect and how to measure it.
+        progress: show a progress bar with an ETA on stderr.
+        should_stop: polled between measurement batches; when it returns True the
+            collection ends after the batch in flight, with every finished record stored
+            (``cdmpp collect`` sets it on the first Ctrl-C).
+
+    Returns:
+        Counts of what this call added (``stopped`` tells whether ``should_stop`` ended
+        it), and the wall seconds of each stage (``stage_seconds``).
+
+    Raises:
+        KeyError: an unknown network name.
+        InputError: ``cfg.evolutionary_fraction`` above 0 without the xgboost package, or
+            ``cfg.tasks_in_flight`` other than 1 or 2 (nothing is written).
+        DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU, or no CUDA compiler (nvcc or
+            NVRTC), on this host (nothing is written).
+        MachineBusyError: the quiet-machine guard waited longer than ``cfg.quiet.max_wait_s``
+            (every record finished before is stored).
+    """
+    # pylint: disable=import-outside-toplevel
+    from dataclasses import replace
+
+    from .. import networks as zoo
+    from ..tvm_compat import Target, configure_cuda_compiler, load_tensor_intrinsics
+
+    for n in cfg.networks:
+        zoo.get_network(n)  # fail early on a bad name
+    if cfg.tasks_in_flight not in (1, 2):
+        raise InputError(f"tasks_in_flight must be 1 or 2, got {cfg.tasks_in_flight}")
+    if cfg.evolutionary_fraction > 0 and importlib.util.find_spec("xgboost") is None:
+        # else every task fails at its first evolutionary batch (a GPU host without xgboost did)
+        raise InputError(
+            f"evolutionary_fraction {cfg.evolutionary_fraction} needs the xgboost package (MetaSchedule's XGBModel "
+            "guides the evolutionary phase), which this Python lacks: install it, or collect random samples only "
+            "(--evolutionary-fraction 0)"
+        )
+    start = time.time()
+    compile_mode = None
+    if cfg.gpu:
+        device = local_gpu(num_cores=cfg.num_cores)  # raises before anything is written
+        try:
+            compile_mode = configure_cuda_compiler()
+        except RuntimeError as err:
+            raise DeviceUnavailableError(str(err)) from err
+        cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
+    else:
+        device = local_cpu(cfg.num_cores, cfg.disable_avx512)
+    if cfg.rpc is not None:  # the RPC runner's evaluator is MetaSchedule's: every repeat
+        cfg = replace(cfg, measure=replace(cfg.measure, adaptive_repeats=None))
+    target = Target(device.target)
+    device_dir = Path(cfg.out_dir) / device.device_id
+    store = _Store(device_dir)
+    clock = StageClock()
+    every, visit, workloads = _plan_tasks(cfg, device_dir, store, target, clock)
+    manifest = _manifest(device, cfg, ds.read_manifest(device_dir), every)
+    manifest["collections"].append(
+        {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "networks": cfg.networks,
+            "measurement": asdict(cfg.measure),
+            "seed": cfg.seed,
+            "rounds": list(cfg.goals),
+            "evolutionary_population": cfg.evolutionary_population,
+            "tasks_in_flight": cfg.tasks_in_flight,
+            # runs without this field seeded each task from the base seed and its workload key only
+            "task_seed": "base seed, workload key and the task's programs measured before the visit",
+            "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
+        }
+    )
+    if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
+        manifest["collections"][-1]["cuda_compile_mode"] = compile_mode
+    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+    with _build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
+        load_tensor_intrinsics(target)
+        bench = _make_bench(cfg, device, target, clock, tmp)
+        run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
+        try:
+            for goal in cfg.goals:
+                run.run_round(visit, goal)
+                if run.stopped:
+                    break
+        finally:
+            try:
+                bench.close()
+            finally:  # the manifest's end of this collection, even when closing fails
+                run.checkpoint(final=True)
+    return CollectSummary(
+        device.device_id, device_dir, run.measured, run.failed, run.dups, time.time() - start, run.stopped,
+        run.task_errors, clock.to_json(),
+    )

@@ -1,0 +1,167 @@
+"""Tasks and their schedules: task extraction, random and evolutionary sampling (MetaSchedule's tune context)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from .. import dataset as ds
+from ..device import DeviceDescriptor
+from .config import CollectConfig
+from .machine import StageClock
+from .store import _known_tasks, _Store, _Task
+
+
+def extract_network_tasks(network: str, target) -> list[_Task]:
+    """The MetaSchedule tuning tasks of a zoo network, with weights and FLOPs."""
+    from .. import networks as zoo  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch
+
+    spec = zoo.get_network(network)
+    mod = relax_module_from_torch(spec.build(), spec.example_inputs(), target)
+    tasks = []
+    for t in extract_tasks(mod, target):
+        sub = t.dispatched[0]
+        try:
+            flops = float(estimate_tir_flops(sub))
+        except Exception:
+            flops = 0.0
+        tasks.append(_Task(network, str(t.task_name), int(t.weight), flops, sub))
+    return tasks
+
+
+def _timed_per_store_feature(clock: StageClock):
+    """MetaSchedule's ``PerStoreFeature`` (XGBModel's default features, the same values),
+    its time counted as the ``"cost model features"`` stage of ``clock``."""
+    from ..tvm_compat import derived_object, ms  # pylint: disable=import-outside-toplevel
+
+    @derived_object
+    class TimedPerStoreFeature(ms.feature_extractor.PyFeatureExtractor):
+        def __init__(self):
+            super().__init__()
+            self.inner = ms.feature_extractor.PerStoreFeature()
+
+        def extract_from(self, context, candidates):
+            with clock.stage("cost model features"):
+                return self.inner.extract_from(context, candidates)
+
+    return TimedPerStoreFeature()
+
+
+def sampling_threads(cores: int, tasks_in_flight: int) -> int:
+    """Threads of a task's search (and its XGBoost) while ``tasks_in_flight - 1`` other
+    tasks' batches build: every core for one task at a time, else half of them (at least
+    one), so that the sampling and the build workers share the cores.
+
+    On 2 cores that is 1 (two sampling threads only spun against the builders: XGBoost
+    training went from 1.9 s to 16.1 s); on a 16-core GPU host it is 8 (one thread made
+    CUDA random sampling, which rejects most draws in ``VerifyGPUCode``, 9x slower per
+    program than 16 threads and 90% of the wall time)."""
+    return cores if tasks_in_flight <= 1 else max(1, cores // 2)
+
+
+def _tune_context(
+    task: _Task, target, device: DeviceDescriptor, phase: str, seed: int, store: _Store, workload, population: int,
+    cost_model=None, clock: StageClock | None = None, threads: int | None = None,
+):
+    """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random).
+
+    ``cost_model``: the task's XGBModel from an earlier visit of this run, which has learnt
+    every program of the task measured so far; ``None`` makes a new one and trains it on
+    them (replaying each record's trace for its features).  ``threads``: threads of the
+    search and of XGBoost (``None``: all cores; see :func:`sampling_threads`)."""
+    threads = threads or device.cores
+    from ..tvm_compat import ms  # pylint: disable=import-outside-toplevel
+
+    if phase == "random":
+        strategy, cost_model = ms.search_strategy.ReplayTrace(max_fail_count=64), None
+    else:
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=population, init_min_unmeasured=min(32, population // 2)
+        )
+    fresh_model = phase != "random" and cost_model is None
+    if fresh_model:
+        extractor = _timed_per_store_feature(clock) if clock is not None else "per-store-feature"
+        cost_model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, verbose_eval=1 << 30,
+                                            num_tuning_cores=threads)
+    ctx = ms.TuneContext(
+        task.mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=strategy,
+        task_name=task.task_name,
+        rand_state=seed,
+        num_threads=threads,
+    )
+    if fresh_model:  # learn from every program of the task measured so far
+        records = store.db.get_top_k(workload, 1 << 30)
+        cands = [r.as_measure_candidate() for r in records]
+        cost_model.update(ctx, cands, [ms.runner.RunnerResult(r.run_secs, None) for r in records])
+    return ctx, cost_model
+
+
+def _plan_tasks(cfg: CollectConfig, device_dir: Path, store: _Store, target, clock: StageClock):
+    """Every task of the networks (from the manifest, or extracted), filed under its workload.
+
+    Returns:
+        ``(tasks of all networks, the tasks to visit in round-robin order over networks,
+        workload by key)``.
+    """
+    per_network = []
+    known = _known_tasks(ds.read_manifest(device_dir), device_dir)
+    with clock.stage("task extraction"):
+        for n in cfg.networks:
+            per_network.append(known.get(n) or extract_network_tasks(n, target))
+    workloads = {}
+    with clock.stage("writing"):
+        for t in itertools.chain.from_iterable(per_network):  # every task is listed, measured or not
+            wl, t.workload_key = store.workload(t.mod)
+            workloads[t.workload_key] = wl
+            # Structural equality ignores block and buffer names, so tasks of two networks can
+            # share one workload whose module names its blocks differently (``lv229_red`` and
+            # ``lv239_red``).  Sample on the workload's own module, so that every stored schedule
+            # trace replays on the workload it is filed under.
+            t.mod = wl.mod
+    every = list(itertools.chain.from_iterable(per_network))
+    if cfg.max_tasks_per_network is not None:
+        per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
+    # round-robin over networks, so that a collection stopped early covers every network
+    visit = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
+    return every, visit, workloads
+
+
+def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
+    """Uniform random schedules of one task's design space, not measured (the collector's
+    random phase: ``ReplayTrace`` over MetaSchedule's post-order-apply space).
+
+    Works for any target TVM can generate code for, so CUDA programs can be sampled,
+    featurized and built on a machine without the GPU; only timing them needs it.
+
+    Args:
+        mod: the task's workload, an IRModule with one PrimFunc.
+        target: TVM ``Target`` (or dict / tag) whose default schedule rules span the space.
+        count: schedules wanted; fewer come back when the space has fewer distinct ones.
+        seed: random seed of the sampling.
+
+    Returns:
+        Up to ``count`` ``Schedule`` objects (``.mod`` the scheduled IRModule, ``.trace``
+        its schedule trace).
+    """
+    # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import Target, load_tensor_intrinsics, ms
+
+    target = target if isinstance(target, Target) else Target(target)
+    load_tensor_intrinsics(target)
+    ctx = ms.TuneContext(
+        mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=64),
+        task_name="sample",
+        rand_state=seed,
+        num_threads=1,
+    )
+    ctx.pre_tuning(max_trials=count, num_trials_per_iter=count, database=None, cost_model=None)
+    cands = ctx.generate_measure_candidates() or []
+    ctx.post_tuning()
+    return [c.sch for c in cands][:count]
