@@ -251,59 +251,31 @@ def _several_devices(dataset: Path) -> bool:
 
 
 def _cmd_train(args) -> int:
-    from .train.evaluate import format_table, train_and_compare  # pylint: disable=import-outside-toplevel
+    from .train.config import TrainData  # pylint: disable=import-outside-toplevel
+    from .train.train import train  # pylint: disable=import-outside-toplevel
 
-    holdout = None if args.holdout in (None, "none") else args.holdout
     mcfg, tcfg = _model_configs(args)
-    datasets = [Path(d) for d in args.dataset]
-    if len(datasets) > 1 or _several_devices(datasets[0]):
-        from .train.devices import format_device_table, train_device_model  # pylint: disable=import-outside-toplevel
-
-        if args.pool or args.benchmark_table:
-            print("error: --pool and --benchmark-table take one device folder as --dataset", file=sys.stderr)
-            return 2
-        rows = train_device_model(
-            datasets,
-            holdout,
-            Path(args.out),
-            mcfg,
-            tcfg,
-            Path(args.cache),
-            tuple(args.exclude_device or ()),
-            use_wandb=not args.no_wandb,
-            split=args.split,
-            cmd_target=Path(args.cmd_target) if args.cmd_target else None,
-        )
-        print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
-        if rows:
-            what = {"network": f"held-out network {holdout}", "within-task": "within-task test programs",
-                    "cdmpp": f"CDMPP's protocol, held-out network {holdout}"}[args.split]
-            print(format_device_table(rows, f"{what} ({', '.join(args.dataset)})"))
-        return 0
-    if args.exclude_device or args.split != "network":
-        print("error: --exclude-device and --split need a dataset with several device folders", file=sys.stderr)
-        return 2
-    rows = train_and_compare(
-        datasets[0],
-        holdout,
-        Path(args.out),
-        mcfg,
-        tcfg,
-        Path(args.cache),
-        use_wandb=not args.no_wandb,
-        benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
-        cmd_target=Path(args.cmd_target) if args.cmd_target else None,
+    data = TrainData(
+        datasets=[Path(d) for d in args.dataset],
+        holdout=args.holdout,
+        split=args.split,
+        exclude_devices=tuple(args.exclude_device or ()),
         pool=[Path(p) for p in args.pool or []],
+        cmd_target=Path(args.cmd_target) if args.cmd_target else None,
+        benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
+        cache_dir=Path(args.cache),
     )
-    print(f"checkpoint written to {args.out}")
-    if rows:
-        print(format_table(rows, f"held-out network {holdout} ({args.dataset[0]})"))
+    result = train(data, Path(args.out), mcfg, tcfg, use_wandb=not args.no_wandb)
+    print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
+    if result.rows:
+        print(result.table())
     return 0
 
 
 def _cmd_evaluate(args) -> int:
     from .predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
-    from .train.evaluate import evaluate_checkpoint, format_table, write_rows  # pylint: disable=import-outside-toplevel
+    from .train.evaluate import evaluate_checkpoint  # pylint: disable=import-outside-toplevel
+    from .train.report import format_device_table, format_table, write_rows  # pylint: disable=import-outside-toplevel
 
     _database_args(args)
     if args.benchmark:
@@ -313,7 +285,7 @@ def _cmd_evaluate(args) -> int:
         return 2
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     if args.dataset and _several_devices(Path(args.dataset)):
-        from .train.devices import evaluate_devices, format_device_table  # pylint: disable=import-outside-toplevel
+        from .train.devices import evaluate_devices  # pylint: disable=import-outside-toplevel
 
         rows, title = evaluate_devices(
             checkpoint,
@@ -352,8 +324,8 @@ def _cmd_finetune(args) -> int:
     # pylint: disable=import-outside-toplevel
     print(f"warning: {DEPRECATED['finetune']}", file=sys.stderr)
     from .predictor import DEFAULT_CHECKPOINT
-    from .train.evaluate import adapt_checkpoint, finetune_and_compare, format_table, write_rows
-    from .train.finetune import FineTuneConfig
+    from .train.finetune import FineTuneConfig, adapt_checkpoint, finetune_and_compare
+    from .train.report import format_table, write_rows
 
     cfg = FineTuneConfig(
         shots=args.shots, selection=args.selection, method=args.method, epochs=args.epochs, seed=args.seed

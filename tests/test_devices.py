@@ -12,21 +12,21 @@ AVX2 = "cpu-intel_xeon_processor-emeraldrapids-avx2"
 
 @pytest.fixture(scope="module")
 def device_checkpoint(two_device_dataset, tmp_path_factory):
-    from cdmpp.train.devices import train_device_model
-    from cdmpp.train.lightning import TrainConfig
     from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.train import train
 
     out = tmp_path_factory.mktemp("ckpt") / "two"
-    rows = train_device_model(
-        two_device_dataset,
-        "dcgan-b1",
+    result = train(
+        TrainData([two_device_dataset], "dcgan-b1"),
         out,
         ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8),
         TrainConfig(epochs=3, batch_size=16),
         use_wandb=False,
         progress=False,
     )
-    return out, rows
+    assert result.by_device
+    return out, result.rows
 
 
 def test_descriptor_target_match_and_nearest_device():
@@ -363,9 +363,13 @@ def test_several_dataset_folders_pool_their_devices_once(two_device_dataset, tmp
 
 def test_cmd_toward_the_left_out_device_reads_its_programs_but_never_trains_on_them(two_device_dataset, tmp_path):
     from cdmpp.errors import InputError
-    from cdmpp.train.devices import train_device_model
-    from cdmpp.train.lightning import TrainConfig
     from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.train import train
+
+    def train_device_model(root, holdout, out, mcfg, tcfg, cache, exclude, cmd_target=None, **kw):
+        data = TrainData([root], holdout, exclude_devices=exclude, cmd_target=cmd_target, cache_dir=cache)
+        return train(data, out, mcfg, tcfg, **kw)
 
     mcfg = ModelConfig(d_model=16, n_heads=2, ff_dim=32, n_layers=1, device_dim=4)
     cmd = TrainConfig(epochs=1, batch_size=16, cmd_weight=0.5)

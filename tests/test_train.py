@@ -220,3 +220,23 @@ def test_thin_training_keeps_a_share_of_each_task_and_leaves_validation_and_test
     assert thin_training(split, workload, 1.0) is split
     with pytest.raises(InputError, match="train_share must be in"):
         TrainConfig(train_share=0)
+
+
+def test_train_data_rejects_options_that_do_not_fit_the_data(tmp_path):
+    from cdmpp.errors import InputError
+    from cdmpp.train.config import TrainData
+
+    with pytest.raises(InputError, match="no dataset"):
+        TrainData([])
+    with pytest.raises(InputError, match="split must be one of"):
+        TrainData([tmp_path], split="random")
+    with pytest.raises(InputError, match="holds out a network"):
+        TrainData([tmp_path], split="cdmpp")
+    assert TrainData(tmp_path, holdout="none").holdout is None and TrainData(tmp_path).datasets == [tmp_path]
+    with pytest.raises(InputError, match="one device folder"):
+        TrainData([tmp_path], pool=[tmp_path / "other"]).check(several=True)
+    with pytest.raises(InputError, match="several device folders"):
+        TrainData([tmp_path], exclude_devices=("cpu-x",)).check(several=False)
+    with pytest.raises(InputError, match="several device folders"):
+        TrainData([tmp_path], split="within-task").check(several=False)
+    TrainData([tmp_path], split="within-task").check(several=True)  # fits: no error

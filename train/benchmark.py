@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
-from .evaluate import load_featurized, task_weights
+from .evaluate import load_featurized
+from .report import task_weights
 from .fit import fit_transformer, predict_latency_array
 from .lightning import TrainConfig, cmd_domain_programs
 from .metrics import summary
@@ -147,7 +148,7 @@ def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: 
     for name, split, net in splits:
         if len(split.test) == 0:
             continue
-        weights = task_weights(db.manifest, data.workload_keys, net)
+        weights = task_weights({db.device_id: db.manifest}, data.workload_keys, net)
         true, groups = data.latency[split.test], data.workload[split.test]
         for model_name, fit, predict in _models(cfg, data, split, ablations):
             model, train_s = _timed(fit)

@@ -1,4 +1,5 @@
-"""Training configuration: :class:`TrainConfig` and the words model cards use for it.
+"""Training configuration: :class:`TrainData` (what to learn from), :class:`TrainConfig`
+(optimisation) and the words model cards use for them.
 
 Plain dataclasses and functions, no Lightning, so that a caller can build and check a
 configuration without importing the trainer.
@@ -6,9 +7,77 @@ configuration without importing the trainer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from cdmpp.errors import InputError
+
+
+SPLITS = ("network", "within-task", "cdmpp")
+
+
+@dataclass
+class TrainData:
+    """What :func:`cdmpp.train.train.train` learns from, and how it is split.
+
+    One device folder is trained with its own protocol (held-out network, validation
+    workloads, optional pooling of other devices' programs); a dataset of several
+    device folders, or several datasets, trains one model with a device table over all
+    of them.
+
+    Attributes:
+        datasets: a device folder, a dataset folder of device folders, or several.
+        holdout: the held-out network (zoo name), or ``None``.
+        split: with several devices: ``"network"`` (strict: ``holdout`` out on every
+            device), ``"within-task"`` (TenSet's protocol) or ``"cdmpp"`` (CDMPP's).
+        exclude_devices: with several devices: device ids left out of training.
+        pool: with one device folder: other devices' folders whose measured programs
+            join training (labels as measured, no device feature).
+        cmd_target: a device folder whose programs (features only) are the CMD term's
+            target domain (needs ``TrainConfig.cmd_weight > 0``).
+        benchmark_table: with one device folder: a markdown file of ``cdmpp evaluate
+            --benchmark`` embedded in the model card.
+        cache_dir: featurization cache (``None``: none).
+
+    Raises ``InputError`` on construction: no dataset, an unknown split, or a split
+    other than the network split without several devices' worth of options.
+    """
+
+    datasets: list[Path]
+    holdout: str | None = None
+    split: str = "network"
+    exclude_devices: tuple[str, ...] = ()
+    pool: list[Path] = field(default_factory=list)
+    cmd_target: Path | None = None
+    benchmark_table: Path | None = None
+    cache_dir: Path | None = None
+
+    def __post_init__(self):
+        self.datasets = [Path(d) for d in ([self.datasets] if isinstance(self.datasets, (str, Path)) else self.datasets)]
+        self.pool = [Path(p) for p in self.pool]
+        self.exclude_devices = tuple(self.exclude_devices)
+        if self.holdout == "none":
+            self.holdout = None
+        if not self.datasets:
+            raise InputError("no dataset to train on")
+        if self.split not in SPLITS:
+            raise InputError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.split == "cdmpp" and self.holdout is None:
+            raise InputError("the CDMPP protocol holds out a network: give a holdout")
+
+    def several_devices(self) -> bool:
+        """Whether the data holds several device folders (one model with a device table)."""
+        from cdmpp.dataset import device_dirs  # pylint: disable=import-outside-toplevel
+
+        return len(self.datasets) > 1 or len(device_dirs(self.datasets[0])) > 1
+
+    def check(self, several: bool) -> None:
+        """Raise ``InputError`` when an option does not fit the shape of the data."""
+        if several and (self.pool or self.benchmark_table):
+            raise InputError("pool and benchmark_table take one device folder as the dataset")
+        if not several and (self.exclude_devices or self.split != "network"):
+            raise InputError("exclude_devices and a split other than 'network' need a dataset with several "
+                             "device folders")
 
 
 @dataclass

@@ -14,28 +14,27 @@ programs on both sides of any split, whichever device measured them.
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from cdmpp.featurize.batch import (
+    FeaturizedPrograms,
+    cached_device_folder,
+    featurize_database,
+    measured_repeats,
+)
 
-from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp import dataset as ds
 from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
-from cdmpp.featurize.batch import FeaturizedPrograms, cached_device_folder, featurize_database, measured_repeats
+from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp.model import predict_latency_array
 
 from .baselines import TreeBaseline
-from .config import TrainConfig, describe_loss, no_cmd_target
-from .lightning import cmd_domain_programs
 from .metrics import summary
-from cdmpp.model import ModelConfig, predict_latency_array, save_checkpoint
-from .splits import Split, drop_unstable_labels, networks_of, thin_training
-
-BASELINE_FILE = "tree_baseline.json"
-CARD_FILE = "README.md"
+from .report import BASELINE_FILE, task_weights
+from .splits import Split, networks_of
 
 
 @dataclass
@@ -293,257 +292,13 @@ def tree_inputs(data: FeaturizedPrograms, descriptors: np.ndarray, index: np.nda
 
 def device_task_weights(corpus: DeviceCorpus, network: str | None) -> dict[int, float]:
     """Task weight of each (device-qualified) workload index of ``corpus.data``."""
-    index_of = {k: i for i, k in enumerate(corpus.data.workload_keys)}
-    out: dict[int, float] = {}
-    for dev_id, manifest in corpus.manifests.items():
-        for t in manifest.get("tasks", []):
-            i = index_of.get(f"{dev_id}:{t['workload_key']}")
-            if i is not None and (network is None or t["network"] == network):
-                out[i] = out.get(i, 0.0) + float(t["weight"])
-    return out
+    return task_weights(corpus.manifests, corpus.data.workload_keys, network, qualified=True)
 
 
 def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, network: str | None) -> dict[str, dict]:
     """Metric rows (transformer, and the trees when given) of programs ``index``, per device id,
     for a model whose device rows are the corpus's."""
     return _score_remapped(model, tree, corpus, index, network, corpus.data.device, corpus.descriptors())
-
-
-def train_device_model(
-    root: Path | Sequence[Path],
-    holdout: str | None,
-    out: Path,
-    model_config: ModelConfig | None = None,
-    train_config: TrainConfig | None = None,
-    cache_dir: Path | None = None,
-    exclude: tuple[str, ...] = (),
-    use_wandb: bool = True,
-    progress: bool = True,
-    split: str = "network",
-    cmd_target: Path | None = None,
-) -> dict[str, dict]:
-    """Train one transformer (and the tree baseline) over every device folder of ``root``.
-
-    The split is :func:`split_corpus`'s (``split="network"``, holding out ``holdout``)
-    or :func:`split_within_tasks`'s (``split="within-task"``, ``holdout`` unused); the transformer and the trees train on the
-    same programs (the trees see no validation program).  Writes the checkpoint
-    (``model.safetensors``, ``config.json`` with a ``devices`` list in row order),
-    ``tree_baseline.json`` and the model card to ``out``.
-
-    With ``train_config.cmd_weight > 0`` the CMD term (CDMPP, EuroSys 2024, section
-    4.3) matches the pooled program embeddings of the training batches to those of an
-    unlabelled target domain: the programs of ``cmd_target`` when given (a device
-    folder outside training, typically the device left out with ``exclude``; its
-    latencies are never read), else the held-out network's programs (the validation
-    workloads' programs with ``train_config.cmd_domain == "validation"``).
-
-    Args:
-        root: a dataset folder of device folders, or several (:func:`corpus_dirs`).
-        exclude: device ids left out of training (leave-one-device-out).
-        cmd_target: a device folder whose programs are the CMD term's target domain.
-
-    Returns:
-        Metric rows of the held-out network, per device id (empty without ``holdout``).
-
-    Raises:
-        DatasetError, ValueError: bad data, an unknown network, or an empty split;
-            ``cmd_target`` without ``cmd_weight > 0``, ``cmd_weight > 0`` with no
-            target domain, or a ``cmd_target`` device that is in training.
-    """
-    from .evaluate import load_featurized  # pylint: disable=import-outside-toplevel
-    from .fit import fit_transformer  # pylint: disable=import-outside-toplevel
-
-    train_config = train_config or TrainConfig()
-    if cmd_target is not None and train_config.cmd_weight <= 0:
-        raise InputError("a CMD target device needs cmd_weight > 0")
-    corpus = load_corpus(root, cache_dir, tuple(exclude), progress)
-    model_config = dataclasses.replace(model_config or ModelConfig(), num_devices=len(corpus.devices))
-    if split not in ("network", "within-task", "cdmpp"):
-        raise InputError(f"split must be 'network', 'within-task' or 'cdmpp', got {split!r}")
-    filters = None
-    if split == "within-task":
-        holdout = None
-        split_ = split_within_tasks(corpus, seed=train_config.seed)
-    elif split == "cdmpp":
-        if holdout is None:
-            raise InputError("the CDMPP protocol holds out a network: give --holdout")
-        split_, filters = split_cdmpp(corpus, holdout, seed=train_config.seed)
-    else:
-        split_ = split_corpus(corpus, holdout, seed=train_config.seed)
-    split, protocol = thin_training(split_, corpus.data.workload, train_config.train_share, train_config.seed), split
-    split = drop_unstable_labels(split, corpus.repeat_cv, train_config.max_repeat_cv)
-    fit_data, target, target_device = corpus.data, None, None
-    if cmd_target is not None:
-        tdb, tdata = load_featurized(Path(cmd_target), cache_dir, progress)
-        if any(d.device_id == tdb.device_id for d in corpus.devices):
-            raise InputError(
-                f"CMD target device {tdb.device_id} is in training; leave it out (exclude) to adapt toward it"
-            )
-        # its programs follow the corpus's (device row 0, no latency read); the split's indices stay valid
-        tdata = dataclasses.replace(
-            tdata,
-            workload_keys=[f"{tdb.device_id}:{k}" for k in tdata.workload_keys],
-            device=np.zeros(len(tdata), dtype=np.int64),
-        )
-        fit_data = FeaturizedPrograms.concat([corpus.data, tdata])
-        target, target_device = np.arange(len(corpus.data), len(fit_data)), tdb.device_id
-    elif train_config.cmd_weight > 0:
-        target = cmd_domain_programs(train_config, split)
-        if len(target) == 0:
-            raise no_cmd_target(train_config)
-    t0 = time.time()
-    history: list[dict] = []
-    model = fit_transformer(
-        fit_data,
-        split,
-        model_config,
-        train_config,
-        Path(out) / "logs",
-        use_wandb,
-        progress=progress,
-        target=target,
-        history=history,
-        device_descriptors=corpus.descriptors(),
-    )
-    t_model = time.time() - t0
-    t0 = time.time()
-    descriptors = corpus.descriptors()
-    tree = TreeBaseline(seed=train_config.seed).fit(
-        tree_inputs(corpus.data, descriptors, split.train), corpus.data.latency[split.train]
-    )
-    t_tree = time.time() - t0
-    rows = score_by_device(model, tree, corpus, split.test, holdout) if len(split.test) else {}
-    val_rows = score_by_device(model, tree, corpus, split.val, None) if len(split.val) else {}
-    counts = np.bincount(corpus.data.device, minlength=len(corpus.devices) + 1)
-    train_counts = np.bincount(corpus.data.device[split.train], minlength=len(corpus.devices) + 1)
-    meta = {
-        "dataset": dataset_label(root),
-        "devices": [
-            {
-                "row": r,
-                "device_id": d.device_id,
-                "descriptor": d.to_json(),
-                "folder": str(corpus.folders[d.device_id]),
-                "programs": int(counts[r]),
-                "train_programs": int(train_counts[r]),
-            }
-            for r, d in enumerate(corpus.devices, start=1)
-        ],
-        "excluded_devices": list(exclude),
-        "cmd_target_device": target_device,
-        "holdout": holdout,
-        "split": protocol if protocol == "network" else split.holdout,
-        "split_filters": filters,
-        "train_programs": int(len(split.train)),
-        "val_programs": int(len(split.val)),
-        "test_programs": int(len(split.test)),
-        "train_config": asdict(train_config),
-        "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
-        "loss_by_epoch": history,
-        "tree_inputs": "psf_sum+descriptor",
-        "heldout_metrics": rows,
-        "validation_metrics": val_rows,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    save_checkpoint(model, out, meta)
-    tree.save(Path(out) / BASELINE_FILE)
-    (Path(out) / CARD_FILE).write_text(model_card(model_config, meta), encoding="utf-8")
-    return rows
-
-
-def _rows_table(by_device: dict[str, dict]) -> list[str]:
-    lines = [
-        "| device | model | programs | MAPE | <=25% | >2x off | RMSE(log) | tau | top-1 | top-5 | pairwise "
-        "| best p/m | slope | best spd |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for dev, rows in by_device.items():
-        for name, r in rows.items():
-            lines.append(
-                f"| {dev} | {name} | {r['programs']} | {100 * r['mape']:.1f}% | {100 * r['within_25']:.1f}% | "
-                f"{100 * r.get('off_2x', float('nan')):.1f}% | "
-                f"{r['rmse_log']:.3f} | {r['kendall_tau']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | "
-                f"{r.get('pairwise', float('nan')):.3f} | {r.get('best_ratio', float('nan')):.3f} | "
-                f"{r.get('slope', float('nan')):.3f} | {r.get('best_speed', float('nan')):.3f} |"
-            )
-    return lines
-
-
-def model_card(model_config: ModelConfig, meta: dict) -> str:
-    """The model card (markdown) of a checkpoint trained by :func:`train_device_model`."""
-    lines = [
-        "# Model card: cdmpp latency transformer, one model for every measured device",
-        "",
-        "Predicts the latency (seconds) of a scheduled TensorIR PrimFunc on a device, from its compact AST "
-        "(CDMPP, EuroSys 2024, sections 3-4) and the device: a transformer encoder over the leaves' feature "
-        "vectors with a sinusoidal encoding of their pre-order positions, mean-pooled, concatenated with the "
-        "device's vector (a learned embedding plus a linear map of its descriptor), then an MLP head on "
-        "log-latency.",
-        "",
-        "## Devices",
-        "",
-        "| row | device | model | cores | ISA | target | programs | in training |",
-        "| ---: | --- | --- | ---: | --- | --- | ---: | ---: |",
-    ]
-    for d in meta["devices"]:
-        desc = d["descriptor"]
-        lines.append(
-            f"| {d['row']} | `{d['device_id']}` | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
-            f"{desc.get('isa', '?')} | `{json.dumps(desc.get('target', {}))}` | {d['programs']} | {d['train_programs']} |"
-        )
-    lines += [
-        "",
-        "Row 0 is the unknown device: with a device's descriptor it is the zero-shot guess for a device not in "
-        "the table (`cdmpp adapt` learns a row for one from a few measurements).",
-        "",
-        "## Data and split",
-        f"- Dataset `{meta['dataset']}`; devices left out: {', '.join(meta['excluded_devices']) or 'none'}",
-        (
-            (
-                f"- Held-out network: {meta['holdout']} (its workloads out of training on every device; "
-                f"{meta['test_programs']} test programs). "
-                if meta["holdout"]
-                else "- Held-out network: none. "
-            )
-            + f"Validation: a tenth of the other workloads, on every device ({meta['val_programs']} programs). "
-            f"Training: {meta['train_programs']} programs."
-            if meta.get("split", "network") == "network"
-            else f"- Split: {meta['split']} ({meta['test_programs']} test programs, "
-            f"{meta['val_programs']} validation programs, {meta['train_programs']} training programs"
-            + (f"; programs left by each filter: `{json.dumps(meta['split_filters'])}`" if meta.get("split_filters") else "")
-            + ")"
-        ),
-        "- Labels: median of 10 timing repeats, measured by `cdmpp collect` on each device (see the dataset cards)",
-        "",
-        "## Recipe",
-        f"- Model: `{json.dumps(asdict(model_config))}`",
-        f"- Training: `{json.dumps(meta['train_config'])}`; loss: {describe_loss(meta['train_config'])}; AdamW",
-        f"- Wall time on the training machine: {meta['train_seconds']['transformer']} s "
-        f"(tree baseline {meta['train_seconds']['tree_baseline']} s)",
-        "- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended to the "
-        "summed `PerStoreFeature` rows.",
-    ]
-    if meta.get("validation_metrics"):
-        lines += ["", "## Validation workloads (every device)", "", *_rows_table(meta["validation_metrics"])]
-    if meta.get("heldout_metrics"):
-        head = f"Held-out network {meta['holdout']}" if meta.get("split", "network") == "network" else "Test programs"
-        lines += ["", f"## {head}", "", *_rows_table(meta["heldout_metrics"])]
-    cal = meta.get("interval")
-    if cal:
-        val = cal.get("coverage", {}).get("validation", {}).get("all", {}).get(cal["method"], {})
-        lines += [
-            "",
-            "## Prediction intervals",
-            "",
-            f"{100 * cal['lower']:.0f}-{100 * cal['upper']:.0f}% intervals: {cal['passes']} MC-dropout passes, "
-            f"method `{cal['method']}` (alpha = {cal.get(cal['method'], {}).get('alpha')}), calibrated on "
-            f"{cal['calibrated_on']} (`cdmpp bench calibrate`)."
-            + (
-                f" Coverage there: {100 * val['coverage']:.1f}%, median high / low {val['median_width_ratio']:.2f}."
-                if val else ""
-            ),
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def checkpoint_corpus(
@@ -580,7 +335,7 @@ def evaluate_devices(
     progress: bool = True,
     plot: Path | None = None,
 ) -> tuple[dict[str, dict], str]:
-    """Score a checkpoint trained by :func:`train_device_model` on each device folder of ``root``
+    """Score a checkpoint with a device table (trained by :func:`cdmpp.train.train.train` on several device folders) on each device folder of ``root``
     that it knows, on the held-out network (default: the one it recorded), on every program
     (``holdout=None``), or on one part of its own split (``holdout="validation"``: its
     validation workloads; ``"training"``: the programs it trained on, the fit).
@@ -679,8 +434,3 @@ def _score_remapped(model, tree, corpus, index, network, model_rows, table, pane
             rows["xgboost PerStoreFeature"] = summary(tree.predict(x), true, groups, weights)
         out[dev.device_id] = rows
     return out
-
-
-def format_device_table(rows: dict[str, dict], title: str) -> str:
-    """A markdown table of per-device metric rows, under ``title``."""
-    return "\n".join([title, "", *_rows_table(rows)])

@@ -1,4 +1,8 @@
-"""Few-shot fine-tuning to a new device, on programs chosen by KMeans.
+"""Few-shot fine-tuning of a one-device checkpoint to a new device, on programs chosen by KMeans.
+
+The deprecated ``cdmpp finetune`` and ``cdmpp measure-shots`` run through this module;
+``cdmpp adapt`` (:mod:`cdmpp.train.adapt`) is the adaptation path and uses its
+KMeans choice (:func:`select_shots`).
 
 CDMPP (EuroSys 2024) carries a trained predictor to a new device with few
 measurements, choosing them by KMeans over the predictor's program representations
@@ -25,17 +29,29 @@ The CMD regulariser of the paper is a training option (``TrainConfig.cmd_weight`
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
-
-from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
+from cdmpp.errors import InputError
+from cdmpp.model import (
+    LatencyTransformer,
+    load_checkpoint,
+    predict_latency_array,
+    save_checkpoint,
+)
+
+from .baselines import TreeBaseline
+from .evaluate import load_featurized
 from .lightning import LatencyModule, ProgramDataModule, TrainConfig
-from cdmpp.model import LatencyTransformer
+from .metrics import summary
+from .report import BASELINE_FILE, task_weights
 
 SELECTIONS = ("kmeans", "random")
 METHODS = ("offset", "full")
@@ -180,3 +196,116 @@ def fine_tune(
     )
     trainer.fit(module, datamodule=dm)
     return module.model.eval()
+
+
+def finetune_and_compare(
+    checkpoint: Path,
+    dataset: Path,
+    out: Path | None = None,
+    config=None,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+) -> tuple[dict[str, dict], str]:
+    """Few-shot transfer of a checkpoint to the device of ``dataset``, scored on the rest.
+
+    Chooses ``config.shots`` programs of the device folder without looking at their
+    latencies (:func:`~cdmpp.train.finetune.select_shots`), adapts copies of the
+    checkpoint to their measurements both ways (:func:`~cdmpp.train.finetune.fine_tune`:
+    ``"offset"`` and ``"full"``) and scores, on every other program of the folder: the
+    checkpoint as it is (zero-shot), both adapted copies, gradient-boosted trees
+    trained on the shots alone, and the checkpoint's own trees (zero-shot) when it has
+    them.  The shots' tasks also occur among the scored programs.  Writes the copy of
+    ``config.method`` to ``out`` when given.
+
+    Returns:
+        ``(rows, title)``.
+
+    Raises:
+        CheckpointError, DatasetError, ValueError: bad checkpoint, bad data, or a
+        folder with no program left to score.
+    """
+    config = config or FineTuneConfig()
+    model, meta = load_checkpoint(checkpoint)
+    _no_device_table(model, checkpoint)
+    db, data = load_featurized(dataset, cache_dir, progress)
+    shots = select_shots(model, data, np.arange(len(data)), config)
+    rest = np.setdiff1d(np.arange(len(data)), shots)
+    if rest.size == 0:
+        raise InputError(f"{dataset} has only {len(data)} programs: none is left to score after {shots.size} shots")
+    weights = task_weights({db.device_id: db.manifest}, data.workload_keys, None)
+    true, groups = data.latency[rest], data.workload[rest]
+    adapted, seconds = {}, {}
+    for method in METHODS:
+        t0 = time.time()
+        adapted[method] = fine_tune(model, data, shots, dataclasses.replace(config, method=method))
+        seconds[method] = time.time() - t0
+    tuned, t_tune = adapted[config.method], seconds[config.method]
+    tree = TreeBaseline(seed=config.seed).fit(data.psf_sum[shots], data.latency[shots])
+    rows = {
+        "zero-shot transformer": summary(predict_latency_array(model, data, rest), true, groups, weights),
+        "offset-tuned transformer": summary(predict_latency_array(adapted["offset"], data, rest), true, groups, weights),
+        "fine-tuned transformer": summary(predict_latency_array(adapted["full"], data, rest), true, groups, weights),
+        "xgboost on the shots only": summary(tree.predict(data.psf_sum[rest]), true, groups, weights),
+    }
+    if (Path(checkpoint) / BASELINE_FILE).exists():  # the checkpoint's own trees, zero-shot
+        source_tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
+        rows["zero-shot xgboost"] = summary(source_tree.predict(data.psf_sum[rest]), true, groups, weights)
+    if out is not None:
+        _save_adapted(tuned, out, meta, checkpoint, dataset, db, config, int(shots.size), t_tune, rows)
+    title = (
+        f"{len(rest)} programs of {dataset} (device {db.device_id}) after {shots.size} shots "
+        f"chosen by {config.selection}; offset fitted in {seconds['offset']:.1f} s, every weight fine-tuned in "
+        f"{seconds['full']:.1f} s; the {config.method!r} copy is the result"
+    )
+    return rows, title
+
+
+def _no_device_table(model, checkpoint) -> None:
+    """Fine-tuning moves every device of a checkpoint with a device table; refuse it."""
+    if model.config.num_devices > 0:
+        raise InputError(
+            f"{checkpoint} predicts for several devices (a device table): fine-tuning it would move every device; "
+            "use `cdmpp adapt` (this machine) or `cdmpp bench adapt-table` (a measured device folder) instead"
+        )
+
+
+def _save_adapted(model, out, meta, checkpoint, dataset, db, config, programs: int, seconds: float, rows) -> None:
+    save_checkpoint(
+        model,
+        out,
+        {
+            **meta,
+            "fine_tuned_from": str(checkpoint),
+            "dataset": str(dataset),
+            "device_id": db.device_id,
+            "device": db.manifest.get("device", {}),
+            "fine_tune": {**asdict(config), "programs": programs, "seconds": round(seconds, 1)},
+            "fine_tune_metrics": rows,
+            "heldout_metrics": {},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    )
+
+
+def adapt_checkpoint(checkpoint: Path, dataset: Path, out: Path, config=None, cache_dir: Path | None = None) -> int:
+    """Adapt a checkpoint to every measured program of a device folder and save it (no scoring).
+
+    The step after ``cdmpp measure-shots``: the folder holds only the few programs
+    measured on the new device, and all of them are the shots
+    (:func:`~cdmpp.train.finetune.fine_tune` with ``config.method``).
+
+    Returns:
+        The number of programs adapted on.
+
+    Raises:
+        CheckpointError, DatasetError, ValueError: bad checkpoint or bad data.
+    """
+    config = config or FineTuneConfig()
+    model, meta = load_checkpoint(checkpoint)
+    _no_device_table(model, checkpoint)
+    db, data = load_featurized(dataset, cache_dir, progress=False)
+    shots = np.arange(len(data))
+    t0 = time.time()
+    tuned = fine_tune(model, data, shots, config)
+    _save_adapted(tuned, out, meta, checkpoint, dataset, db, config, int(shots.size), time.time() - t0, {})
+    return int(shots.size)

@@ -120,7 +120,8 @@ def calibrate_checkpoint(
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
     # pylint: disable=import-outside-toplevel
-    from .devices import CARD_FILE, checkpoint_corpus, dataset_label, model_card, split_corpus
+    from .devices import checkpoint_corpus, dataset_label, split_corpus
+    from .report import CARD_FILE, model_card
     from cdmpp.model import CONFIG_FILE, load_checkpoint
 
     if method not in METHODS:

@@ -22,7 +22,8 @@ def _cmd_adapt_table(args) -> int:
     from cdmpp import dataset as ds
     from cdmpp.train.adapt import adapt_table
     from cdmpp.train.devices import device_of_manifest
-    from cdmpp.train.evaluate import format_table, load_featurized, task_weights, write_rows
+    from cdmpp.train.evaluate import load_featurized
+    from cdmpp.train.report import format_table, task_weights, write_rows
     from cdmpp.model import load_checkpoint
 
     model, meta = load_checkpoint(Path(args.checkpoint))
@@ -37,7 +38,7 @@ def _cmd_adapt_table(args) -> int:
         meta = {**meta, "devices": [d for d in meta["devices"] if d["device_id"] != device.device_id]}
         print(f"{device.device_id} was left out of training; its row added afterwards is ignored here")
     rows = adapt_table(
-        model, meta, data, device, task_weights(db.manifest, data.workload_keys, None),
+        model, meta, data, device, task_weights({db.device_id: db.manifest}, data.workload_keys, None),
         tuple(args.shots), tuple(args.selection), args.seed,
     )
     title = f"device {device.device_id}, unseen by {args.checkpoint}: zero-shot and after shots"

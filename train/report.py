@@ -1,0 +1,263 @@
+"""What a training or an evaluation reports: metric tables, task weights and the model card.
+
+One implementation for a checkpoint of one device and for one with a device table
+(several devices): the metric rows are those of :func:`cdmpp.train.metrics.summary`,
+and a device table is the same columns with the device in front.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+
+from cdmpp.model import ModelConfig
+
+from .config import describe_loss
+
+BASELINE_FILE = "tree_baseline.json"
+CARD_FILE = "README.md"
+
+_NAN = float("nan")
+
+
+def _pct(key: str) -> Callable[[dict], str]:
+    return lambda r: f"{100 * r.get(key, _NAN):.1f}%"
+
+
+def _num(key: str) -> Callable[[dict], str]:
+    return lambda r: f"{r.get(key, _NAN):.3f}"
+
+
+# header, cell of a metric row, width in the text table
+CELLS: dict[str, tuple[str, Callable[[dict], str], int]] = {
+    "programs": ("programs", lambda r: f"{r['programs']:d}", 9),
+    "mape": ("MAPE", _pct("mape"), 9),
+    "within_10": ("<=10%", _pct("within_10"), 8),
+    "within_25": ("<=25%", _pct("within_25"), 8),
+    "off_2x": (">2x off", _pct("off_2x"), 9),
+    "rmse_log": ("RMSE(log)", _num("rmse_log"), 11),
+    "kendall_tau": ("tau", _num("kendall_tau"), 8),
+    "top1": ("top-1", _num("top1"), 8),
+    "top5": ("top-5", _num("top5"), 8),
+    "pairwise": ("pairwise", _num("pairwise"), 10),
+    "best_ratio": ("best p/m", _num("best_ratio"), 10),
+    "slope": ("slope", _num("slope"), 8),
+    "best_speed": ("best spd", _num("best_speed"), 10),
+}
+TEXT_COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5",
+                "best_ratio", "slope", "best_speed")
+DEVICE_COLUMNS = ("programs", "mape", "within_25", "off_2x", "rmse_log", "kendall_tau", "top1", "top5", "pairwise",
+                  "best_ratio", "slope", "best_speed")
+
+
+def format_table(rows: Mapping[str, dict], title: str) -> str:
+    """A fixed-width text table of metric rows (one per model), under ``title``.
+
+    The last three columns are the fast end (:func:`~cdmpp.train.metrics.fast_end`):
+    ``best p/m``, the median predicted / measured latency of each task's fastest
+    program; ``slope``, the within-task slope of log(predicted) on log(measured); and
+    ``best spd``, the mean measured-best / measured latency of the predicted best.
+    """
+    head = f"{'model':<28}" + "".join(f"{CELLS[c][0]:>{CELLS[c][2]}}" for c in TEXT_COLUMNS)
+    lines = [title, head, "-" * len(head)]
+    for name, r in rows.items():
+        lines.append(f"{name:<28}" + "".join(f"{CELLS[c][1](r):>{CELLS[c][2]}}" for c in TEXT_COLUMNS))
+    return "\n".join(lines)
+
+
+def device_rows_markdown(by_device: Mapping[str, Mapping[str, dict]]) -> list[str]:
+    """Markdown lines of per-device metric rows: ``{device_id: {model: row}}``."""
+    lines = [
+        "| device | model | " + " | ".join(CELLS[c][0] for c in DEVICE_COLUMNS) + " |",
+        "| --- | --- | " + " | ".join("---:" for _ in DEVICE_COLUMNS) + " |",
+    ]
+    for dev, rows in by_device.items():
+        for name, r in rows.items():
+            lines.append(f"| {dev} | {name} | " + " | ".join(CELLS[c][1](r) for c in DEVICE_COLUMNS) + " |")
+    return lines
+
+
+def format_device_table(rows: Mapping[str, Mapping[str, dict]], title: str) -> str:
+    """A markdown table of per-device metric rows, under ``title``."""
+    return "\n".join([title, "", *device_rows_markdown(rows)])
+
+
+def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], network: str | None,
+                 qualified: bool = False) -> dict[int, float]:
+    """Task weight of each workload index (in ``network``, or summed over all networks).
+
+    Args:
+        manifests: ``{device_id: manifest}``; one entry for a device folder.
+        workload_keys: the key of each workload index; with ``qualified``, keys are
+            ``"<device_id>:<key>"`` (a corpus of several devices).
+    """
+    index_of = {k: i for i, k in enumerate(workload_keys)}
+    out: dict[int, float] = {}
+    for dev_id, manifest in manifests.items():
+        for t in manifest.get("tasks", []):
+            i = index_of.get(f"{dev_id}:{t['workload_key']}" if qualified else t["workload_key"])
+            if i is not None and (network is None or t["network"] == network):
+                out[i] = out.get(i, 0.0) + float(t["weight"])
+    return out
+
+
+def write_rows(rows: Mapping, path: Path) -> None:
+    """Write metric rows as JSON."""
+    Path(path).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+
+
+_ARCHITECTURE = (
+    "Predicts the latency (seconds) of a scheduled TensorIR PrimFunc on {what}, from its compact AST "
+    "(CDMPP, EuroSys 2024, sections 3-4){and_device}: a transformer encoder over the leaves' feature "
+    "vectors with a sinusoidal encoding of their pre-order positions, {pooled}then an MLP head on log-latency."
+)
+
+
+def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[str, int] | None = None,
+               benchmark_table: str | None = None) -> str:
+    """The checkpoint's model card (markdown): its data, its recipe and its evaluation.
+
+    Args:
+        meta: the checkpoint's metadata; with a ``devices`` list it is a checkpoint with
+            a device table (several devices), else a checkpoint of one device.
+        program_counts: programs per network (one device), listed under "Data".
+        benchmark_table: markdown of ``cdmpp evaluate --benchmark``, embedded when given.
+    """
+    several = "devices" in meta
+    lines = [
+        "# Model card: cdmpp latency transformer" + (", one model for every measured device" if several else ""),
+        "",
+        _ARCHITECTURE.format(
+            what="a device" if several else "the device below",
+            and_device=" and the device" if several else "",
+            pooled="mean-pooled, concatenated with the device's vector (a learned embedding plus a linear map of its "
+                   "descriptor), " if several else "pooled, ",
+        ),
+        "",
+        *(_device_data(meta) if several else _one_device_data(meta, program_counts or {})),
+        "",
+        "## Recipe",
+        f"- Model: `{json.dumps(asdict(model_config))}`",
+        f"- Training: `{json.dumps(meta['train_config'])}`; loss: {describe_loss(meta['train_config'])}"
+        + _cmd_clause(meta) + "; AdamW",
+        f"- Wall time on {'the training machine' if several else 'this machine'}: "
+        f"{meta['train_seconds']['transformer']} s (tree baseline {meta['train_seconds']['tree_baseline']} s)",
+    ]
+    if several:
+        lines.append("- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended "
+                     "to the summed `PerStoreFeature` rows.")
+    else:
+        lines.append(
+            "- 20 epochs and mean pooling were chosen on the validation workloads (the lowest validation "
+            "RMSE(log), the training loss, averaged over three seeds and their validation draws; RESULTS.md, "
+            "main job), never on the held-out network. A within-task ranking term and a FLOPs-normalised "
+            "label were tried on the corpus and lost (RESULTS.md, recipe experiments)."
+        )
+    lines += _metric_sections(meta, several)
+    if benchmark_table:
+        lines += ["", "## Benchmark (`cdmpp evaluate --benchmark`, same data, splits and seed for every model)", "",
+                  benchmark_table.strip()]
+    lines += _interval_section(meta.get("interval"))
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_clause(meta: dict) -> str:
+    cfg = meta["train_config"]
+    if not cfg.get("cmd_weight") or "devices" in meta:
+        return ""
+    target_device = meta.get("cmd_target_device")
+    domain = (f"all programs of device `{target_device}`" if target_device
+              else f"{cfg.get('cmd_domain', 'heldout').replace('heldout', 'held-out')} programs")
+    return f" plus {cfg['cmd_weight']} x CMD between the embeddings of training programs and {domain} (features only)"
+
+
+def _one_device_data(meta: dict, program_counts: Mapping[str, int]) -> list[str]:
+    pooled = meta.get("pooled_devices")
+    return [
+        "## Data",
+        f"- Dataset `{meta['dataset']}`, device `{meta['device_id']}` "
+        f"({meta['device'].get('model', '?')}, {meta['device'].get('cores', '?')} cores, "
+        f"target `{json.dumps(meta['device'].get('target', {}))}`)",
+        f"- Trained on {meta['train_programs']} programs, validated on {meta['val_programs']} "
+        f"(held-out network: {meta['holdout'] or 'none'}, {meta['test_programs']} test programs)",
+        *(
+            ["- Pooled into training, labels as measured and no device feature: "
+             + ", ".join(f"{p['programs']} programs of device `{p['device_id']}`" for p in pooled)
+             + " (their programs of the held-out and validation workloads left out)"]
+            if pooled else []
+        ),
+        "- Programs per network (a task shared by networks counts in each): "
+        + ", ".join(f"{n} {c}" for n, c in program_counts.items()),
+        "- Labels: median of 10 timing repeats, measured by `cdmpp collect` (see the dataset card)",
+    ]
+
+
+def _device_data(meta: dict) -> list[str]:
+    lines = ["## Devices", "", "| row | device | model | cores | ISA | target | programs | in training |",
+             "| ---: | --- | --- | ---: | --- | --- | ---: | ---: |"]
+    for d in meta["devices"]:
+        desc = d["descriptor"]
+        lines.append(
+            f"| {d['row']} | `{d['device_id']}` | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
+            f"{desc.get('isa', '?')} | `{json.dumps(desc.get('target', {}))}` | {d['programs']} | {d['train_programs']} |"
+        )
+    if meta.get("split", "network") == "network":
+        split = (
+            (f"- Held-out network: {meta['holdout']} (its workloads out of training on every device; "
+             f"{meta['test_programs']} test programs). " if meta["holdout"] else "- Held-out network: none. ")
+            + f"Validation: a tenth of the other workloads, on every device ({meta['val_programs']} programs). "
+            f"Training: {meta['train_programs']} programs."
+        )
+    else:
+        split = (
+            f"- Split: {meta['split']} ({meta['test_programs']} test programs, {meta['val_programs']} validation "
+            f"programs, {meta['train_programs']} training programs"
+            + (f"; programs left by each filter: `{json.dumps(meta['split_filters'])}`" if meta.get("split_filters")
+               else "")
+            + ")"
+        )
+    return lines + [
+        "",
+        "Row 0 is the unknown device: with a device's descriptor it is the zero-shot guess for a device not in "
+        "the table (`cdmpp adapt` learns a row for one from a few measurements).",
+        "",
+        "## Data and split",
+        f"- Dataset `{meta['dataset']}`; devices left out: {', '.join(meta['excluded_devices']) or 'none'}",
+        split,
+        "- Labels: median of 10 timing repeats, measured by `cdmpp collect` on each device (see the dataset cards)",
+    ]
+
+
+def _metric_sections(meta: dict, several: bool) -> list[str]:
+    lines = []
+    val, test = meta.get("validation_metrics"), meta.get("heldout_metrics")
+    if several:
+        if val:
+            lines += ["", "## Validation workloads (every device)", "", *device_rows_markdown(val)]
+        if test:
+            head = f"Held-out network {meta['holdout']}" if meta.get("split", "network") == "network" else "Test programs"
+            lines += ["", f"## {head}", "", *device_rows_markdown(test)]
+        return lines
+    if val:
+        lines += ["", "## Validation workloads", "", format_table(val, "validation workloads")]
+    if test:
+        lines += ["", "## Held-out network", "", format_table(test, meta["holdout"])]
+    return lines
+
+
+def _interval_section(cal: dict | None) -> list[str]:
+    if not cal:
+        return []
+    val = cal.get("coverage", {}).get("validation", {}).get("all", {}).get(cal["method"], {})
+    return [
+        "",
+        "## Prediction intervals",
+        "",
+        f"{100 * cal['lower']:.0f}-{100 * cal['upper']:.0f}% intervals: {cal['passes']} MC-dropout passes, "
+        f"method `{cal['method']}` (alpha = {cal.get(cal['method'], {}).get('alpha')}), calibrated on "
+        f"{cal['calibrated_on']} (`cdmpp bench calibrate`)."
+        + (f" Coverage there: {100 * val['coverage']:.1f}%, median high / low {val['median_width_ratio']:.2f}."
+           if val else ""),
+    ]
