@@ -123,7 +123,6 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
     from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
 
     cfg = CollectConfig(
         networks=["dcgan-b1"],
@@ -255,10 +254,7 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
     from tvm.script import tirx as T
 
     from cdmpp.collect import CollectConfig, MeasureConfig
-    from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
     from cdmpp.collect.store import _Task
     from cdmpp.tvm_compat import IRModule, JSONDatabase
 
@@ -317,9 +313,6 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
 def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monkeypatch):
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import loop as loop_mod
-    from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
 
     real = loop_mod._tune_context
     calls = []
@@ -394,9 +387,6 @@ def test_random_only_collection_never_starts_the_evolutionary_phase(tmp_path, mo
     no XGBoost-guided search (which an H200 collection without xgboost failed on)."""
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import loop as loop_mod
-    from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
 
     phases = []
     real = loop_mod._Collection._phase
@@ -442,9 +432,7 @@ def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monk
     runner crashes; in-range indices make it a real measurement, and ``retry_failed``
     times the programs that failed before."""
     from cdmpp.collect import CollectConfig, MeasureConfig
-    from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
     from cdmpp.collect import timing as timing_mod
     from cdmpp.collect.store import _Task
 
@@ -521,8 +509,6 @@ def _tiny_cfg(tmp_path, **kw):
 def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, monkeypatch):
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
     from cdmpp.collect.store import _Task
 
     monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "add", 1, 4.0, _tiny_add_module())])
@@ -540,10 +526,7 @@ def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, 
 
 def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, monkeypatch):
     from cdmpp.collect import STAGES
-    from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
     from cdmpp.collect.store import _Task
 
     monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
@@ -570,8 +553,6 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     from cdmpp.collect import QuietConfig
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
     from cdmpp.collect.store import _Task
 
     monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
@@ -645,9 +626,6 @@ def test_a_stop_signal_inside_a_tvm_call_is_recorded_as_stopped_early(tiny_colle
     import pytest
 
     from cdmpp.collect import loop as loop_mod
-    from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
 
     cfg, summary = tiny_collection
     out = tmp_path / "ds"
@@ -772,8 +750,6 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
     import psutil
 
     from cdmpp.collect import loop as loop_mod
-    from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
     from cdmpp.collect import timing as timing_mod
 
     events = []
@@ -812,10 +788,7 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
 
 def test_adaptive_repeats_stop_early_only_when_the_first_repeats_agree(tmp_path, monkeypatch):
     from cdmpp.collect import MeasureConfig
-    from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect import store as store_mod
-    from cdmpp.collect import timing as timing_mod
     from cdmpp.collect.store import _Task
 
     monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])

@@ -19,7 +19,7 @@ def test_a_dataset_of_several_devices_needs_one_named(tiny_collection, tmp_path)
 def test_pooled_programs_leave_out_held_out_and_validation_workloads():
     import numpy as np
 
-    from cdmpp.train.evaluate import pooled_training_programs
+    from cdmpp.train.train import pooled_training_programs
 
     workload = np.array([0, 0, 1, 2, 2, 3, 4])
     keys = ["a", "b", "c", "d", "e"]

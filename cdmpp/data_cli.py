@@ -1,0 +1,290 @@
+"""The collection and dataset subcommands of ``cdmpp``: networks, collect, remeasure, validate, import, pack.
+
+Each function here is a subcommand's body (``args`` from :func:`add_parsers`); every
+heavy import waits until a subcommand runs.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+from .errors import InputError
+
+
+def _cmd_networks(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+    from . import networks  # pylint: disable=import-outside-toplevel
+
+    names = networks.network_names()
+    known: dict[str, tuple[int, int]] = {}  # network -> (tasks, total task weight), from a dataset
+    if args.dataset:
+        for d in ds.device_dirs(Path(args.dataset)):
+            m = ds.read_manifest(d)
+            for n, info in m.get("networks", {}).items():
+                weight = sum(int(t["weight"]) for t in m.get("tasks", []) if t["network"] == n)
+                known.setdefault(n, (int(info["tasks"]), weight))
+    target = None
+    if args.count_tasks:
+        from .device import local_cpu  # pylint: disable=import-outside-toplevel
+        from .tvm_compat import Target  # pylint: disable=import-outside-toplevel
+
+        target = Target(local_cpu().target)
+    print(f"{'network':<26}{'family':<14}{'input':<20}{'tasks':>6}{'weight':>8}")
+    for n in names:
+        spec = networks.get_network(n)
+        if n not in known and target is not None:
+            from .collect import extract_network_tasks  # pylint: disable=import-outside-toplevel
+
+            tasks = extract_network_tasks(n, target)
+            known[n] = (len(tasks), sum(t.weight for t in tasks))
+        tasks, weight = known.get(n, ("?", "?"))
+        print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}{tasks:>6}{weight:>8}")
+    return 0
+
+
+def _cmd_collect(args) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .collect import (
+        CollectConfig,
+        MachineBusyError,
+        MeasureConfig,
+        QuietConfig,
+        RPCSettings,
+        StageClock,
+        collect,
+    )
+
+    rpc = None
+    if args.rpc_tracker:
+        rpc = RPCSettings.from_address(args.rpc_tracker, args.rpc_key, parallel_sessions=args.rpc_sessions)
+    try:
+        rounds = tuple(int(x) for x in args.rounds.split(",")) if args.rounds else ()
+    except ValueError:
+        raise InputError(f"--rounds takes counts like 32,64,128, got {args.rounds!r}") from None
+    cfg = CollectConfig(
+        rpc=rpc,
+        networks=args.networks,
+        out_dir=Path(args.out),
+        programs_per_task=args.programs_per_task,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        disable_avx512=args.disable_avx512,
+        max_tasks_per_network=args.max_tasks,
+        evolutionary_fraction=args.evolutionary_fraction,
+        evolutionary_population=args.evolutionary_population,
+        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None),
+        gpu=args.gpu,
+        pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
+        retry_failed=args.retry_failed,
+        rounds=rounds,
+        retry_exhausted=args.retry_exhausted,
+        quiet=QuietConfig(enabled=not args.allow_busy, max_other_cores=args.busy_cores),
+        tasks_in_flight=args.tasks_in_flight,
+    )
+    requests = []
+
+    def stop(signum, _frame):
+        requests.append(signum)
+        if len(requests) == 1:
+            print("\nstopping after the batch in flight (signal again to stop at once)", file=sys.stderr)
+        else:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    # Ctrl-C and `kill` both stop cleanly, also where a background shell ignores SIGINT
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        s = collect(cfg, should_stop=lambda: bool(requests))
+    except (KeyboardInterrupt, RuntimeError) as err:
+        # a signal that lands inside a TVM callback comes back as a RuntimeError
+        if not requests or isinstance(err, MachineBusyError):
+            raise
+        print(f"\ninterrupted ({err}): every finished record is on disk; run the same command to continue",
+              file=sys.stderr)
+        return 130
+    if args.profile:
+        clock = StageClock()
+        clock.seconds.update(s.stage_seconds)
+        print(clock.table(s.measured))
+    if s.stopped:
+        print(
+            f"{s.device_id}: stopped after {s.measured} measured, {s.failed} failed; "
+            "run the same command to continue",
+            file=sys.stderr,
+        )
+        return 130
+    print(
+        f"{s.device_id}: {s.measured} measured, {s.failed} failed, {s.skipped_duplicates} duplicates skipped "
+        f"in {s.seconds:.0f} s ({60 * s.measured / max(s.seconds, 1e-9):.1f} programs/min) -> {s.device_dir}"
+    )
+    if s.task_errors:
+        print(
+            f"{s.task_errors} task(s) skipped after an error (their messages are under 'task_errors' in the "
+            "manifest's last collection); run the same command to try them again",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _cmd_remeasure(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+    from .collect import remeasure  # pylint: disable=import-outside-toplevel
+
+    for d in ds.device_dirs(Path(args.dataset)):
+        try:
+            path = remeasure(d, sample=args.sample, seed=args.seed)
+        except ValueError as err:
+            print(f"{d}: skipped: {err}", file=sys.stderr)
+            continue
+        print(f"{d}: re-measured programs appended to {path}")
+        print(ds.drift_line(d))
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+
+    bad_total = 0
+    for d in ds.device_dirs(Path(args.dataset)):
+        try:
+            db = ds.load_device_dir(d)
+        except ds.DatasetError as err:
+            print(f"{d}: ERROR {err}")
+            bad_total += 1
+            continue
+        print(f"{d}: {len(db.workloads)} workloads, {len(db.programs)} measured programs, {len(db.bad_lines)} bad lines")
+        for b in db.bad_lines:
+            print(f"  {b.path}:{b.lineno}: {b.error}")
+        bad_total += len(db.bad_lines)
+    return 1 if bad_total else 0
+
+
+def expand_work_dir(args) -> None:
+    """Expand ``--work-dir`` into the MetaSchedule database file paths it holds.
+
+    A file's gzipped form (``<name>.gz``, as a shipped dataset folder holds) is taken
+    when the plain file is absent.
+    """
+    from .dataset import RECORD_FILE, WORKLOAD_FILE, resolve  # pylint: disable=import-outside-toplevel
+
+    if args.work_dir:
+        wl, rec = Path(args.work_dir) / WORKLOAD_FILE, Path(args.work_dir) / RECORD_FILE
+        args.workload_db = str(resolve(wl) or wl)
+        args.record_db = str(resolve(rec) or rec)
+
+
+def _cmd_import(args) -> int:
+    from .collect import import_database  # pylint: disable=import-outside-toplevel
+
+    expand_work_dir(args)
+    if not args.record_db or not args.workload_db:
+        print("error: give --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
+        return 2
+    n = import_database(Path(args.workload_db), Path(args.record_db), args.device, Path(args.out), args.network)
+    print(f"{n} records added to {Path(args.out) / args.device}")
+    return 0
+
+
+def _cmd_pack(args) -> int:
+    from . import dataset as ds  # pylint: disable=import-outside-toplevel
+
+    for d in ds.device_dirs(Path(args.dataset)):
+        for p in ds.pack(d):
+            print(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)")
+        (d / "README.md").write_text(ds.card(d), encoding="utf-8")
+        print(f"{d / 'README.md'} (dataset card)")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """The collection and dataset subcommands: networks, collect, remeasure, validate, import, pack."""
+    s = sub.add_parser("networks", help="list the network zoo")
+    s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
+    s.add_argument("--dataset", default=None, help="take task counts from this dataset's manifests (instant)")
+    s.set_defaults(func=_cmd_networks)
+
+    s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")
+    s.add_argument("-n", "--networks", nargs="+", required=True, help="zoo names (see `cdmpp networks`)")
+    s.add_argument("-o", "--out", required=True, help="dataset folder")
+    s.add_argument("--programs-per-task", type=int, default=64)
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--repeat", type=int, default=10)
+    s.add_argument("--adaptive-repeats", type=int, default=4, metavar="K",
+                   help="stop after K repeats when they agree within 2%% and their median is at least 2 ms "
+                        "(0: always --repeat)")
+    s.add_argument("--max-tasks", type=int, default=None, help="cap tasks per network")
+    s.add_argument(
+        "--evolutionary-fraction",
+        type=float,
+        default=0.5,
+        help="share of each task's programs from evolutionary search, after the random ones (0: random only)",
+    )
+    s.add_argument("--evolutionary-population", type=int, default=32,
+                   help="population of the evolutionary search (smaller: faster search)")
+    s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
+                   help="2: one task's batch builds while another task samples (build workers are paused "
+                        "during every timing); 1: sample, build and time each batch in turn")
+    s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
+    s.add_argument("--rpc-key", default=None, help="device key the boards registered with")
+    s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")
+    s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
+    s.add_argument("--gpu", action="store_true", help="measure CUDA programs on this host's NVIDIA GPU instead of its CPU")
+    s.add_argument(
+        "--pack-every",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="also keep the gzipped (committed) files up to date, between tasks at most every MIN minutes and at the end",
+    )
+    s.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="time again the programs that failed before (their lines stay in failures.jsonl)",
+    )
+    s.add_argument(
+        "--rounds",
+        default=None,
+        metavar="N,N,...",
+        help="grow every task round after round to each count, e.g. 32,64,128 (replaces --programs-per-task)",
+    )
+    s.add_argument(
+        "--retry-exhausted",
+        action="store_true",
+        help="visit tasks whose design space an earlier visit found used up (skipped by default)",
+    )
+    s.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="turn the quiet-machine guard off: time programs even while other processes use the CPU",
+    )
+    s.add_argument("--busy-cores", type=float, default=0.25,
+                   help="quiet-machine guard: CPU (in cores) other processes may use while a batch is timed")
+    s.add_argument("--profile", action="store_true",
+                   help="print the wall time of each stage at the end (it is in the manifest either way)")
+    s.set_defaults(func=_cmd_collect)
+
+    s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")
+    s.add_argument("dataset")
+    s.add_argument("--sample", type=int, default=100, help="programs to re-measure per device folder")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=_cmd_remeasure)
+
+    s = sub.add_parser("validate", help="check a dataset's files and report corrupt lines")
+    s.add_argument("dataset")
+    s.set_defaults(func=_cmd_validate)
+
+    s = sub.add_parser("import", help="add any MetaSchedule JSONDatabase to a dataset, tagged with a device")
+    s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
+    s.add_argument("--workload-db", default=None)
+    s.add_argument("--record-db", default=None)
+    s.add_argument("--device", required=True, help="device id, e.g. cpu-amd_epyc_7763-zen3-avx2")
+    s.add_argument("--network", default="imported", help="network name recorded for its tasks")
+    s.add_argument("-o", "--out", required=True, help="dataset folder")
+    s.set_defaults(func=_cmd_import)
+
+    s = sub.add_parser("pack", help="gzip a dataset's database files for shipping and write its dataset card")
+    s.add_argument("dataset")
+    s.set_defaults(func=_cmd_pack)
