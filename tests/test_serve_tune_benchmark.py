@@ -130,16 +130,16 @@ def test_network_tuning_config_and_cli_errors(capsys):
 def test_a_longer_xgboost_reference_is_the_yardstick():
     from cdmpp.bench.tune import with_reference
 
-    curves = {"t": {"xgb": [best_so_far([[4.0], [3.0]])], "cdmpp": [best_so_far([[2.5], [1.5]])]}}
-    ref = {"t": {"xgb": [best_so_far([[5.0], [3.0], [2.0], [1.0]])]}, "other": {"xgb": [best_so_far([[1.0]])]}}
+    curves = {"t": {"xgb": {0: best_so_far([[4.0], [3.0]])}, "cdmpp": {0: best_so_far([[2.5], [1.5]])}}}
+    ref = {"t": {"xgb": {0: best_so_far([[5.0], [3.0], [2.0], [1.0]])}}, "other": {"xgb": {0: best_so_far([[1.0]])}}}
     both, name = with_reference(curves, ref)
     assert name == "xgb 4" and set(both) == {"t"} and "xgb 4" not in curves["t"]  # the input is left as it was
     table = reach_table(both, markdown=False, yardstick=name)
     cdmpp_row = next(line for line in table.splitlines() if " cdmpp " in line)
     assert "1.50" in cdmpp_row and "never" in cdmpp_row  # 1.5 s against the reference's 1.0 s, never reached
     assert "0.50" in next(line for line in reach_table(curves, markdown=False).splitlines() if " cdmpp " in line)
-    assert with_reference(curves, {"t": {"cdmpp": [best_so_far([[1.0]])]}}) == (curves, "xgb")
-    two_seeds = {"t": {"cdmpp": [best_so_far([[1.5]]), best_so_far([[9.0]])]}}
+    assert with_reference(curves, {"t": {"cdmpp": {0: best_so_far([[1.0]])}}}) == (curves, "xgb")
+    two_seeds = {"t": {"cdmpp": {0: best_so_far([[1.5]]), 1: best_so_far([[9.0]])}}}
     row = next(line for line in reach_table(with_reference(two_seeds, ref)[0], markdown=False, yardstick="xgb 4")
                .splitlines() if " cdmpp " in line)
     assert row.split()[2:4] == ["1", "1.50"]  # only the seed paired with the reference's one run counts
@@ -148,10 +148,10 @@ def test_a_longer_xgboost_reference_is_the_yardstick():
 def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_then_seeds():
     from cdmpp.bench.tune import ratio_summary
 
-    ref = [best_so_far([[4.0], [2.0], [2.0], [1.0]]), best_so_far([[2.0], [2.0], [2.0], [2.0]])]  # finals 1.0, 2.0
+    ref = {0: best_so_far([[4.0], [2.0], [2.0], [1.0]]), 1: best_so_far([[2.0], [2.0], [2.0], [2.0]])}  # finals 1, 2
     curves = {
-        "a": {"xgb 4": ref, "cdmpp": [best_so_far([[3.0], [1.0]]), best_so_far([[2.0], [4.0]])]},
-        "b": {"xgb 4": ref[:1], "cdmpp": [best_so_far([[2.0], [2.0]])]},  # no yardstick run for seed 1
+        "a": {"xgb 4": ref, "cdmpp": {0: best_so_far([[3.0], [1.0]]), 1: best_so_far([[2.0], [4.0]])}},
+        "b": {"xgb 4": {0: ref[0]}, "cdmpp": {0: best_so_far([[2.0], [2.0]])}},  # no yardstick run for seed 1
     }
     rows = {tuple(line.split()[:3]): line.split()[3:] for line in
             ratio_summary(curves, yardstick="xgb 4", at=(1, 2), markdown=False).splitlines()}
@@ -184,8 +184,8 @@ def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_k
     assert seconds_to_trials(tmp_path, 16) == 12.0
     assert trial_walls(tmp_path / "nothing") == [] and save_trial_walls(tmp_path / "nothing") is None
 
-    curves = {"t": {"xgb": [best_so_far([[1.0], [1.0]])], "cdmpp": [best_so_far([[1.0], [1.0]])]}}
-    table = ratio_summary(curves, at=(2,), markdown=False, walls={"t": {"cdmpp": [12.0], "xgb": [None]}})
+    curves = {"t": {"xgb": {0: best_so_far([[1.0], [1.0]])}, "cdmpp": {0: best_so_far([[1.0], [1.0]])}}}
+    table = ratio_summary(curves, at=(2,), markdown=False, walls={"t": {"cdmpp": {0: 12.0}, "xgb": {0: None}}})
     rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
     assert rows["cdmpp"][-1] == "12.0" and rows["xgb"][-1] == "-"
 
@@ -205,3 +205,25 @@ def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monk
     with pytest.raises(InputError, match="not overwritten"):
         tune._start_run(kept, guard=None, progress=False, message="")
     assert (kept / "database_tuning_record.json.gz").read_bytes() == b"kept"
+
+
+def test_runs_are_paired_by_seed_number_not_by_position(tmp_path):
+    """seed10 sorts before seed2 as text, and a model may lack a seed: pairing goes by number."""
+    from cdmpp.bench.tune import ratio_summary, run_seed, tuning_curves
+
+    def run(model, seed, latencies):
+        d = tmp_path / "00-fused_dense" / model / f"seed{seed}"
+        d.mkdir(parents=True)
+        (d / "database_workload.json").write_text(json.dumps(["111", "a"]) + "\n")
+        (d / "database_tuning_record.json").write_text(
+            "".join(json.dumps([0, ["t", [x], {}, []]]) + "\n" for x in latencies))
+
+    run("xgb", 2, [2.0])
+    run("xgb", 10, [10.0])
+    run("cdmpp", 10, [5.0])  # no seed 2 for cdmpp
+    curves = tuning_curves(tmp_path)
+    assert list(curves["fused_dense"]["xgb"]) == [2, 10] and run_seed(tmp_path / "seed10") == 10
+    rows = {tuple(line.split()[:3]): line.split()[3:] for line in
+            ratio_summary(curves, at=(1,), markdown=False).splitlines()}
+    assert rows[("cdmpp", "10", "1")][0] == "0.500"  # 5.0 against seed 10's 10.0, not seed 2's 2.0
+    assert not any(k[0] == "cdmpp" and k[1] == "2" for k in rows)

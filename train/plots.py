@@ -118,7 +118,7 @@ def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: s
 
 
 def plot_tuning_curves(
-    curves: dict[str, dict[str, list[np.ndarray]]],
+    curves: dict[str, dict[str, dict[int, np.ndarray]]],
     title: str,
     path: Path,
     ylabel: str = "best latency",
@@ -130,8 +130,8 @@ def plot_tuning_curves(
     the mean final best of ``yardstick`` when the panel has it.
 
     Args:
-        curves: panel title -> cost model -> one float64 ``(T,)`` best-so-far curve
-            (seconds) per seed.
+        curves: panel title -> cost model -> seed -> float64 ``(T,)`` best-so-far curve
+            (seconds).
         ylabel: what the curves measure (the axis says whether it is normalised).
         yardstick: the cost model whose final best is 1 (e.g. ``"xgb 512"``,
             :func:`cdmpp.bench.tune.with_reference`).
@@ -145,9 +145,9 @@ def plot_tuning_curves(
     for ax, (panel, models) in zip(axes.flat, curves.items()):
         ref = None
         if models.get(yardstick):
-            ref = float(np.mean([c[-1] for c in models[yardstick] if c.size]))  # NaN entries (not drawn) only lead
+            ref = float(np.mean([c[-1] for c in models[yardstick].values() if c.size]))  # NaN entries (not drawn) only lead
         for model, runs in sorted(models.items()):
-            runs = [c for c in runs if c.size]
+            runs = [c for c in runs.values() if c.size]
             if not runs:
                 continue
             t = min(c.size for c in runs)

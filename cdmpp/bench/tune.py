@@ -352,37 +352,44 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     return rows
 
 
+def run_seed(run: Path) -> int:
+    """The seed of a run's work dir: ``N`` of a ``seedN`` folder, 0 for a run without one."""
+    name = run.name
+    return int(name[4:]) if name.startswith("seed") and name[4:].isdigit() else 0
+
+
 def _work_dirs(out_dir: Path):
-    """``(task key, cost model, work dir)`` of every run under ``out_dir`` with records, in
-    seed order; the key reads ``"<network> <task>"``."""
+    """``(task key, cost model, seed, work dir)`` of every run under ``out_dir`` with
+    records, in seed order (by number: seed2 before seed10); the key reads
+    ``"<network> <task>"``."""
     runs = {rec.parent for pattern in (ds.RECORD_FILE, f"{ds.RECORD_FILE}.gz") for rec in Path(out_dir).rglob(pattern)}
-    for run in sorted(runs):
+    for run in sorted(runs, key=lambda r: (str(r.parent if r.name.startswith("seed") else r), run_seed(r))):
         seed_dir = run.name.startswith("seed")
         model_dir = run.parent if seed_dir else run
         task_dir = model_dir.parent
         net = task_dir.parent.name if task_dir.parent != Path(out_dir) else ""
         short = task_dir.name.split("-", 1)[-1].split("_subtract")[0]  # "00-fused_conv2d16_subtract8_..." -> "fused_conv2d16"
-        yield f"{net} {short}".strip(), model_dir.name, run
+        yield f"{net} {short}".strip(), model_dir.name, run_seed(run), run
 
 
 def _finished_runs(out_dir: Path, value):
-    """``{task key: {cost model: [value(work dir, curve) per seed]}}`` over the runs under
+    """``{task key: {cost model: {seed: value(work dir, curve)}}}`` over the runs under
     ``out_dir`` with a measured trial (:func:`_work_dirs`)."""
-    out: dict[str, dict[str, list]] = {}
-    for key, model, run in _work_dirs(out_dir):
+    out: dict[str, dict[str, dict]] = {}
+    for key, model, seed, run in _work_dirs(out_dir):
         curve = best_so_far(_trials(run))
         if curve.size and np.isfinite(curve[-1]):
-            out.setdefault(key, {}).setdefault(model, []).append(value(run, curve))
+            out.setdefault(key, {}).setdefault(model, {})[seed] = value(run, curve)
     return out
 
 
-def tuning_curves(out_dir: Path) -> dict[str, dict[str, list[np.ndarray]]]:
+def tuning_curves(out_dir: Path) -> dict[str, dict[str, dict[int, np.ndarray]]]:
     """Best-so-far curves (seconds, float64 ``(T,)``) of every finished run under ``out_dir``,
-    as ``{"<network> <task dir>": {cost model: [one curve per seed]}}``."""
+    as ``{"<network> <task dir>": {cost model: {seed: curve}}}``."""
     return _finished_runs(out_dir, lambda _run, curve: curve)
 
 
-def tuning_walls(out_dir: Path, trials: int) -> dict[str, dict[str, list[float | None]]]:
+def tuning_walls(out_dir: Path, trials: int) -> dict[str, dict[str, dict[int, float | None]]]:
     """Wall seconds of each run under ``out_dir`` until its ``trials``-th trial
     (:func:`seconds_to_trials`; ``None`` where not logged), keyed and ordered as
     :func:`tuning_curves`."""
@@ -403,7 +410,7 @@ def with_reference(
     trials, e.g. 512 from ``--trials-for xgb=512``).  Returns ``(curves, yardstick name)``;
     the name is ``"xgb"`` when ``reference`` holds no XGBoost run.  ``name`` names the
     yardstick instead, for per-run values other than curves (:func:`tuning_walls`)."""
-    runs = [c for models in reference.values() for c in models.get("xgb", [])]
+    runs = [c for models in reference.values() for c in models.get("xgb", {}).values()]
     if not runs:
         return curves, "xgb"
     name = name or f"xgb {max(c.size for c in runs)}"
@@ -415,11 +422,11 @@ def with_reference(
 
 
 def reach_table(
-    curves: dict[str, dict[str, list[np.ndarray]]], markdown: bool = True, yardstick: str = "xgb"
+    curves: dict[str, dict[str, dict[int, np.ndarray]]], markdown: bool = True, yardstick: str = "xgb"
 ) -> str:
     """Per task and cost model: mean final best relative to the yardstick's (per seed),
     and in how many trials each seed reached its own seed's yardstick final best (seeds
-    paired in order; the yardstick is XGBoost's runs, or a longer reference run of it,
+    paired by number; the yardstick is XGBoost's runs, or a longer reference run of it,
     :func:`with_reference`)."""
     from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
 
@@ -427,10 +434,11 @@ def reach_table(
             f"trials to reach {yardstick}'s final best (per seed)"]
     body = []
     for task, models in curves.items():
-        xgb = models.get(yardstick, [])
+        xgb = models.get(yardstick, {})
         for model, runs in sorted(models.items()):
-            ratio = [r[-1] / x[-1] for r, x in zip(runs, xgb)] if xgb else []
-            reach = [trials_to_reach(r, x[-1]) for r, x in zip(runs, xgb)] if xgb else []
+            paired = sorted(set(runs) & set(xgb))
+            ratio = [runs[s][-1] / xgb[s][-1] for s in paired]
+            reach = [trials_to_reach(runs[s], xgb[s][-1]) for s in paired]
             body.append([
                 task, model, str(len(ratio) or len(runs)), f"{np.mean(ratio):.2f}" if ratio else "-",
                 ", ".join("never" if t is None else str(t) for t in reach) or "-",
@@ -439,15 +447,15 @@ def reach_table(
 
 
 def ratio_summary(
-    curves: dict[str, dict[str, list[np.ndarray]]], yardstick: str = "xgb", at: tuple[int, ...] = (8, 16, 32, 64),
-    markdown: bool = True, walls: dict[str, dict[str, list[float | None]]] | None = None,
+    curves: dict[str, dict[str, dict[int, np.ndarray]]], yardstick: str = "xgb", at: tuple[int, ...] = (8, 16, 32, 64),
+    markdown: bool = True, walls: dict[str, dict[str, dict[int, float | None]]] | None = None,
 ) -> str:
     """Each cost model's best after ``k`` trials (each ``k`` of ``at``) over the same seed's
     yardstick final best, averaged over the tasks of each seed, then over the seeds (with
     the lowest and highest seed mean): the benchmark's summary table (the goal is a mean of
     at most 1.00 for ``cdmpp`` at 64 trials against ``"xgb 512"``).
 
-    Seeds are paired in order with the yardstick's runs, as in :func:`reach_table`; a task
+    Seeds are paired by number with the yardstick's runs, as in :func:`reach_table`; a task
     counts for a seed only where both ran.  ``reached``: tasks whose best is at most the
     yardstick's final best within ``max(at)`` trials.  The yardstick's own row gives its
     run at ``k`` trials (e.g. XGBoost 64 trials into its 512-trial run).
@@ -465,13 +473,14 @@ def ratio_summary(
 
     per: dict[tuple[str, int], dict] = {}
     for task, models in curves.items():
-        ys = models.get(yardstick, [])
+        ys = models.get(yardstick, {})
         for model, runs in models.items():
-            wall = (walls or {}).get(task, {}).get(model, [])
-            for seed, (run, ref) in enumerate(zip(runs, ys)):
+            wall = (walls or {}).get(task, {}).get(model, {})
+            for seed in sorted(set(runs) & set(ys)):
+                run, ref = runs[seed], ys[seed]
                 d = per.setdefault((model, seed), {"tasks": 0, "reached": 0, "ratios": {k: [] for k in at}, "wall": []})
                 d["tasks"] += 1
-                if seed < len(wall) and wall[seed] is not None:
+                if wall.get(seed) is not None:
                     d["wall"].append(wall[seed])
                 d["reached"] += trials_to_reach(run[: max(at)], ref[-1]) is not None
                 for k in at:
@@ -657,9 +666,9 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     return rows
 
 
-def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, list[np.ndarray]]]:
+def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dict[int, np.ndarray]]]:
     """Whole-network curves of every run of ``network`` under ``out_dir`` for
-    ``plot_tuning_curves``: ``{network: {cost model: [one (T,) curve per seed]}}``, each
+    ``plot_tuning_curves``: ``{network: {cost model: {seed: (T,) curve}}}``, each
     :func:`network_curve` with NaN (not drawn) until every task has a measured trial.
 
     The task weights come from ``out_dir/<network>/task_weights.json`` (written by
@@ -675,12 +684,12 @@ def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, lis
         from cdmpp.tvm_compat import structural_hash
 
         weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
-    panel: dict[str, list[np.ndarray]] = {}
+    panel: dict[str, dict[int, np.ndarray]] = {}
     for model_dir in sorted(p for p in (Path(out_dir) / network).iterdir() if p.is_dir()):
-        for run in sorted(model_dir.glob("seed*")):
+        for run in sorted(model_dir.glob("seed*"), key=run_seed):
             curve = network_curve(run, weights)
             if np.isfinite(curve).any():
-                panel.setdefault(model_dir.name, []).append(np.where(np.isfinite(curve), curve, np.nan))
+                panel.setdefault(model_dir.name, {})[run_seed(run)] = np.where(np.isfinite(curve), curve, np.nan)
     return {network: panel} if panel else {}
 
 
