@@ -6,6 +6,7 @@ heavy import waits until a subcommand runs.
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from pathlib import Path
@@ -161,7 +162,7 @@ def _cmd_validate(args) -> int:
     return 1 if bad_total else 0
 
 
-def expand_work_dir(args) -> None:
+def expand_work_dir(args: argparse.Namespace) -> None:
     """Expand ``--work-dir`` into the MetaSchedule database file paths it holds.
 
     A file's gzipped form (``<name>.gz``, as a shipped dataset folder holds) is taken
@@ -198,7 +199,7 @@ def _cmd_pack(args) -> int:
     return 0
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The collection and dataset subcommands: networks, collect, remeasure, validate, import, pack."""
     s = sub.add_parser("networks", help="list the network zoo")
     s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")

@@ -23,10 +23,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import InputError
+
+if TYPE_CHECKING:  # annotations only: TVM loads when a function runs
+    from tvm.ir import IRModule
+    from tvm.target import Target
+
+    from .predictor import LatencyPredictor, TargetLike
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +122,7 @@ class NetworkEstimate:
         return asdict(self)
 
 
-def relax_tasks(mod, target) -> list[Task]:
+def relax_tasks(mod: IRModule, target: Target) -> list[Task]:
     """The tuning tasks of a Relax IRModule for ``target`` (a ``Target`` or dict).
 
     Raises:
@@ -134,7 +141,7 @@ def relax_tasks(mod, target) -> list[Task]:
     return [Task(str(t.task_name), int(t.weight), t.dispatched[0]) for t in extracted]
 
 
-def zoo_tasks(network: str, target) -> list[Task]:
+def zoo_tasks(network: str, target: TargetLike) -> list[Task]:
     """The tuning tasks of a zoo network (:func:`cdmpp.networks.network_names`).
 
     Raises:
@@ -240,7 +247,8 @@ def _scheduled(mod, trace):
 
 
 def estimate_network(
-    predictor, tasks: list[Task], device: str | None = None, target=None, database: dict | None = None,
+    predictor: LatencyPredictor, tasks: list[Task], device: str | None = None, target: TargetLike | None = None,
+    database: dict | None = None,
     cfg: EstimateConfig | None = None,
 ) -> NetworkEstimate:
     """Estimate a network's latency on one device from its tasks.

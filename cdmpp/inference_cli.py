@@ -6,6 +6,7 @@ the server's ``/estimate`` (:func:`cdmpp.estimate.estimate_network`).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib.util
 import json
@@ -244,7 +245,12 @@ def _cmd_estimate(args) -> int:
     import warnings
 
     from . import dataset as ds
-    from .estimate import EstimateConfig, best_records, estimate_network, format_estimate
+    from .estimate import (
+        EstimateConfig,
+        best_records,
+        estimate_network,
+        format_estimate,
+    )
     from .predictor import LatencyPredictor
     from .tvm_compat import Target
 
@@ -273,7 +279,7 @@ def _cmd_estimate(args) -> int:
     return 0
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add ``predict`` and ``estimate`` to the ``cdmpp`` subcommands ``sub``."""
     s = sub.add_parser("predict", help="predicted latency of every program of a JSONDatabase (or a TVM-JSON program)")
     s.add_argument("--work-dir", required=True,

@@ -19,12 +19,25 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
 from .errors import UnknownDeviceError
+
+if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
+    from tvm.ir import IRModule
+    from tvm.target import Target
+    from tvm.tirx import PrimFunc
+
+    from .device import DeviceDescriptor
+    from .featurize import ProgramAST
+
+TargetLike = Union["Target", dict, str]
+"""A TVM target: a ``Target``, a dict (``{"kind": "llvm", ...}``), a tag or a JSON string."""
 
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
 
@@ -86,7 +99,7 @@ class LatencyPredictor:
         """Ids of the devices this checkpoint predicts for, in table order."""
         return [d.device_id for _, d in self._known]
 
-    def device(self, device_id: str):
+    def device(self, device_id: str) -> DeviceDescriptor:
         """The :class:`~cdmpp.device.DeviceDescriptor` of a known device.
 
         Raises:
@@ -110,7 +123,7 @@ class LatencyPredictor:
             return None
         return self.resolve_device().target or None
 
-    def resolve_device(self, device: str | None = None, target=None):
+    def resolve_device(self, device: str | None = None, target: TargetLike | None = None) -> DeviceDescriptor:
         """The known device a prediction is for (the rules are in the module docstring).
 
         Args:
@@ -194,7 +207,8 @@ class LatencyPredictor:
         )
         return chosen
 
-    def predict(self, mods, target=None, device: str | None = None) -> np.ndarray:
+    def predict(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
+                device: str | None = None) -> np.ndarray:
         """Predict latencies on one device.
 
         Args:
@@ -228,7 +242,7 @@ class LatencyPredictor:
         feat_target = target if target is not None else (dev.target if dev is not None else None)
         return featurize_many(list(mods), feat_target), dev.device_id if dev else None
 
-    def predict_trees(self, trees, device: str | None = None) -> np.ndarray:
+    def predict_trees(self, trees: Sequence[ProgramAST], device: str | None = None) -> np.ndarray:
         """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
         (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``) on ``device``
         (a known device id; ``None``: :meth:`resolve_device`'s choice).
@@ -247,7 +261,8 @@ class LatencyPredictor:
         return predict_latency_array(self.model, ProgramLeaves.from_trees(trees), device=row)
 
 
-    def predict_interval(self, mods, target=None, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_interval(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
+                         device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predict latencies with a 10-90% interval (MC dropout, calibrated on validation
         workloads: :mod:`cdmpp.model`; calibrated by :mod:`cdmpp.train.uncertainty`).
 
@@ -262,7 +277,8 @@ class LatencyPredictor:
         trees, dev_id = self._featurized(mods, target, device)
         return self.predict_trees_interval(trees, dev_id)
 
-    def predict_trees_interval(self, trees, device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_trees_interval(self, trees: Sequence[ProgramAST],
+                               device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
         from cdmpp.model import IntervalConfig, ProgramLeaves, interval, mc_log_latency  # pylint: disable=import-outside-toplevel
 
@@ -283,7 +299,8 @@ def _cached(path: str | None) -> LatencyPredictor:
     return LatencyPredictor.load(path)
 
 
-def predict_latency(mod, target=None, checkpoint: str | Path | None = None, device: str | None = None) -> float:
+def predict_latency(mod: IRModule | PrimFunc, target: TargetLike | None = None, checkpoint: str | Path | None = None,
+                    device: str | None = None) -> float:
     """Predicted latency in seconds of one scheduled program on one device (see
     :meth:`LatencyPredictor.predict` for ``target`` and ``device``).
 

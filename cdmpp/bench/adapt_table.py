@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench adapt-table``'s arguments."""
     parser.add_argument("-c", "--checkpoint", required=True, help="a checkpoint trained with --exclude-device DEVICE")
     parser.add_argument("-d", "--dataset", required=True, help="DEVICE's folder (its measured programs are the shots)")
@@ -20,11 +21,11 @@ def add_arguments(parser) -> None:
 def _cmd_adapt_table(args) -> int:
     # pylint: disable=import-outside-toplevel
     from cdmpp import dataset as ds
+    from cdmpp.model import load_checkpoint
     from cdmpp.train.adapt import adapt_table
     from cdmpp.train.devices import device_of_manifest
     from cdmpp.train.evaluate import load_featurized
     from cdmpp.train.report import format_table, task_weights, write_rows
-    from cdmpp.model import load_checkpoint
 
     model, meta = load_checkpoint(Path(args.checkpoint))
     db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
@@ -53,6 +54,6 @@ def _cmd_adapt_table(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench adapt-table``."""
     return _cmd_adapt_table(args)

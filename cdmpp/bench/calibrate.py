@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench calibrate``'s arguments."""
     parser.add_argument("-c", "--checkpoint", required=True, help="a checkpoint of cdmpp train -d DATASET")
     parser.add_argument("-d", "--dataset", nargs="+", default=["datasets/corpus"],
@@ -19,7 +20,11 @@ def add_arguments(parser) -> None:
 
 def _cmd_calibrate(args) -> int:
     # pylint: disable=import-outside-toplevel
-    from cdmpp.train.uncertainty import IntervalConfig, calibrate_checkpoint, format_coverage
+    from cdmpp.train.uncertainty import (
+        IntervalConfig,
+        calibrate_checkpoint,
+        format_coverage,
+    )
 
     calibration, report = calibrate_checkpoint(
         Path(args.checkpoint), [Path(d) for d in args.dataset], Path(args.cache), IntervalConfig(passes=args.passes),
@@ -31,6 +36,6 @@ def _cmd_calibrate(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench calibrate``."""
     return _cmd_calibrate(args)

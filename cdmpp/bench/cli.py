@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 
 BENCHES = {
@@ -22,7 +23,7 @@ BENCHES = {
 """Each bench's module (with ``add_arguments(parser)`` and ``main(args) -> int``) and help line."""
 
 
-def add_bench_parser(sub) -> None:
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``bench`` group, and one subcommand per entry of :data:`BENCHES`, to ``sub``."""
     group = sub.add_parser("bench", help="benchmarks and studies (not needed to use cdmpp)")
     benches = group.add_subparsers(dest="bench", required=True)

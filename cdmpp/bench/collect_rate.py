@@ -19,6 +19,7 @@ run-to-run drift of a re-measured sample (``cdmpp remeasure``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -32,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import InputError
 from cdmpp import dataset as ds
-
+from cdmpp.errors import InputError
 
 PATHS = {
     "plain": "plain TVM",
@@ -442,7 +442,7 @@ def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.00
                                float(np.quantile(c, 0.9)), float(np.quantile(c, 0.99)), float(c.max()))
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench collect-rate``'s arguments."""
     parser.add_argument("-n", "--network", default="resnet_18-b1")
     parser.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
@@ -469,6 +469,6 @@ def _cmd_collect_benchmark(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench collect-rate``."""
     return _cmd_collect_benchmark(args)

@@ -20,6 +20,7 @@ markdown table (:func:`format_study`).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import time
@@ -216,8 +217,8 @@ def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
 
 
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
-    from cdmpp.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
     from cdmpp.model import ModelConfig  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
 
     model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
                         num_devices=num_devices)
@@ -241,10 +242,10 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
     # pylint: disable=import-outside-toplevel
+    from cdmpp.model import predict_latency_array
     from cdmpp.train.baselines import TreeBaseline
     from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs
     from cdmpp.train.fit import fit_transformer
-    from cdmpp.model import predict_latency_array
     from cdmpp.train.splits import drop_unstable_labels, thin_training
 
     corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress)
@@ -315,7 +316,7 @@ def format_study(result: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench fit-study``'s arguments on an ``argparse`` parser."""
     parser.add_argument("-d", "--dataset", nargs="+", required=True, help="dataset folder(s) of device folders")
     parser.add_argument("--levers", nargs="+", default=["current"], choices=list(LEVERS),
@@ -330,7 +331,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("-o", "--out", required=True, help="JSON file to write (the markdown table goes beside it)")
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run the study from parsed arguments; writes ``--out`` and ``--out`` with ``.md``."""
     import json  # pylint: disable=import-outside-toplevel
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench repeat-check``'s arguments."""
     parser.add_argument("device_dirs", nargs="+", help="device folders (every repeat of each program is stored)")
     parser.add_argument("--first", type=int, default=4, help="repeats timed before the rule decides")
@@ -33,6 +34,6 @@ def _cmd_repeat_check(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench repeat-check``."""
     return _cmd_repeat_check(args)

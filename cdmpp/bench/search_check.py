@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench search-check``'s arguments."""
     parser.add_argument("dataset", help="dataset folder with this CPU's device folder (read only)")
     parser.add_argument("-n", "--networks", nargs="+", default=["resnet_50-b1", "mobilenet_v2-b1", "bert_base-b1s128"])
@@ -19,7 +20,11 @@ def add_arguments(parser) -> None:
 def _cmd_search_check(args) -> int:
     import json  # pylint: disable=import-outside-toplevel
 
-    from cdmpp.bench.collect_rate import SearchCheckConfig, format_search_check, run_search_check  # pylint: disable=import-outside-toplevel
+    from cdmpp.bench.collect_rate import (  # pylint: disable=import-outside-toplevel
+        SearchCheckConfig,
+        format_search_check,
+        run_search_check,
+    )
 
     cfg = SearchCheckConfig(dataset=Path(args.dataset), networks=args.networks,
                             tasks_per_network=args.tasks_per_network, populations=tuple(args.populations),
@@ -33,6 +38,6 @@ def _cmd_search_check(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench search-check``."""
     return _cmd_search_check(args)

@@ -145,7 +145,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--output", default=None, help="also write the result as JSON here")
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench serve-load``."""
     import json  # pylint: disable=import-outside-toplevel
 

@@ -69,9 +69,15 @@ def predict_call_seconds(
     from cdmpp import dataset as ds
     from cdmpp.featurize import as_module, build_tree
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.tvm_compat import ArgInfo, Schedule, Target, feature_context, ms, per_store_features
-
     from cdmpp.serve.cost_model import CdmppCostModel
+    from cdmpp.tvm_compat import (
+        ArgInfo,
+        Schedule,
+        Target,
+        feature_context,
+        ms,
+        per_store_features,
+    )
 
     db = ds.load_device_dir(ds.device_dirs(Path(dataset_dir))[0])
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -116,7 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timings per stage; the fastest is kept")
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """Print the stage timings of one predict call (see the module docstring)."""
     n, secs = predict_call_seconds(Path(args.dataset), args.checkpoint, args.candidates, args.repeats)
     print(f"one predict call on {n} candidates ({os.cpu_count()} cores, best of {args.repeats})")

@@ -18,6 +18,7 @@ same schedules.  Timings wait for a quiet machine (the collector's guard).
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +123,11 @@ def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) 
     from cdmpp.device import local_cpu
     from cdmpp.estimate import estimate_network, relax_tasks
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.tvm_compat import Target, relax_module_and_params_from_torch, structural_hash
+    from cdmpp.tvm_compat import (
+        Target,
+        relax_module_and_params_from_torch,
+        structural_hash,
+    )
 
     folder = Path(folder)
     db = ds.load_device_dir(folder)
@@ -188,7 +193,7 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     return render_table(head, body, markdown)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench truth-check``'s arguments."""
     parser.add_argument("-d", "--dataset", required=True, help="this machine's device folder (its fastest records are used)")
     parser.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"])
@@ -213,6 +218,6 @@ def _cmd_truth_check(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench truth-check``."""
     return _cmd_truth_check(args)

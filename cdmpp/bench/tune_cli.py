@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from cdmpp.bench.tune import (
 )
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench tune``'s arguments."""
     parser.add_argument("-d", "--dataset", help="device folder whose manifest lists the network")
     parser.add_argument("--network", help="network whose tasks are tuned (several: comma-separated)")
@@ -122,6 +123,6 @@ def _cmd_tune_benchmark(args) -> int:
     return 0
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """``cdmpp bench tune``."""
     return _cmd_tune_benchmark(args)
