@@ -99,7 +99,7 @@ def test_trials_to_reach():
 
 
 def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
-    from cdmpp.bench.tune import network_curve
+    from cdmpp.bench.tune_network import network_curve
 
     wl = [["111", "a"], ["222", "b"]]
     recs = [[0, ["t", [4e-3], {}, []]], [0, ["t", [1e10], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]],
@@ -113,8 +113,8 @@ def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
 
 
 def test_network_tuning_config_and_cli_errors(capsys):
+    from cdmpp.bench.tune_network import NetworkTuneConfig, format_network_tuning
     from cdmpp.cli import main
-    from cdmpp.bench.tune import NetworkTuneConfig, format_network_tuning
 
     with pytest.raises(ValueError, match="unknown cost models"):
         NetworkTuneConfig(network="dcgan-b1", cost_models=("ansor",))
@@ -166,7 +166,13 @@ def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_th
 
 
 def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_kept_file(tmp_path):
-    from cdmpp.bench.tune import WALL_FILE, ratio_summary, save_trial_walls, seconds_to_trials, trial_walls
+    from cdmpp.bench.tune import (
+        WALL_FILE,
+        ratio_summary,
+        save_trial_walls,
+        seconds_to_trials,
+        trial_walls,
+    )
 
     log = tmp_path / "logs" / "tvm.s_tir.meta_schedule.logging.task_scheduler.log"
     log.parent.mkdir()

@@ -7,19 +7,21 @@ import sys
 from pathlib import Path
 
 from cdmpp.bench.tune import (
-    NetworkTuneConfig,
     TuneBenchmarkConfig,
-    format_network_tuning,
     format_tune_benchmark,
-    network_curve_panels,
     ratio_summary,
     reach_table,
-    run_network_tuning,
     run_tune_benchmark,
     tuning_curves,
     tuning_walls,
     with_reference,
     write_tune_benchmark,
+)
+from cdmpp.bench.tune_network import (
+    NetworkTuneConfig,
+    format_network_tuning,
+    network_curve_panels,
+    run_network_tuning,
 )
 
 

@@ -1,0 +1,199 @@
+"""``cdmpp bench tune --whole-network``: a whole network tuned with each cost model, then timed end to end.
+
+MetaSchedule's ``tune_relax`` tunes every task of a zoo network with one global trial
+budget (its gradient task scheduler divides it), once per cost model, on this CPU;
+the network is then compiled with each tuning database and timed in the Relax VM.
+The records are kept as one JSONDatabase per cost model and seed, like the per-task
+runs of :mod:`cdmpp.bench.tune`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from cdmpp import dataset as ds
+from cdmpp.errors import InputError
+
+from .tune import (
+    WEIGHTS_FILE,
+    _check_cost_models,
+    _records,
+    _run_dir,
+    _search_tools,
+    _start_run,
+    _trials,
+    _tuned,
+    run_seed,
+)
+
+
+@dataclass
+class NetworkTuneConfig:
+    """What ``run_network_tuning`` tunes: a whole zoo network with ``tune_relax``.
+
+    Attributes:
+        network: a zoo network name (``cdmpp.networks.network_names``).
+        trials: the global trial budget shared by all of the network's tasks (MetaSchedule's
+            gradient task scheduler divides it).
+        trials_per_iter: trials measured per search iteration of a task.
+        cost_models: names from ``COST_MODELS``.
+        checkpoint: the checkpoint of ``"cdmpp"`` (``None``: the shipped one).
+        seed: seed of the search (the same for every cost model).
+        repeat: end-to-end runs timed after tuning (the median is reported).
+    """
+
+    network: str
+    trials: int = 1000
+    trials_per_iter: int = 16
+    cost_models: tuple[str, ...] = ("xgb", "cdmpp")
+    checkpoint: Path | None = None
+    seed: int = 0
+    repeat: int = 20
+
+    def __post_init__(self):
+        _check_cost_models(self.cost_models)
+        if self.trials < 1 or self.trials_per_iter < 1 or self.repeat < 1:
+            raise InputError(f"trials, trials_per_iter and repeat must be >= 1, got {self.trials}, "
+                             f"{self.trials_per_iter}, {self.repeat}")
+
+
+def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
+    """The tuned network's latency after each trial of a ``tune_relax`` work dir: float64 ``(T,)``
+    seconds, ``sum(task weight * the task's best measured latency so far)``; ``inf`` until
+    every task has a measured trial.
+
+    Args:
+        weights: task weight by the workload's structural hash (as the work dir's workload
+            file writes it, a decimal string); workloads not in it count with weight 0.
+    """
+    wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
+    if wl_path is None:
+        return np.zeros(0, dtype=np.float64)
+    hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
+    best = {h: np.inf for h in weights}
+    out = []
+    for index, secs in _records(Path(work_dir)):
+        h = hashes[index] if index < len(hashes) else None
+        if h in best and secs:
+            best[h] = min(best[h], float(np.median(secs)))
+        out.append(sum(weights[k] * v for k, v in best.items()) if best else np.inf)
+    return np.asarray(out, dtype=np.float64)
+
+
+def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = True) -> list[dict]:
+    """Tune a whole network once per cost model with ``tune_relax`` on this CPU, then compile
+    it with each tuning database and time it end to end in the Relax VM; resumable.
+
+    The work dir of each cost model is ``out_dir/<network>/<cost model>/seed<seed>`` (a
+    MetaSchedule JSONDatabase); a run with fewer than ``cfg.trials`` records starts again.
+    Each run waits for a quiet machine first, every timing batch runs on a quiet machine
+    (timed again when disturbed: ``retimed_batches``), and the run records the CPU other
+    processes used over it (``other_cores``).
+
+    Returns:
+        One row per cost model: ``network``, ``cost_model``, ``seed``, ``tasks``,
+        ``trials`` (measured), ``other_cores``, ``retimed_batches``, ``tuned_sum_s`` (sum of task weight x
+        best measured latency), ``e2e_s`` (median end-to-end seconds in the Relax VM),
+        ``compile_s`` and ``tune_s`` (wall seconds; 0 for a run found finished).
+
+    Raises:
+        UnknownNetworkError: not a zoo network.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp import networks as zoo
+    from cdmpp.collect import QuietConfig, QuietGuard
+    from cdmpp.device import local_cpu
+    from cdmpp.estimate import relax_tasks
+    from cdmpp.tvm_compat import (
+        Target,
+        load_tensor_intrinsics,
+        ms,
+        relax_module_and_params_from_torch,
+        structural_hash,
+    )
+
+    from .truth_check import compile_and_time
+
+    spec = zoo.get_network(cfg.network)
+    device = local_cpu()
+    target = Target(device.target)
+    guard = QuietGuard(QuietConfig())
+    load_tensor_intrinsics()
+    model = spec.build()
+    mod, params = relax_module_and_params_from_torch(model, spec.example_inputs(), target)
+    unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
+    tasks = relax_tasks(mod, target)
+    weights = {str(structural_hash(t.mod)): float(t.weight) for t in tasks}
+    (Path(out_dir) / cfg.network).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / cfg.network / WEIGHTS_FILE).write_text(json.dumps(weights), encoding="utf-8")
+    rows = []
+    for model_name in cfg.cost_models:
+        work_dir = _run_dir(Path(out_dir) / cfg.network / model_name, cfg.seed, cfg.trials)
+        run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
+        if len(_trials(work_dir)) < cfg.trials:
+            _start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
+                                                  f"seed {cfg.seed} ({cfg.trials} trials)")
+            tools = _search_tools(model_name, cfg.checkpoint, guard)
+            run = _tuned(guard, work_dir, partial(
+                ms.relax_integration.tune_relax, mod, None, target, str(work_dir), max_trials_global=cfg.trials,
+                num_trials_per_iter=cfg.trials_per_iter, seed=cfg.seed, **tools))
+        for f in (ds.WORKLOAD_FILE, ds.RECORD_FILE):  # a run kept only gzipped (in git, say)
+            ds.unpack(work_dir / f)
+        database = ms.database.JSONDatabase(
+            path_workload=str(work_dir / ds.WORKLOAD_FILE), path_tuning_record=str(work_dir / ds.RECORD_FILE)
+        )
+        e2e_s, compile_s = compile_and_time(database, unfused, params, spec.example_inputs(), target, cfg.repeat, guard)
+        curve = network_curve(work_dir, weights)
+        row = {"network": cfg.network, "cost_model": model_name, "seed": cfg.seed, "tasks": len(tasks),
+               "trials": int(curve.size), "other_cores": run["other_cores"], "retimed_batches": run["retimed_batches"],
+               "tuned_sum_s": float(curve[-1]) if curve.size else float("nan"), "e2e_s": e2e_s,
+               "compile_s": compile_s, "tune_s": run["tune_s"]}
+        if progress:
+            print(format_network_tuning([row]), flush=True)
+        rows.append(row)
+    return rows
+
+
+def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dict[int, np.ndarray]]]:
+    """Whole-network curves of every run of ``network`` under ``out_dir`` for
+    ``plot_tuning_curves``: ``{network: {cost model: {seed: (T,) curve}}}``, each
+    :func:`network_curve` with NaN (not drawn) until every task has a measured trial.
+
+    The task weights come from ``out_dir/<network>/task_weights.json`` (written by
+    :func:`run_network_tuning`), else from extracting the network's tasks again.
+    """
+    weights_file = Path(out_dir) / network / WEIGHTS_FILE
+    if weights_file.exists():
+        weights = json.loads(weights_file.read_text(encoding="utf-8"))
+    else:
+        # pylint: disable=import-outside-toplevel
+        from cdmpp.device import local_cpu
+        from cdmpp.estimate import zoo_tasks
+        from cdmpp.tvm_compat import structural_hash
+
+        weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
+    panel: dict[str, dict[int, np.ndarray]] = {}
+    for model_dir in sorted(p for p in (Path(out_dir) / network).iterdir() if p.is_dir()):
+        for run in sorted(model_dir.glob("seed*"), key=run_seed):
+            curve = network_curve(run, weights)
+            if np.isfinite(curve).any():
+                panel.setdefault(model_dir.name, {})[run_seed(run)] = np.where(np.isfinite(curve), curve, np.nan)
+    return {network: panel} if panel else {}
+
+
+def format_network_tuning(rows: list[dict], markdown: bool = False) -> str:
+    """The rows of :func:`run_network_tuning` as a table (milliseconds, minutes)."""
+    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+
+    head = ["network", "cost model", "seed", "tasks", "trials", "tuned sum ms", "end to end ms", "tuning min"]
+    body = [
+        [r["network"], r["cost_model"], str(r["seed"]), str(r["tasks"]), str(r["trials"]),
+         f"{1e3 * r['tuned_sum_s']:.2f}", f"{1e3 * r['e2e_s']:.2f}", f"{r['tune_s'] / 60:.1f}"]
+        for r in rows
+    ]
+    return render_table(head, body, markdown)
