@@ -23,8 +23,6 @@ from .metrics import summary
 from .report import BASELINE_FILE, task_weights
 from .splits import holdout_network
 
-COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_tau")
-
 
 def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True):
     """``(DeviceDatabase, FeaturizedPrograms)`` of a dataset's only device folder (or of a device folder).
