@@ -239,17 +239,38 @@ def choose_tasks(
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     tasks = [t for t in tasks if t["workload_key"] in index_of]
     tasks.sort(key=lambda t: -float(t["weight"]) * float(t.get("flops", 0.0)))
-    ranked = list(enumerate(tasks))
-    if names:
-        def named(t, n):
-            return t["task_name"] == n or t["task_name"].startswith(n + "_")
+    ranked = [(t["task_name"], float(t["weight"]), db.workloads[index_of[t["workload_key"]]].mod, r)
+              for r, t in enumerate(tasks)]
+    return pick_tasks(ranked, network, count, names)
 
-        missing = [n for n in names if not any(named(t, n) for t in tasks)]
-        if missing:
-            raise InputError(f"{network} has no task named {', '.join(missing)}; its tasks: "
-                             f"{', '.join(t['task_name'][:40] for t in tasks[:12])}, ...")
-    ranked = [(r, t) for r, t in ranked if r < count or any(named(t, n) for n in names)]
-    return [(t["task_name"], float(t["weight"]), db.workloads[index_of[t["workload_key"]]].mod, r) for r, t in ranked]
+
+def pick_tasks(
+    ranked: list[tuple[str, float, object, int]], network: str, count: int, names: tuple[str, ...] = ()
+) -> list[tuple[str, float, object, int]]:
+    """Of a network's tasks ``(task_name, weight, workload, rank)`` in rank order, the
+    ``count`` largest and those in ``names`` (a task name, or its prefix before an ``_``).
+
+    Raises:
+        InputError: a name matches no task of the network.
+    """
+    def named(task_name, n):
+        return task_name == n or task_name.startswith(n + "_")
+
+    missing = [n for n in names if not any(named(t[0], n) for t in ranked)]
+    if missing:
+        raise InputError(f"{network} has no task named {', '.join(missing)}; its tasks: "
+                         f"{', '.join(t[0][:40] for t in ranked[:12])}, ...")
+    return [t for t in ranked if t[3] < count or any(named(t[0], n) for n in names)]
+
+
+def _network_tasks(db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...], target):
+    """:func:`choose_tasks`, or for a network outside the zoo (:mod:`cdmpp.bench.unseen`) its
+    tasks extracted for ``target``."""
+    from cdmpp.bench.unseen import unseen_networks, unseen_tasks  # pylint: disable=import-outside-toplevel
+
+    if network in unseen_networks():
+        return pick_tasks(unseen_tasks(network, target), network, count, names)
+    return choose_tasks(db, network, count, names)
 
 
 def best_so_far(run_secs: list[list[float] | None]) -> np.ndarray:
@@ -315,13 +336,13 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
         raise ds.DatasetError(f"{dataset}: give one device folder")
     db = ds.load_device_dir(dirs[0], records=False)  # the manifest's tasks and the workloads pick the tasks
     listed = set(n.strip() for n in cfg.network.split(","))
+    device = local_cpu()
+    target = Target(device.target)
     chosen = [
         (net, task)
         for net in cfg.networks
-        for task in choose_tasks(db, net, cfg.tasks if net in listed else 0, cfg.names_for(net))
+        for task in _network_tasks(db, net, cfg.tasks if net in listed else 0, cfg.names_for(net), target)
     ]
-    device = local_cpu()
-    target = Target(device.target)
     guard = QuietGuard(QuietConfig())
     load_tensor_intrinsics()
     rows = []

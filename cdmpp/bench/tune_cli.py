@@ -28,7 +28,8 @@ from cdmpp.bench.tune_network import (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench tune``'s arguments."""
     parser.add_argument("-d", "--dataset", help="device folder whose manifest lists the network")
-    parser.add_argument("--network", help="network whose tasks are tuned (several: comma-separated)")
+    parser.add_argument("--network", help="network whose tasks are tuned (several: comma-separated): one of the manifest's, or one "
+                        "outside the zoo (convnext_tiny-b1, gpt2_small-b1s128; its tasks are extracted for this CPU)")
     parser.add_argument("--whole-network", metavar="NET", default=None,
                         help="tune every task of a zoo network with tune_relax (a global budget of --trials), then "
                         "compile it with each database and time it end to end")

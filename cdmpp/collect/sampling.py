@@ -15,9 +15,16 @@ from .store import _known_tasks, _Store, _Task
 def extract_network_tasks(network: str, target) -> list[_Task]:
     """The MetaSchedule tuning tasks of a zoo network, with weights and FLOPs."""
     from .. import networks as zoo  # pylint: disable=import-outside-toplevel
-    from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch
 
-    spec = zoo.get_network(network)
+    return extract_spec_tasks(zoo.get_network(network), target)
+
+
+def extract_spec_tasks(spec, target) -> list[_Task]:
+    """The MetaSchedule tuning tasks of a :class:`cdmpp.networks.NetworkSpec` (a zoo entry or
+    a network outside the zoo), with weights and FLOPs, in extraction order."""
+    from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch  # pylint: disable=import-outside-toplevel
+
+    network = spec.name
     mod = relax_module_from_torch(spec.build(), spec.example_inputs(), target)
     tasks = []
     for t in extract_tasks(mod, target):

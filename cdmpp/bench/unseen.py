@@ -1,0 +1,124 @@
+"""Networks outside the zoo, for the benchmarks' unseen-network tests.
+
+The zoo (:mod:`cdmpp.networks`) reserves the ConvNeXt and GPT-2 families: no dataset of
+cdmpp holds their tasks, so no checkpoint trained on the corpus has seen them.  This
+module defines one network of each family, in code and with random weights as the zoo
+does, for benchmarks that tune or time them (``cdmpp bench tune --network
+convnext_tiny-b1``, ``cdmpp bench speed --network convnext_tiny-b1``).
+
+* ``convnext_tiny-b1``: ConvNeXt-T (Liu et al., "A ConvNet for the 2020s", CVPR 2022,
+  Table 9: depths 3-3-9-3, widths 96-768), one 224x224 image.
+* ``gpt2_small-b1s128``: GPT-2 small (Radford et al. 2019: 12 layers, width 768, 12 heads;
+  the ``transformers`` implementation), one sequence of 128 tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cdmpp.errors import UnknownNetworkError
+from cdmpp.networks import NetworkSpec
+
+
+class _ConvNeXtBlock(nn.Module):
+    """Depthwise 7x7 convolution, LayerNorm, 4x MLP with GELU, layer scale, residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.ln = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)  # NCHW -> NHWC
+        y = self.fc2(nn.functional.gelu(self.fc1(self.ln(y)))) * self.gamma
+        return x + y.permute(0, 3, 1, 2)
+
+
+class _ChannelNorm(nn.Module):
+    """LayerNorm over the channels of an NCHW tensor."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    """ConvNeXt (Liu et al. 2022); the defaults are ConvNeXt-T."""
+
+    def __init__(self, depths=(3, 3, 9, 3), dims=(96, 192, 384, 768), num_classes: int = 1000):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, dims[0], 4, 4), _ChannelNorm(dims[0])]
+        for i, (depth, dim) in enumerate(zip(depths, dims)):
+            if i:
+                layers += [_ChannelNorm(dims[i - 1]), nn.Conv2d(dims[i - 1], dim, 2, 2)]
+            layers += [_ConvNeXtBlock(dim) for _ in range(depth)]
+        self.features = nn.Sequential(*layers)
+        self.ln = nn.LayerNorm(dims[-1])
+        self.head = nn.Linear(dims[-1], num_classes)
+
+    def forward(self, x):
+        return self.head(self.ln(self.features(x).mean(dim=(2, 3))))
+
+
+def _gpt2_small() -> nn.Module:
+    from transformers import GPT2Config, GPT2Model  # pylint: disable=import-outside-toplevel
+
+    cfg = GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024, attn_implementation="eager")
+
+    class _GPT2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gpt2 = GPT2Model(cfg)
+
+        def forward(self, ids):
+            return self.gpt2(input_ids=ids, use_cache=False).last_hidden_state
+
+    return _GPT2()
+
+
+def unseen_networks() -> dict[str, NetworkSpec]:
+    """The networks outside the zoo, by name (``"convnext_tiny-b1"``, ``"gpt2_small-b1s128"``)."""
+    return {
+        "convnext_tiny-b1": NetworkSpec("convnext_tiny-b1", "convnext", ConvNeXt, (1, 3, 224, 224)),
+        "gpt2_small-b1s128": NetworkSpec("gpt2_small-b1s128", "gpt2", _gpt2_small, (1, 128), "int64"),
+    }
+
+
+def unseen_network(name: str) -> NetworkSpec:
+    """One network outside the zoo.
+
+    Raises:
+        UnknownNetworkError: ``name`` is not one of :func:`unseen_networks` (the message
+            lists them).
+    """
+    nets = unseen_networks()
+    if name not in nets:
+        raise UnknownNetworkError(f"{name!r} is not a network outside the zoo; those are: {', '.join(nets)}")
+    return nets[name]
+
+
+def unseen_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
+    """The MetaSchedule tuning tasks of a network outside the zoo, largest first.
+
+    Args:
+        name: one of :func:`unseen_networks`.
+        target: TVM ``Target`` the tasks are extracted for.
+
+    Returns:
+        ``(task_name, weight, workload IRModule, rank)`` per task in weight x FLOPs order
+        (``rank`` 0: the largest), as :func:`cdmpp.bench.tune.choose_tasks` returns them.
+
+    Raises:
+        UnknownNetworkError: ``name`` is not a network outside the zoo.
+    """
+    from cdmpp.collect.sampling import extract_spec_tasks  # pylint: disable=import-outside-toplevel
+
+    tasks = sorted(extract_spec_tasks(unseen_network(name), target), key=lambda t: -t.weight * t.flops)
+    return [(t.task_name, float(t.weight), t.mod, r) for r, t in enumerate(tasks)]

@@ -1,0 +1,36 @@
+"""Networks outside the zoo: defined, not in the zoo, their tasks extracted and picked."""
+
+import pytest
+import torch
+
+from cdmpp.bench.tune import pick_tasks
+from cdmpp.bench.unseen import unseen_network, unseen_networks, unseen_tasks
+from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp.networks import get_network, network_names
+
+
+def test_unseen_networks_are_outside_the_zoo_and_a_bad_name_is_refused():
+    assert not set(unseen_networks()) & set(network_names())
+    for name in unseen_networks():
+        with pytest.raises(UnknownNetworkError, match="reserved"):
+            get_network(name)
+    with pytest.raises(UnknownNetworkError, match="convnext_tiny-b1"):
+        unseen_network("resnet_50-b1")
+    out = unseen_network("convnext_tiny-b1").build()(torch.randn(1, 3, 224, 224))
+    assert out.shape == (1, 1000)
+
+
+def test_convnext_tasks_are_ranked_by_weight_times_flops_and_picked_by_prefix():
+    from cdmpp.tvm_compat import Target
+
+    ranked = unseen_tasks("convnext_tiny-b1", Target({"kind": "llvm", "num-cores": 1}))
+    assert [r for *_, r in ranked] == list(range(len(ranked)))
+    # stage 3 holds 9 of ConvNeXt-T's 18 blocks: its MLP matmuls and depthwise conv occur 9 times
+    assert ranked[0][1] == 9.0 and ranked[0][0].startswith("fused_matmul")
+    dw = [t for t in ranked if t[0].startswith("fused_conv2d") and t[1] == 9.0]
+    assert len(dw) == 1
+    prefix = dw[0][0].split("_add")[0]
+    picked = pick_tasks(ranked, "convnext_tiny-b1", 1, (prefix,))
+    assert [t[0] for t in picked] == [ranked[0][0], dw[0][0]]
+    with pytest.raises(InputError, match="no task named conv99"):
+        pick_tasks(ranked, "convnext_tiny-b1", 1, ("conv99",))
