@@ -133,14 +133,15 @@ class DeviceDatabase:
 
 def load_database(
     workload_path: Path, record_path: Path, device_id: str = "unknown", manifest: dict | None = None,
-    records: bool = True,
+    records: bool = True, max_records: int | None = None,
 ) -> DeviceDatabase:
     """Read a MetaSchedule JSONDatabase (plain or gzip files).
 
     Records without ``run_secs``, or with a non-positive or non-finite repeat, or whose
     workload index is out of range, are skipped and listed in ``bad_lines``.
     ``records=False`` reads the workloads only (``programs`` is empty): seconds instead
-    of minutes for a large folder, for callers that only pick workloads.
+    of minutes for a large folder, for callers that only pick workloads.  ``max_records``
+    stops after that many measured programs, in file order.
 
     Raises:
         DatasetError: a file is missing, or the database holds no measured record
@@ -180,6 +181,8 @@ def load_database(
         if secs.size == 0 or not np.all(np.isfinite(secs)) or np.any(secs <= 0) or np.any(secs >= 1e9):
             continue  # MetaSchedule writes 1e10 for failed runs
         programs.append(MeasuredProgram(index_of_line[widx], rec, secs))
+        if max_records is not None and len(programs) >= max_records:
+            break
     if not programs:
         raise DatasetError(f"no measured tuning record in {record_path}")
     return DeviceDatabase(device_id, workloads, keys, programs, manifest or {}, bad)
@@ -198,15 +201,17 @@ def device_dirs(dataset: Path) -> list[Path]:
     return dirs
 
 
-def load_device_dir(path: Path, records: bool = True) -> DeviceDatabase:
+def load_device_dir(path: Path, records: bool = True, max_records: int | None = None) -> DeviceDatabase:
     """Read one device folder of a dataset (see the module docstring); ``records=False``:
-    its workloads and manifest only (:func:`load_database`)."""
+    its workloads and manifest only, ``max_records``: its first measured programs only
+    (:func:`load_database`)."""
     path = Path(path)
     wl, rec = resolve(path / WORKLOAD_FILE), resolve(path / RECORD_FILE)
     if wl is None or rec is None:
         raise DatasetError(f"{path} lacks {WORKLOAD_FILE} or {RECORD_FILE}")
     manifest = read_manifest(path)
-    return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest, records)
+    return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest, records,
+                         max_records)
 
 
 def read_manifest(path: Path) -> dict:

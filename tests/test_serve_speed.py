@@ -20,3 +20,19 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
     assert main(["bench", "speed", "-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "one predict call on 3 candidates" in out and "plugin / XGBModel" in out
+
+
+def test_candidates_can_be_new_schedules_of_one_task_of_a_network(tiny_collection, capsys):
+    from cdmpp import dataset as ds
+
+    _, summary = tiny_collection
+    assert len(ds.load_device_dir(summary.device_dir, max_records=2).programs) == 2
+    assert main(["bench", "speed", "-d", str(summary.device_dir), "--task", "x"]) == 2
+    assert "--task needs --network" in capsys.readouterr().err
+    argv = ["bench", "speed", "-d", str(summary.device_dir), "--network", "dcgan-b1", "--candidates", "3",
+            "--repeats", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "one predict call on 3 candidates: new schedules of dcgan-b1's largest task" in out
+    assert main(argv + ["--task", "no_such_task"]) == 2
+    assert "dcgan-b1 has no task named no_such_task" in capsys.readouterr().err

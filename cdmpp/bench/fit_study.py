@@ -12,7 +12,13 @@ workloads: MAPE, median APE, Kendall tau and the fast-end measures of
 * **feature ambiguity**: programs whose leaf features equal those of another program of
   their task, and how far apart their latencies are (no model on these features can
   tell them apart);
-* the **trees** (XGBoost over summed ``PerStoreFeature`` rows) on the same split.
+* the **trees** (XGBoost over summed ``PerStoreFeature`` rows) on the same split;
+* with ``residual_inputs``, an **input check** per lever: gradient-boosted trees fitted
+  to the transformer's log residual on its training programs, from the schedule trace's
+  decisions (``"trace"``, :mod:`cdmpp.bench.trace_inputs`) or from the summed
+  ``PerStoreFeature`` rows (``"psf"``, the control), and the corrected predictions
+  scored like the others.  Inputs that carry what the leaves lack, and that carries
+  over to new workloads, improve the validation rows.
 
 The result is a JSON document (``rows``, ``noise``, ``ambiguity``, ``config``) and a
 markdown table (:func:`format_study`).
@@ -86,6 +92,11 @@ LEVERS: dict[str, Lever] = {
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
 
 
+RESIDUAL_INPUTS = ("trace", "psf")
+"""Inputs of the input check's residual trees: the schedule trace's decisions, or the
+summed ``PerStoreFeature`` rows (the control)."""
+
+
 @dataclass
 class StudyConfig:
     """What :func:`run_fit_study` trains and on which data.
@@ -99,6 +110,8 @@ class StudyConfig:
             lever starts from (the shipped checkpoint's by default, with fewer epochs).
         seed: seed of the split and of training.
         trees: also fit and score the tree baseline.
+        residual_inputs: inputs of the residual trees of the input check (``"trace"``,
+            ``"psf"``), none by default.
     """
 
     datasets: list[Path]
@@ -112,8 +125,12 @@ class StudyConfig:
     dropout: float = 0.05
     seed: int = 0
     trees: bool = True
+    residual_inputs: tuple[str, ...] = ()
 
     def __post_init__(self):
+        bad = [r for r in self.residual_inputs if r not in RESIDUAL_INPUTS]
+        if bad:
+            raise InputError(f"unknown residual input(s) {', '.join(bad)}; known: {', '.join(RESIDUAL_INPUTS)}")
         unknown = [n for n in self.levers if n not in LEVERS]
         if unknown:
             raise InputError(f"unknown lever(s) {', '.join(unknown)}; known: {', '.join(LEVERS)}")
@@ -216,6 +233,51 @@ def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
     return {k: row[k] for k in STUDY_COLUMNS}
 
 
+def corpus_traces(folders: Sequence[Path], latency: np.ndarray) -> np.ndarray:
+    """float32 ``(P, TRACE_DIM)``: the trace vectors of the folders' programs, in the
+    corpus's program order (folder after folder).
+
+    Raises:
+        InputError: the records do not line up with the corpus's programs (``latency``,
+            float64 ``(P,)`` seconds), e.g. when TVM rejected a record the JSON kept.
+    """
+    from cdmpp.bench.trace_inputs import trace_matrix  # pylint: disable=import-outside-toplevel
+
+    mats, lats = zip(*(trace_matrix(f) for f in folders))
+    lat = np.concatenate(lats)
+    if lat.shape != latency.shape or not np.allclose(lat, latency, rtol=1e-9, atol=0):
+        raise InputError("the folders' records do not line up with the featurized programs; "
+                         f"{lat.size} records against {latency.size} programs")
+    return np.concatenate(mats)
+
+
+def residual_rows(pred: dict[str, np.ndarray], data, inputs: dict[str, np.ndarray], index: dict[str, np.ndarray],
+                  seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    """The input check: trees fitted to the log residual on the ``"fit"`` programs.
+
+    Args:
+        pred: predicted latency (s), float64 ``(len(index[part]),)`` per part (``"fit"``,
+            ``"validation"``).
+        data: the corpus's programs (``latency``, float64 ``(P,)`` seconds).
+        inputs: per input name, float32 ``(P, D)`` rows of every program.
+        index: program indices per part.
+
+    Returns:
+        ``{input name: {part: corrected predicted latency (s)}}``: ``pred`` times the
+        exponential of the trees' predicted residual.
+    """
+    import xgboost as xgb  # pylint: disable=import-outside-toplevel
+
+    resid = np.log(data.latency[index["fit"]]) - np.log(pred["fit"])
+    out = {}
+    for name, x in inputs.items():
+        trees = xgb.XGBRegressor(n_estimators=300, max_depth=6, learning_rate=0.05, subsample=0.8,
+                                 tree_method="hist", random_state=seed, n_jobs=2)
+        trees.fit(x[index["fit"]], resid)
+        out[name] = {part: pred[part] * np.exp(trees.predict(x[idx]).astype(np.float64)) for part, idx in index.items()}
+    return out
+
+
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
     from cdmpp.model import ModelConfig  # pylint: disable=import-outside-toplevel
     from cdmpp.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
@@ -263,6 +325,11 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     }
     log(f"split: {len(base.train)} training programs, {len(base.val)} validation programs; noise {result['noise']}")
     fit_index = thin_training(base, data.workload, cfg.train_share, cfg.seed).train
+    residual_inputs = {}
+    if "trace" in cfg.residual_inputs:
+        residual_inputs["trace"] = corpus_traces(folders, data.latency)
+    if "psf" in cfg.residual_inputs:
+        residual_inputs["psf"] = tree_inputs(data, descriptors, np.arange(len(data)))
     if cfg.trees:
         t0 = time.time()
         tree = TreeBaseline(seed=cfg.seed).fit(tree_inputs(data, descriptors, fit_index), data.latency[fit_index])
@@ -281,11 +348,19 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         model = fit_transformer(data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
                                 device_descriptors=descriptors)
         secs = round(time.time() - t0, 1)
-        for part, index in (("fit", split.train), ("validation", base.val)):
-            pred = predict_latency_array(model, data, index)
+        index = {"fit": split.train, "validation": base.val}
+        pred = {part: predict_latency_array(model, data, idx) for part, idx in index.items()}
+        for part, idx in index.items():
             result["rows"].append({"lever": name, "model": "cdmpp transformer", "part": part,
-                                   **_score(pred, data, index), "train_s": secs, "train_programs": int(len(split.train))})
+                                   **_score(pred[part], data, idx), "train_s": secs,
+                                   "train_programs": int(len(split.train))})
             log(result["rows"][-1])
+        for inp, corrected in residual_rows(pred, data, residual_inputs, index, cfg.seed).items():
+            for part, idx in index.items():
+                result["rows"].append({"lever": name, "model": f"cdmpp transformer + residual trees on {inp}",
+                                       "part": part, **_score(corrected[part], data, idx), "train_s": secs,
+                                       "train_programs": int(len(split.train))})
+                log(result["rows"][-1])
     return result
 
 
@@ -327,6 +402,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train on this share of each training task's programs (all levers, and the trees)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-trees", action="store_true", help="skip the tree baseline")
+    parser.add_argument("--residual-inputs", nargs="+", default=(), choices=RESIDUAL_INPUTS,
+                        help="input check: trees on the transformer's residual from the schedule trace's decisions "
+                        "(trace) or from PerStoreFeature (psf, the control)")
     parser.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     parser.add_argument("-o", "--out", required=True, help="JSON file to write (the markdown table goes beside it)")
 
@@ -336,7 +414,8 @@ def main(args: argparse.Namespace) -> int:
     import json  # pylint: disable=import-outside-toplevel
 
     cfg = StudyConfig([Path(d) for d in args.dataset], list(args.levers), tuple(args.exclude_device or ()),
-                      epochs=args.epochs, train_share=args.train_share, seed=args.seed, trees=not args.no_trees)
+                      epochs=args.epochs, train_share=args.train_share, seed=args.seed, trees=not args.no_trees,
+                      residual_inputs=tuple(args.residual_inputs))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 

@@ -20,12 +20,20 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
 Run it with ``cdmpp bench speed -d datasets/slice``; it prints milliseconds per call and
 microseconds per candidate (best of ``--repeats``), every row measured in one run.  Rebuilding the programs from
 their tuning records is not timed: in a tuning loop the candidates arrive built.
+
+With ``--network NET`` the candidates are instead new schedules of one task of ``NET``
+(its largest by weight x FLOPs, or ``--task``): a zoo network or one outside the zoo
+(:mod:`cdmpp.bench.unseen`), its tasks extracted for this CPU and the schedules sampled
+at random from the task's design space (:func:`cdmpp.collect.sample_schedules`, not
+timed and not measured), as the tuner's candidates of a large task arrive.  XGBModel is
+still fitted on measured programs of ``-d``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -43,8 +51,43 @@ def _best_of(fn, repeats: int, setup=None) -> float:
     return best
 
 
+def task_candidates(network: str, task: str | None, target, count: int, seed: int = 0) -> tuple[str, list]:
+    """New schedules of one task of ``network``, as a tuner's candidates arrive.
+
+    Args:
+        network: a zoo network (:func:`cdmpp.networks.network_names`) or one outside the zoo
+            (:func:`cdmpp.bench.unseen.unseen_networks`).
+        task: a task name or its prefix before an ``_``; ``None`` takes the network's largest
+            task by weight x FLOPs.
+        target: TVM ``Target`` the tasks are extracted and sampled for.
+        count: schedules wanted (fewer when the design space has fewer distinct ones).
+        seed: seed of the sampling.
+
+    Returns:
+        ``(task name, schedules)``: MetaSchedule ``Schedule`` objects of the task's design
+        space (:func:`cdmpp.collect.sample_schedules`), not measured.
+
+    Raises:
+        UnknownNetworkError: no such network.
+        InputError: ``task`` matches none of its tasks.
+    """
+    # pylint: disable=import-outside-toplevel
+    from cdmpp.bench.tune import pick_tasks
+    from cdmpp.bench.unseen import unseen_networks, unseen_tasks
+    from cdmpp.collect.sampling import extract_network_tasks, sample_schedules
+
+    if network in unseen_networks():
+        ranked = unseen_tasks(network, target)
+    else:
+        tasks = sorted(extract_network_tasks(network, target), key=lambda t: -t.weight * t.flops)
+        ranked = [(t.task_name, float(t.weight), t.mod, r) for r, t in enumerate(tasks)]
+    name, _, mod, _ = pick_tasks(ranked, network, 1 if task is None else 0, () if task is None else (task,))[0]
+    return name, sample_schedules(mod, target, count, seed)
+
+
 def predict_call_seconds(
-    dataset_dir: Path, checkpoint: str | None = None, candidates: int = 512, repeats: int = 3, seed: int = 0
+    dataset_dir: Path, checkpoint: str | None = None, candidates: int = 512, repeats: int = 3, seed: int = 0,
+    network: str | None = None, task: str | None = None,
 ) -> tuple[int, dict[str, float]]:
     """Seconds one predict call on ``candidates`` programs takes, per stage (best of ``repeats``).
 
@@ -54,14 +97,18 @@ def predict_call_seconds(
         candidates: programs per call, drawn at random from the folder's programs.
         repeats: timings per stage; the fastest is kept.
         seed: seed of the draw.
+        network: draw the candidates instead as new schedules of one task of this network
+            (:func:`task_candidates`); XGBModel is still fitted on the folder's programs.
+        task: that task (a name or its prefix); ``None``: the network's largest.
 
     Returns:
         ``(programs per call, {stage: seconds per call})`` with the stages of the module
         docstring, in seconds per call; fewer programs than
-        ``candidates`` when the folder has fewer.
+        ``candidates`` when the folder (or the task's design space) has fewer.
 
     Raises:
         DatasetError: no device folder or no measured program there.
+        UnknownNetworkError, InputError: no such network or task.
     """
     # pylint: disable=import-outside-toplevel
     import torch
@@ -79,17 +126,23 @@ def predict_call_seconds(
         per_store_features,
     )
 
-    db = ds.load_device_dir(ds.device_dirs(Path(dataset_dir))[0])
+    # with --network only XGBModel's 256 training programs come from the folder
+    db = ds.load_device_dir(ds.device_dirs(Path(dataset_dir))[0], max_records=None if network is None else 256)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     order = np.random.default_rng(seed).permutation(len(db.programs))
-    pick, fit = order[:candidates], order[candidates : candidates + 256]
-    mods = [as_module(db.programs[i].record) for i in pick]
     target = Target(db.manifest["device"]["target"])
+    if network is None:
+        pick, fit = order[:candidates], order[candidates : candidates + 256]
+        schs = [Schedule(as_module(db.programs[i].record)) for i in pick]
+    else:
+        pick, fit = order[:0], order[:256]
+        _, schs = task_candidates(network, task, target, candidates, seed)
+    mods = [s.mod for s in schs]
     predictor = LatencyPredictor.load(checkpoint)
     trees = [build_tree(m) for m in mods]
     n = len(trees)
     ctx = feature_context(target)
-    cands = [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in mods]
+    cands = [ms.MeasureCandidate(s, ArgInfo.from_entry_func(s.mod)) for s in schs]
     xgb = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=1 << 30, num_tuning_cores=os.cpu_count() or 1)
     fit = fit if len(fit) else pick
     fit_mods = [as_module(db.programs[i].record) for i in fit]
@@ -120,12 +173,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     p.add_argument("--candidates", type=int, default=512, help="programs per predict call")
     p.add_argument("--repeats", type=int, default=3, help="timings per stage; the fastest is kept")
+    p.add_argument("--network", default=None,
+                   help="candidates: new schedules of a task of this network (zoo or outside it, e.g. convnext_tiny-b1)")
+    p.add_argument("--task", default=None, help="with --network: the task (name or prefix; default: its largest)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Print the stage timings of one predict call (see the module docstring)."""
-    n, secs = predict_call_seconds(Path(args.dataset), args.checkpoint, args.candidates, args.repeats)
-    print(f"one predict call on {n} candidates ({os.cpu_count()} cores, best of {args.repeats})")
+    if args.task and not args.network:
+        print("error: --task needs --network", file=sys.stderr)
+        return 2
+    n, secs = predict_call_seconds(Path(args.dataset), args.checkpoint, args.candidates, args.repeats,
+                                   network=args.network, task=args.task)
+    where = f"new schedules of {args.network}'s {args.task or 'largest task'}" if args.network else "programs"
+    print(f"one predict call on {n} candidates: {where} ({os.cpu_count()} cores, best of {args.repeats})")
     print(f"{'stage':<42}{'ms / call':>12}{'us / candidate':>16}")
     for name, s in secs.items():
         print(f"{name:<42}{s * 1e3:>12.1f}{s * 1e6 / n:>16.1f}")

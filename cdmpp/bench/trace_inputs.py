@@ -1,0 +1,111 @@
+"""The schedule trace's decisions as a fixed-length vector, for the fit study's input check.
+
+TLP (Zhai et al., "TLP: A Deep Learning-based Cost Model for Tensor Program Tuning",
+ASPLOS 2023, section 4) ranks schedules from their schedule-primitive sequence alone.
+The compact AST sees the loop nest that those primitives produce; this module reads
+the decisions themselves from a tuning record's trace, so that the fit study can ask
+whether they carry information that the AST's leaves lack
+(:func:`cdmpp.bench.fit_study.run_fit_study` with ``residual_inputs``).
+
+The vector (float32, :data:`TRACE_DIM` values) of one trace:
+
+* the first :data:`TILES` ``SamplePerfectTile`` decisions, in trace order, each as the
+  log2 of its up to 4 factors (missing factors and missing instructions: 0, the log2 of 1);
+* the first 2 ``SampleCategorical`` decisions as ``log2(1 + chosen value)`` (the unroll
+  depth of MetaSchedule's CPU rules);
+* log2(1 + value) of the ``meta_schedule.parallel`` and ``meta_schedule.vectorize``
+  annotations (the largest of each);
+* counts of ``SamplePerfectTile``, ``Parallel``, ``Vectorize``, ``ComputeAt`` plus
+  ``ReverseComputeAt``, ``CacheWrite`` and ``Fuse`` instructions.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from cdmpp import dataset as ds
+from cdmpp.errors import InputError
+
+TILES = 8
+"""``SamplePerfectTile`` decisions kept per trace."""
+_COUNTED = ("SamplePerfectTile", "Parallel", "Vectorize", ("ComputeAt", "ReverseComputeAt"), "CacheWrite", "Fuse")
+TRACE_DIM = 4 * TILES + 2 + 2 + len(_COUNTED)
+"""Length of :func:`trace_vector`'s output."""
+
+
+def trace_vector(trace_json: list) -> np.ndarray:
+    """The decisions of one schedule trace as a vector (see the module docstring).
+
+    Args:
+        trace_json: a trace as a tuning record's JSON holds it: ``[instructions,
+            decisions]``, each instruction ``[kind, inputs, attrs, outputs]``, each decision
+            ``[instruction index, value]``.
+
+    Returns:
+        float32 ``(TRACE_DIM,)``.
+
+    Raises:
+        InputError: ``trace_json`` is not a trace in that form.
+    """
+    try:
+        insts, decisions = trace_json
+        decided = {int(i): d for i, d in decisions}
+        out = np.zeros(TRACE_DIM, dtype=np.float32)
+        tiles = cats = 0
+        annot = {"meta_schedule.parallel": 0.0, "meta_schedule.vectorize": 0.0}
+        counts = dict.fromkeys(range(len(_COUNTED)), 0)
+        for i, inst in enumerate(insts):
+            kind, inputs, attrs = inst[0], inst[1], inst[2]
+            if kind == "SamplePerfectTile" and tiles < TILES and i in decided:
+                for j, f in enumerate(decided[i][:4]):
+                    out[4 * tiles + j] = math.log2(max(1, int(f)))
+                tiles += 1
+            elif kind == "SampleCategorical" and cats < 2 and i in decided:
+                value = attrs[0][int(decided[i])]
+                out[4 * TILES + cats] = math.log2(1 + max(0, int(value)))
+                cats += 1
+            elif kind == "Annotate" and attrs and attrs[0] in annot and isinstance(inputs[1], int):
+                annot[attrs[0]] = max(annot[attrs[0]], math.log2(1 + max(0, inputs[1])))
+            for c, names in enumerate(_COUNTED):
+                if kind == names or (isinstance(names, tuple) and kind in names):
+                    counts[c] += 1
+    except (TypeError, ValueError, IndexError, KeyError) as err:
+        raise InputError(f"not a schedule trace in tuning-record JSON form: {err}") from err
+    out[4 * TILES + 2], out[4 * TILES + 3] = annot["meta_schedule.parallel"], annot["meta_schedule.vectorize"]
+    out[4 * TILES + 4:] = [counts[c] for c in range(len(_COUNTED))]
+    return out
+
+
+def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Trace vectors of a device folder's measured programs, read as plain JSON.
+
+    The records are those :func:`cdmpp.featurize.batch.measured_repeats` keeps, in file
+    order, so row ``i`` belongs to program ``i`` of the folder's featurization.
+
+    Returns:
+        ``(float32 (P, TRACE_DIM) trace vectors, float64 (P,) latency in seconds)``; the
+        latency (median of the repeats) lets a caller check the alignment.
+
+    Raises:
+        DatasetError: the folder lacks its record files.
+        InputError: a record's trace is malformed.
+    """
+    device_dir = Path(device_dir)
+    wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
+    if wl is None or rec is None:
+        raise ds.DatasetError(f"{device_dir} lacks {ds.WORKLOAD_FILE} or {ds.RECORD_FILE}")
+    workloads = sum(1 for _ in ds.iter_json_lines(wl, []))
+    rows, latency = [], []
+    for _, obj in ds.iter_json_lines(rec, []):
+        widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
+        if not 0 <= widx < workloads or not secs:
+            continue
+        arr = np.asarray([float(x) for x in secs], dtype=np.float64)
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1e9):
+            continue
+        rows.append(trace_vector(obj[1][0]))
+        latency.append(float(np.median(arr)))
+    return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32), np.asarray(latency)

@@ -1,0 +1,50 @@
+"""The schedule trace's decisions as a vector, and the fit study's input check."""
+
+import numpy as np
+import pytest
+
+from cdmpp.bench.trace_inputs import TILES, TRACE_DIM, trace_vector
+from cdmpp.errors import InputError
+
+TRACE = [
+    [
+        ["GetSBlock", [], ["main", "C"], ["b0"]],
+        ["SamplePerfectTile", ["l1"], [4, 64], ["v1", "v2", "v3", "v4"]],
+        ["SamplePerfectTile", ["l2"], [2, 64], ["v5", "v6"]],
+        ["Annotate", ["b0", 32], ["meta_schedule.parallel"], []],
+        ["Annotate", ["b0", 64], ["meta_schedule.vectorize"], []],
+        ["SampleCategorical", [], [[0, 16, 64, 512], [0.25, 0.25, 0.25, 0.25]], ["v7"]],
+        ["Parallel", ["l8"], [], []],
+        ["ReverseComputeAt", ["b9", "l8"], [], []],
+    ],
+    [[1, [2, 4, 1, 8]], [2, [16, 4]], [5, 2]],
+]
+
+
+def test_trace_vector_reads_tiles_unroll_annotations_and_counts():
+    v = trace_vector(TRACE)
+    assert v.shape == (TRACE_DIM,) and v.dtype == np.float32
+    assert list(v[:4]) == [1, 2, 0, 3] and list(v[4:8]) == [4, 2, 0, 0] and not v[8:4 * TILES].any()
+    assert v[4 * TILES] == pytest.approx(np.log2(65)) and v[4 * TILES + 1] == 0  # unroll 64, one categorical
+    assert v[4 * TILES + 2] == pytest.approx(np.log2(33)) and v[4 * TILES + 3] == pytest.approx(np.log2(65))
+    assert list(v[4 * TILES + 4:]) == [2, 1, 0, 1, 0, 0]  # tiles, parallel, vectorize, compute-at, cache-write, fuse
+    with pytest.raises(InputError, match="not a schedule trace"):
+        trace_vector([["SamplePerfectTile"]])
+
+
+def test_input_check_lines_up_with_the_featurized_programs_and_fits_the_residual(tiny_collection, tiny_featurized):
+    from cdmpp.bench.fit_study import corpus_traces, residual_rows
+
+    _, data = tiny_featurized
+    folder = [tiny_collection[1].device_dir]
+    traces = corpus_traces(folder, data.latency)
+    assert traces.shape == (len(data), TRACE_DIM) and traces[:, :4].any()
+    with pytest.raises(InputError, match="do not line up"):
+        corpus_traces(folder, data.latency[:-1])
+    every = np.arange(len(data))
+    index = {"fit": every, "validation": every}
+    pred = {part: 2.0 * data.latency[idx] for part, idx in index.items()}  # twice too slow everywhere
+    corrected = residual_rows(pred, data, {"trace": traces}, index)["trace"]
+    ratio = corrected["validation"] / data.latency
+    assert np.all(np.abs(np.log(ratio)) < 0.1 * np.log(2.0))  # the constant bias is learnt
+
