@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None, metavar="PNG", help="also plot best latency against trials per task")
     parser.add_argument("--reference", default=None, metavar="DIR",
                         help="another tune-benchmark output whose XGBoost runs (e.g. --trials-for xgb=512) are the "
-                        "yardstick of the reach table and the plot")
+                        "yardstick of the reach table and the plot (the output itself: its own XGBoost runs), and "
+                        "print the summary of ratios to it")
 
 
 def _cmd_tune_network(args) -> int:
@@ -108,14 +109,17 @@ def _cmd_tune_benchmark(args) -> int:
     csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
     print(f"written: {csv_path}, {md_path}")
     curves, yardstick = tuning_curves(Path(args.output)), "xgb"
-    if curves and args.reference:
+    # --reference naming the output itself: its own XGBoost runs are the yardstick, not added twice
+    own = args.reference and Path(args.reference).resolve() == Path(args.output).resolve()
+    if curves and args.reference and not own:
         curves, yardstick = with_reference(curves, tuning_curves(Path(args.reference)))
     if curves:
         print(reach_table(curves, markdown=False, yardstick=yardstick))
         if args.reference:  # the benchmark's summary: each seed's mean ratio to the reference, and wall times
             at = tuple(k for k in (args.trials // 8, args.trials // 4, args.trials // 2, args.trials) if k > 0)
-            walls, _ = with_reference(tuning_walls(Path(args.output), args.trials),
-                                      tuning_walls(Path(args.reference), args.trials), name=yardstick)
+            walls = tuning_walls(Path(args.output), args.trials)
+            if not own:
+                walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves
