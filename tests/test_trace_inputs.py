@@ -48,3 +48,27 @@ def test_input_check_lines_up_with_the_featurized_programs_and_fits_the_residual
     ratio = corrected["validation"] / data.latency
     assert np.all(np.abs(np.log(ratio)) < 0.1 * np.log(2.0))  # the constant bias is learnt
 
+
+
+def test_trace_tokens_go_before_each_programs_leaves(tiny_collection, tiny_featurized):
+    from cdmpp.bench.fit_study import corpus_traces
+    from cdmpp.bench.trace_inputs import with_trace_tokens
+    from cdmpp.featurize.batch import dense_programs
+
+    _, data = tiny_featurized
+    traces = corpus_traces([tiny_collection[1].device_dir], data.latency)
+    out = with_trace_tokens(data, traces)
+    f = data.x.shape[1]
+    assert out.x.shape == (data.x.shape[0] + len(data), f + TRACE_DIM + 1)
+    every = np.arange(len(data))
+    x0, p0, m0 = dense_programs(data, every)
+    x1, p1, m1 = dense_programs(out, every)
+    for k in every:
+        n = int(m0[k].sum())
+        assert int(m1[k].sum()) == n + 1
+        assert np.array_equal(x1[k, 1:n + 1, :f].numpy(), x0[k, :n].numpy()) and not x1[k, 1:n + 1, f:].any()
+        assert np.array_equal(x1[k, 0, f:f + TRACE_DIM].numpy(), traces[k]) and x1[k, 0, -1] == 1
+        assert not x1[k, 0, :f].any() and p1[k, 0] == 0 and np.array_equal(p1[k, 1:n + 1], p0[k, :n])
+    assert np.array_equal(out.latency, data.latency) and np.array_equal(out.workload, data.workload)
+    with pytest.raises(InputError, match="traces of shape"):
+        with_trace_tokens(data, traces[:-1])

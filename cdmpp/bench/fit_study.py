@@ -52,12 +52,15 @@ class Lever:
         description: what it changes, in words.
         model: :class:`~cdmpp.model.ModelConfig` fields it sets.
         train: :class:`~cdmpp.train.lightning.TrainConfig` fields it sets.
+        trace_token: add the schedule trace's decisions as one more token before each
+            program's leaves (:func:`cdmpp.bench.trace_inputs.with_trace_tokens`).
     """
 
     name: str
     description: str
     model: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
+    trace_token: bool = False
 
 
 LEVERS: dict[str, Lever] = {
@@ -85,6 +88,8 @@ LEVERS: dict[str, Lever] = {
         Lever("huber-rank-0.3", "Huber loss plus RankNet's pairwise term (weight 0.3), 16-program task groups",
               train={"huber_delta": 0.1, "task_group": 16, "rank_weight": 0.3}),
         Lever("huber-longer", "Huber loss, twice the epochs", train={"huber_delta": 0.1, "epochs": -2}),
+        Lever("huber-trace", "Huber loss, the schedule trace's decisions as one more token beside the leaves "
+              "(TLP's input)", train={"huber_delta": 0.1}, trace_token=True),
         Lever("huber-rank-longer", "Huber loss plus RankNet's pairwise term (weight 0.3), 16-program task groups, "
               "twice the epochs", train={"huber_delta": 0.1, "task_group": 16, "rank_weight": 0.3, "epochs": -2}),
     )
@@ -304,6 +309,7 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
     # pylint: disable=import-outside-toplevel
+    from cdmpp.bench.trace_inputs import with_trace_tokens
     from cdmpp.model import predict_latency_array
     from cdmpp.train.baselines import TreeBaseline
     from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs
@@ -326,8 +332,11 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     log(f"split: {len(base.train)} training programs, {len(base.val)} validation programs; noise {result['noise']}")
     fit_index = thin_training(base, data.workload, cfg.train_share, cfg.seed).train
     residual_inputs = {}
+    traces = None
+    if "trace" in cfg.residual_inputs or any(LEVERS[n].trace_token for n in cfg.levers):
+        traces = corpus_traces(folders, data.latency)
     if "trace" in cfg.residual_inputs:
-        residual_inputs["trace"] = corpus_traces(folders, data.latency)
+        residual_inputs["trace"] = traces
     if "psf" in cfg.residual_inputs:
         residual_inputs["psf"] = tree_inputs(data, descriptors, np.arange(len(data)))
     if cfg.trees:
@@ -344,12 +353,16 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         mcfg, tcfg = _configs(cfg, lever, len(corpus.devices))
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
+        lever_data = data
+        if lever.trace_token:
+            lever_data = with_trace_tokens(data, traces)
+            mcfg = dataclasses.replace(mcfg, feature_dim=lever_data.x.shape[1])
         t0 = time.time()
-        model = fit_transformer(data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
+        model = fit_transformer(lever_data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
                                 device_descriptors=descriptors)
         secs = round(time.time() - t0, 1)
         index = {"fit": split.train, "validation": base.val}
-        pred = {part: predict_latency_array(model, data, idx) for part, idx in index.items()}
+        pred = {part: predict_latency_array(model, lever_data, idx) for part, idx in index.items()}
         for part, idx in index.items():
             result["rows"].append({"lever": name, "model": "cdmpp transformer", "part": part,
                                    **_score(pred[part], data, idx), "train_s": secs,

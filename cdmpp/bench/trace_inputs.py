@@ -109,3 +109,42 @@ def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         rows.append(trace_vector(obj[1][0]))
         latency.append(float(np.median(arr)))
     return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32), np.asarray(latency)
+
+
+def with_trace_tokens(data, traces: np.ndarray):
+    """``data`` with each program's trace vector as one more token before its leaves.
+
+    The fit study's ``trace`` levers: TLP's input (the schedule's decisions) beside the
+    compact AST's leaves, in the same sequence, so the transformer attends across both.
+    Every row gains ``TRACE_DIM + 1`` columns: a leaf row is its features followed by
+    zeros; the trace token is zeros, the trace vector and a 1 (the token's flag), at
+    position 0 (the root's, which no leaf has).
+
+    Args:
+        data: :class:`cdmpp.featurize.batch.FeaturizedPrograms` with ``P`` programs and
+            ``N`` leaf rows of ``F`` features.
+        traces: float32 ``(P, TRACE_DIM)``, row ``i`` program ``i``'s
+            (:func:`trace_matrix`).
+
+    Returns:
+        A copy with ``x`` float32 ``(N + P, F + TRACE_DIM + 1)``, ``pos`` and ``ptr``
+        to match; labels, workloads and devices unchanged.
+
+    Raises:
+        InputError: ``traces`` is not ``(P, TRACE_DIM)``.
+    """
+    import dataclasses  # pylint: disable=import-outside-toplevel
+
+    p, n, f = len(data), data.x.shape[0], data.x.shape[1]
+    if traces.shape != (p, TRACE_DIM):
+        raise InputError(f"traces of shape {traces.shape}, expected ({p}, {TRACE_DIM})")
+    counts = np.diff(data.ptr)
+    ptr = data.ptr + np.arange(p + 1)
+    leaf_rows = np.arange(n) + np.repeat(np.arange(p) + 1, counts)  # each leaf moves down past the tokens before it
+    x = np.zeros((n + p, f + TRACE_DIM + 1), dtype=np.float32)
+    x[leaf_rows, :f] = data.x
+    x[ptr[:-1], f:f + TRACE_DIM] = traces
+    x[ptr[:-1], -1] = 1.0
+    pos = np.zeros(n + p, dtype=data.pos.dtype)
+    pos[leaf_rows] = data.pos
+    return dataclasses.replace(data, x=x, pos=pos, ptr=ptr.astype(data.ptr.dtype))
