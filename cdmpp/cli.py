@@ -43,6 +43,7 @@ def _model_configs(args):
             dropout=args.dropout,
             pooling=args.pooling,
             positional_encoding=pe,
+            trace_tokens=True if getattr(args, "trace_tokens", False) else None,
         )
     )
     train = TrainConfig(
@@ -313,6 +314,9 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
                    help="share of training programs scored with the unknown-device row (several devices)")
     s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
     s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
+    s.add_argument("--trace-tokens", action="store_true",
+                   help="each program's schedule-trace decisions as one more token beside its leaves (a dataset of "
+                   "device folders; the checkpoint then predicts from Schedules or tuning records, not bare PrimFuncs)")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
     s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")

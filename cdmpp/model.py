@@ -55,6 +55,10 @@ class ModelConfig:
             map of its descriptor (:func:`cdmpp.device.descriptor_vector`),
             concatenated to the pooled program embedding before the head.
         descriptor_dim: width of the device descriptor.
+        trace_tokens: each program's sequence starts with a token of its schedule
+            trace's decisions (:func:`cdmpp.featurize.trace.with_trace_tokens`); its
+            input rows then have ``FEATURE_DIM + TRACE_DIM + 1`` columns, and prediction
+            needs each program's trace.
     """
 
     feature_dim: int = FEATURE_DIM
@@ -68,6 +72,7 @@ class ModelConfig:
     num_devices: int = 0
     device_dim: int = 32
     descriptor_dim: int = DESCRIPTOR_DIM
+    trace_tokens: bool = False
 
     def __post_init__(self):
         if self.pooling not in ("sum", "mean", "max"):
@@ -294,6 +299,16 @@ BUCKET_PROGRAMS = 128
 to its longest one, and most programs have few leaves."""
 
 
+def check_inputs(model: LatencyTransformer, data) -> None:
+    """Raise ``InputError`` unless ``data.x`` has the model's input columns (leaves only,
+    or leaves and trace tokens: :attr:`ModelConfig.trace_tokens`)."""
+    if data.x.shape[1] != model.config.feature_dim:
+        need = ("each program's schedule trace as a token (cdmpp.featurize.trace.with_trace_tokens)"
+                if model.config.trace_tokens else "the compact AST's leaves only, without trace tokens")
+        raise InputError(f"the model reads {model.config.feature_dim} input columns, the programs have "
+                         f"{data.x.shape[1]}: it needs {need}")
+
+
 @torch.no_grad()
 def predict_latency_array(
     model: LatencyTransformer, data, index=None, batch_size: int = 512, device=None
@@ -313,6 +328,7 @@ def predict_latency_array(
     """
     from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
 
+    check_inputs(model, data)
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
     if device is None:
         device = data.device[index] if getattr(data, "device", None) is not None else 0
@@ -410,6 +426,7 @@ def mc_log_latency(model, data, index=None, device=None, cfg: IntervalConfig | N
     from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
 
     cfg = cfg or IntervalConfig()
+    check_inputs(model, data)
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
     if device is None:
         device = data.device[index] if getattr(data, "device", None) is not None else 0

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
-from .errors import UnknownDeviceError
+from .errors import InputError, UnknownDeviceError
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
     from tvm.ir import IRModule
@@ -226,31 +226,66 @@ class LatencyPredictor:
             UnknownDeviceError: ``device`` is not known to the checkpoint.
             UnsupportedProgramError: an input that is not a scheduled program, or
                 holds a construct the featurizer does not support.
+            InputError: the checkpoint reads schedule traces
+                (:attr:`cdmpp.model.ModelConfig.trace_tokens`) and an input has none
+                (a PrimFunc or IRModule instead of a Schedule or TuningRecord).
         """
-        trees, dev_id = self._featurized(mods, target, device)
-        return self.predict_trees(trees, dev_id)
+        trees, dev_id, traces = self._featurized(mods, target, device)
+        return self.predict_trees(trees, dev_id, traces)
 
-    def _featurized(self, mods, target, device: str | None) -> tuple[list, str | None]:
-        """The programs featurized for the device the rule picks, and its id."""
-        from cdmpp.featurize import featurize_many  # pylint: disable=import-outside-toplevel
+    @property
+    def reads_traces(self) -> bool:
+        """Whether the checkpoint reads each program's schedule trace beside its leaves
+        (then :meth:`predict` takes Schedules or TuningRecords, and :meth:`predict_trees`
+        their ``traces``)."""
+        return bool(self.model.config.trace_tokens)
+
+    def _featurized(self, mods, target, device: str | None) -> tuple[list, str | None, np.ndarray | None]:
+        """The programs featurized for the device the rule picks, its id, and the trace
+        vectors when the checkpoint reads them."""
+        # pylint: disable=import-outside-toplevel
+        from cdmpp.featurize import featurize_many
+        from cdmpp.featurize.trace import schedule_trace_vectors
 
         if not isinstance(mods, (list, tuple)):
             mods = [mods]
         dev = self.resolve_device(device, target) if self._known else None
+        dev_id = dev.device_id if dev else None
+        traces = schedule_trace_vectors(list(mods)) if self.reads_traces else None
         if not mods:
-            return [], dev.device_id if dev else None
+            return [], dev_id, traces
         feat_target = target if target is not None else (dev.target if dev is not None else None)
-        return featurize_many(list(mods), feat_target), dev.device_id if dev else None
+        return featurize_many(list(mods), feat_target), dev_id, traces
 
-    def predict_trees(self, trees: Sequence[ProgramAST], device: str | None = None) -> np.ndarray:
+    def _leaves(self, trees: Sequence[ProgramAST], traces: np.ndarray | None):
+        """The stacked leaves of ``trees``, with their trace tokens when the checkpoint reads them."""
+        # pylint: disable=import-outside-toplevel
+        from cdmpp.featurize.trace import with_trace_tokens
+        from cdmpp.model import ProgramLeaves
+
+        leaves = ProgramLeaves.from_trees(trees)
+        if not self.reads_traces:
+            return leaves
+        if traces is None:
+            raise InputError("this checkpoint reads schedule traces (trained with trace tokens): pass Schedules or "
+                             "TuningRecords to predict(), or traces= to predict_trees()")
+        return with_trace_tokens(leaves, np.asarray(traces, dtype=np.float32))
+
+    def predict_trees(self, trees: Sequence[ProgramAST], device: str | None = None,
+                      traces: np.ndarray | None = None) -> np.ndarray:
         """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
         (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``) on ``device``
         (a known device id; ``None``: :meth:`resolve_device`'s choice).
 
+        ``traces``: float32 ``(len(trees), TRACE_DIM)``, each program's
+        :func:`cdmpp.featurize.trace.trace_vector`; required when :attr:`reads_traces`,
+        ignored otherwise.
+
         Raises:
             UnknownDeviceError: ``device`` is not known to the checkpoint.
+            InputError: :attr:`reads_traces` and no ``traces``, or ``traces`` of another shape.
         """
-        from cdmpp.model import ProgramLeaves, predict_latency_array  # pylint: disable=import-outside-toplevel
+        from cdmpp.model import predict_latency_array  # pylint: disable=import-outside-toplevel
 
         row = 0
         if self._known:
@@ -258,7 +293,7 @@ class LatencyPredictor:
         n = len(trees)
         if n == 0:
             return np.zeros(0, dtype=np.float64)
-        return predict_latency_array(self.model, ProgramLeaves.from_trees(trees), device=row)
+        return predict_latency_array(self.model, self._leaves(trees, traces), device=row)
 
 
     def predict_interval(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
@@ -274,19 +309,19 @@ class LatencyPredictor:
             (the raw MC-dropout percentiles, much too narrow, when the checkpoint records
             no calibration: ``metadata["interval"]``).
         """
-        trees, dev_id = self._featurized(mods, target, device)
-        return self.predict_trees_interval(trees, dev_id)
+        trees, dev_id, traces = self._featurized(mods, target, device)
+        return self.predict_trees_interval(trees, dev_id, traces)
 
-    def predict_trees_interval(self, trees: Sequence[ProgramAST],
-                               device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_trees_interval(self, trees: Sequence[ProgramAST], device: str | None = None,
+                               traces: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
-        from cdmpp.model import IntervalConfig, ProgramLeaves, interval, mc_log_latency  # pylint: disable=import-outside-toplevel
+        from cdmpp.model import IntervalConfig, interval, mc_log_latency  # pylint: disable=import-outside-toplevel
 
         row = self._row(self.resolve_device(device).device_id) if self._known else 0
         n = len(trees)
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
-        data = ProgramLeaves.from_trees(trees)
+        data = self._leaves(trees, traces)
         calibration = self.metadata.get("interval")
         passes = int(calibration["passes"]) if calibration else IntervalConfig().passes
         point, samples = mc_log_latency(self.model, data, device=row, cfg=IntervalConfig(passes=passes))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from cdmpp.featurize.batch import FeaturizedPrograms
+from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
@@ -112,6 +113,9 @@ def train(
         raise InputError("a CMD target device needs cmd_weight > 0")
     several = data.several_devices()
     data.check(several)
+    if model_config.trace_tokens and (not several or data.cmd_target is not None):
+        raise InputError("trace tokens need a dataset of device folders (the corpus protocol) and no CMD target "
+                         "device")
     if several:
         rows = _train_corpus(data, Path(out), model_config, train_config, use_wandb, progress)
         what = {"network": f"held-out network {data.holdout}", "within-task": "within-task test programs",
@@ -292,6 +296,10 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     """
     corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress)
     model_config = dataclasses.replace(model_config, num_devices=len(corpus.devices))
+    if model_config.trace_tokens:  # each program's trace, read from its tuning record, as a token before its leaves
+        traces = folder_traces([corpus.folders[d.device_id] for d in corpus.devices], corpus.data.latency)
+        corpus = dataclasses.replace(corpus, data=with_trace_tokens(corpus.data, traces))
+        model_config = dataclasses.replace(model_config, feature_dim=corpus.data.x.shape[1])
     holdout = None if data.split == "within-task" else data.holdout
     split, filters = _corpus_split(corpus, data, train_config)
     fit_data, target, target_device = _corpus_cmd_target(corpus, data, split, train_config, progress)

@@ -15,7 +15,7 @@ workloads: MAPE, median APE, Kendall tau and the fast-end measures of
 * the **trees** (XGBoost over summed ``PerStoreFeature`` rows) on the same split;
 * with ``residual_inputs``, an **input check** per lever: gradient-boosted trees fitted
   to the transformer's log residual on its training programs, from the schedule trace's
-  decisions (``"trace"``, :mod:`cdmpp.bench.trace_inputs`) or from the summed
+  decisions (``"trace"``, :mod:`cdmpp.featurize.trace`) or from the summed
   ``PerStoreFeature`` rows (``"psf"``, the control), and the corrected predictions
   scored like the others.  Inputs that carry what the leaves lack, and that carries
   over to new workloads, improve the validation rows.
@@ -53,7 +53,7 @@ class Lever:
         model: :class:`~cdmpp.model.ModelConfig` fields it sets.
         train: :class:`~cdmpp.train.lightning.TrainConfig` fields it sets.
         trace_token: add the schedule trace's decisions as one more token before each
-            program's leaves (:func:`cdmpp.bench.trace_inputs.with_trace_tokens`).
+            program's leaves (:func:`cdmpp.featurize.trace.with_trace_tokens`).
     """
 
     name: str
@@ -238,24 +238,6 @@ def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
     return {k: row[k] for k in STUDY_COLUMNS}
 
 
-def corpus_traces(folders: Sequence[Path], latency: np.ndarray) -> np.ndarray:
-    """float32 ``(P, TRACE_DIM)``: the trace vectors of the folders' programs, in the
-    corpus's program order (folder after folder).
-
-    Raises:
-        InputError: the records do not line up with the corpus's programs (``latency``,
-            float64 ``(P,)`` seconds), e.g. when TVM rejected a record the JSON kept.
-    """
-    from cdmpp.bench.trace_inputs import trace_matrix  # pylint: disable=import-outside-toplevel
-
-    mats, lats = zip(*(trace_matrix(f) for f in folders))
-    lat = np.concatenate(lats)
-    if lat.shape != latency.shape or not np.allclose(lat, latency, rtol=1e-9, atol=0):
-        raise InputError("the folders' records do not line up with the featurized programs; "
-                         f"{lat.size} records against {latency.size} programs")
-    return np.concatenate(mats)
-
-
 def residual_rows(pred: dict[str, np.ndarray], data, inputs: dict[str, np.ndarray], index: dict[str, np.ndarray],
                   seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
     """The input check: trees fitted to the log residual on the ``"fit"`` programs.
@@ -309,7 +291,7 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
     # pylint: disable=import-outside-toplevel
-    from cdmpp.bench.trace_inputs import with_trace_tokens
+    from cdmpp.featurize.trace import folder_traces, with_trace_tokens
     from cdmpp.model import predict_latency_array
     from cdmpp.train.baselines import TreeBaseline
     from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs
@@ -334,7 +316,7 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     residual_inputs = {}
     traces = None
     if "trace" in cfg.residual_inputs or any(LEVERS[n].trace_token for n in cfg.levers):
-        traces = corpus_traces(folders, data.latency)
+        traces = folder_traces(folders, data.latency)
     if "trace" in cfg.residual_inputs:
         residual_inputs["trace"] = traces
     if "psf" in cfg.residual_inputs:

@@ -1,11 +1,12 @@
-"""The schedule trace's decisions as a fixed-length vector, for the fit study's input check.
+"""The schedule trace's decisions as a fixed-length vector, and as a token beside the leaves.
 
 TLP (Zhai et al., "TLP: A Deep Learning-based Cost Model for Tensor Program Tuning",
 ASPLOS 2023, section 4) ranks schedules from their schedule-primitive sequence alone.
 The compact AST sees the loop nest that those primitives produce; this module reads
-the decisions themselves from a tuning record's trace, so that the fit study can ask
-whether they carry information that the AST's leaves lack
-(:func:`cdmpp.bench.fit_study.run_fit_study` with ``residual_inputs``).
+the decisions themselves from a schedule trace (a tuning record's, or a MetaSchedule
+``Schedule``'s), for the fit study's input check and ``trace`` lever
+(:mod:`cdmpp.bench.fit_study`) and for models trained with trace tokens
+(:class:`cdmpp.model.ModelConfig` ``trace_tokens``, ``cdmpp train --trace-tokens``).
 
 The vector (float32, :data:`TRACE_DIM` values) of one trace:
 
@@ -22,6 +23,7 @@ The vector (float32, :data:`TRACE_DIM` values) of one trace:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +113,28 @@ def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32), np.asarray(latency)
 
 
+def folder_traces(folders: Sequence[Path], latency: np.ndarray) -> np.ndarray:
+    """float32 ``(P, TRACE_DIM)``: the trace vectors of the folders' programs, in the
+    order of their featurization one folder after another (a corpus's program order).
+
+    Args:
+        folders: device folders, in the corpus's order.
+        latency: float64 ``(P,)`` seconds, the featurized programs' labels: each record's
+            median must equal its program's, or the records do not line up.
+
+    Raises:
+        InputError: the records do not line up with the programs (e.g. TVM rejected a
+            record that the JSON kept), or a trace is malformed.
+        DatasetError: a folder lacks its record files.
+    """
+    mats, lats = zip(*(trace_matrix(f) for f in folders)) if folders else ((), ())
+    lat = np.concatenate(lats) if lats else np.zeros(0)
+    if lat.shape != latency.shape or not np.allclose(lat, latency, rtol=1e-9, atol=0):
+        raise InputError("the folders' records do not line up with the featurized programs; "
+                         f"{lat.size} records against {latency.size} programs")
+    return np.concatenate(mats) if mats else np.zeros((0, TRACE_DIM), np.float32)
+
+
 def with_trace_tokens(data, traces: np.ndarray):
     """``data`` with each program's trace vector as one more token before its leaves.
 
@@ -148,3 +172,40 @@ def with_trace_tokens(data, traces: np.ndarray):
     pos = np.zeros(n + p, dtype=data.pos.dtype)
     pos[leaf_rows] = data.pos
     return dataclasses.replace(data, x=x, pos=pos, ptr=ptr.astype(data.ptr.dtype))
+
+
+def schedule_trace_json(trace) -> list:
+    """A MetaSchedule ``Trace`` (e.g. ``Schedule.trace``) in the JSON form a tuning record
+    holds (``[instructions, decisions]`` of plain Python lists, strings and numbers), the
+    input of :func:`trace_vector`."""
+
+    def plain(o):
+        if o is None or isinstance(o, (bool, int, float, str)):
+            return o
+        if hasattr(o, "items"):
+            return {str(k): plain(v) for k, v in o.items()}
+        if hasattr(o, "value") and not hasattr(o, "__iter__"):
+            return o.value
+        try:
+            return [plain(x) for x in o]
+        except TypeError:
+            return str(o)
+
+    return plain(trace.as_json())
+
+
+def schedule_trace_vectors(schedules) -> np.ndarray:
+    """float32 ``(len(schedules), TRACE_DIM)``: :func:`trace_vector` of each MetaSchedule
+    ``Schedule``'s trace.
+
+    Raises:
+        InputError: a schedule has no trace (``Schedule(mod)`` built without tracing).
+    """
+    rows = []
+    for sch in schedules:
+        trace = getattr(sch, "trace", None)
+        if trace is None:
+            raise InputError("a schedule without a trace: a checkpoint trained with trace tokens needs each "
+                             "program's schedule trace")
+        rows.append(trace_vector(schedule_trace_json(trace)))
+    return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32)
