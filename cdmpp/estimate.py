@@ -272,6 +272,7 @@ def estimate_network(
     # pylint: disable=import-outside-toplevel
     from .collect import sample_schedules
     from .featurize import featurize_many
+    from .featurize.trace import schedule_trace_vectors
     from .tvm_compat import Target, structural_equal, structural_hash
 
     cfg = cfg or EstimateConfig()
@@ -300,19 +301,24 @@ def estimate_network(
             candidates = sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
             source = "sampled"
             detail = f"the best-predicted of {len(candidates)} schedules sampled from the design space (not tuned)"
+        kept = candidates
         try:
             trees = featurize_many([sch.mod for sch in candidates], tgt)
         except Exception:  # noqa: BLE001  one bad schedule must not sink the task: featurize one by one
-            trees = []
+            trees, kept = [], []
             for sch in candidates:
                 try:
                     trees.extend(featurize_many([sch.mod], tgt))
+                    kept.append(sch)
                 except Exception as err:  # noqa: BLE001
                     log.info("task %s: a schedule cannot be featurized: %s", task.name, err)
         if not trees:
             raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
-        i = int(np.argmin(predictor.predict_trees(trees, dev_id))) if len(trees) > 1 else 0
-        lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval([trees[i]], dev_id))
+        # a checkpoint trained with trace tokens reads each schedule's trace (a record's replayed, or a sample's)
+        traces = schedule_trace_vectors(kept) if predictor.reads_traces else None
+        i = int(np.argmin(predictor.predict_trees(trees, dev_id, traces))) if len(trees) > 1 else 0
+        lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval(
+            [trees[i]], dev_id, None if traces is None else traces[i:i + 1]))
         out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured))
     out.total_s = float(sum(t.weight * t.latency_s for t in out.tasks))
     out.low_s = float(sum(t.weight * t.low_s for t in out.tasks))

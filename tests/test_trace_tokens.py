@@ -113,6 +113,12 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     cands = [ms.MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod)) for sch in schedules]
     scores = CdmppCostModel(str(out), device=device).predict(ctx, cands)
     np.testing.assert_allclose(scores, SCORE_REFERENCE_S / from_records, rtol=1e-4)
+    # a whole-network estimate passes its sampled schedules' traces
+    from cdmpp.estimate import EstimateConfig, estimate_network, zoo_tasks
+
+    est = estimate_network(predictor, zoo_tasks("dcgan-b1", ctx.target)[:2], device=device, target=ctx.target,
+                           cfg=EstimateConfig(samples=3))
+    assert len(est.tasks) == 2 and est.total_s > 0 and est.low_s <= est.total_s <= est.high_s
     # without traces it says what it needs
     with pytest.raises(InputError, match="schedule trace"):
         predictor.predict([as_module(r) for r in records], device=device)
