@@ -175,8 +175,10 @@ class ProgramError(ValueError):
 
 
 def parse_program(program: dict):
-    """A scheduled IRModule from one :class:`Program` (as a dict), without evaluating any code
-    except for ``tvmscript``, which callers must have allowed.
+    """A scheduled program from one :class:`Program` (as a dict), without evaluating any code
+    except for ``tvmscript``, which callers must have allowed: an IRModule, or for the
+    ``workload`` + ``trace`` form the ``Schedule`` that replayed the trace (so that a
+    checkpoint trained with trace tokens reads it).
 
     Raises:
         ProgramError: malformed JSON, a JSON that is no IRModule, or a trace that does not
@@ -206,7 +208,7 @@ def parse_program(program: dict):
         apply_trace_json(program["trace"], sch)
     except Exception as err:  # noqa: BLE001
         raise ProgramError(f"the trace does not replay on the workload: {str(err).strip()[:300]}") from err
-    return sch.mod
+    return sch
 
 
 _WORKER_PREDICTOR = None

@@ -75,7 +75,8 @@ def test_trace_tokens_go_before_each_programs_leaves(tiny_collection, tiny_featu
         with_trace_tokens(data, traces[:-1])
 
 
-def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own_trace(two_device_dataset, tmp_path):
+def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own_trace(two_device_dataset, tmp_path,
+                                                                                     monkeypatch):
     from cdmpp import dataset as ds
     from cdmpp.featurize import FEATURE_DIM, as_module
     from cdmpp.featurize.trace import schedule_trace_vectors, trace_matrix
@@ -119,6 +120,19 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     est = estimate_network(predictor, zoo_tasks("dcgan-b1", ctx.target)[:2], device=device, target=ctx.target,
                            cfg=EstimateConfig(samples=3))
     assert len(est.tasks) == 2 and est.total_s > 0 and est.low_s <= est.total_s <= est.high_s
+    # the HTTP service's workload + trace form reads the trace; its mod form is refused with the reason
+    import tvm
+
+    from cdmpp.featurize.trace import schedule_trace_json
+    from cdmpp.serve import app
+
+    monkeypatch.setattr(app, "_WORKER_PREDICTOR", None)  # the in-process worker's predictor, restored after
+    app._worker_init(str(out))
+    body = [{"workload": tvm.ir.save_json(r.workload.mod), "trace": schedule_trace_json(r.trace)} for r in records]
+    (lat, _, _), _ = app._worker_predict(body, None, device, interval=False)
+    np.testing.assert_allclose(lat, from_records, rtol=1e-5)
+    status, message = app._worker_predict([{"mod": tvm.ir.save_json(as_module(records[0]))}], None, device)
+    assert status == 422 and "schedule trace" in message
     # without traces it says what it needs
     with pytest.raises(InputError, match="schedule trace"):
         predictor.predict([as_module(r) for r in records], device=device)
