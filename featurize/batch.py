@@ -273,18 +273,31 @@ def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.nd
         return None
     try:
         keys = [str(obj[0]) for _, obj in ds.iter_json_lines(wl, [])]
-        programs = []
-        for _, obj in ds.iter_json_lines(rec, []):
-            widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
-            if not 0 <= widx < len(keys) or not secs:
-                continue
-            arr = np.asarray([float(x) for x in secs], dtype=np.float64)
-            if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1e9):
-                continue
-            programs.append((widx, arr))
+        programs = [(widx, arr) for widx, arr, _ in measured_record_lines(rec, len(keys))]
     except (TypeError, ValueError, IndexError, KeyError):
         return None
     return keys, programs
+
+
+def measured_record_lines(record_file: Path, workloads: int):
+    """``(workload index, float64 run_secs, record JSON)`` of each measured line of a
+    JSONDatabase record file, in file order, read as plain JSON: the lines
+    :func:`cdmpp.dataset.load_database` keeps, unless TVM rejects one (a workload index
+    in ``[0, workloads)``, and repeats that are positive, finite and below 1e9 s).
+
+    Raises:
+        TypeError, ValueError, IndexError, KeyError: a line is not a JSONDatabase line.
+    """
+    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
+
+    for _, obj in ds.iter_json_lines(record_file, []):
+        widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
+        if not 0 <= widx < workloads or not secs:
+            continue
+        arr = np.asarray([float(x) for x in secs], dtype=np.float64)
+        if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1e9):
+            continue
+        yield widx, arr, obj
 
 
 def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> FeaturizedPrograms | None:

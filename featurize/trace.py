@@ -99,15 +99,11 @@ def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
     if wl is None or rec is None:
         raise ds.DatasetError(f"{device_dir} lacks {ds.WORKLOAD_FILE} or {ds.RECORD_FILE}")
+    from cdmpp.featurize.batch import measured_record_lines  # pylint: disable=import-outside-toplevel
+
     workloads = sum(1 for _ in ds.iter_json_lines(wl, []))
     rows, latency = [], []
-    for _, obj in ds.iter_json_lines(rec, []):
-        widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
-        if not 0 <= widx < workloads or not secs:
-            continue
-        arr = np.asarray([float(x) for x in secs], dtype=np.float64)
-        if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1e9):
-            continue
+    for _, arr, obj in measured_record_lines(rec, workloads):
         rows.append(trace_vector(obj[1][0]))
         latency.append(float(np.median(arr)))
     return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32), np.asarray(latency)

@@ -68,6 +68,19 @@ class DeviceCorpus:
                 out.setdefault(net, set()).update(keys)
         return out
 
+    def with_trace_tokens(self) -> "DeviceCorpus":
+        """This corpus with each program's schedule trace as a token before its leaves
+        (:func:`cdmpp.featurize.trace.with_trace_tokens`; the traces read from the device
+        folders' tuning records, in row order).
+
+        Raises:
+            InputError: the folders' records do not line up with the programs.
+        """
+        from cdmpp.featurize.trace import folder_traces, with_trace_tokens  # pylint: disable=import-outside-toplevel
+
+        traces = folder_traces([self.folders[d.device_id] for d in self.devices], self.data.latency)
+        return dataclasses.replace(self, data=with_trace_tokens(self.data, traces))
+
     def descriptors(self) -> np.ndarray:
         """float32 ``(len(devices) + 1, DESCRIPTOR_DIM)``: row 0 zeros (unknown device), then each device's."""
         rows = [np.zeros_like(descriptor_vector(self.devices[0]))] if self.devices else []

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 from cdmpp.featurize.batch import FeaturizedPrograms
-from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
@@ -297,8 +296,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress)
     model_config = dataclasses.replace(model_config, num_devices=len(corpus.devices))
     if model_config.trace_tokens:  # each program's trace, read from its tuning record, as a token before its leaves
-        traces = folder_traces([corpus.folders[d.device_id] for d in corpus.devices], corpus.data.latency)
-        corpus = dataclasses.replace(corpus, data=with_trace_tokens(corpus.data, traces))
+        corpus = corpus.with_trace_tokens()
         model_config = dataclasses.replace(model_config, feature_dim=corpus.data.x.shape[1])
     holdout = None if data.split == "within-task" else data.holdout
     split, filters = _corpus_split(corpus, data, train_config)

@@ -316,7 +316,7 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     residual_inputs = {}
     traces = None
     if "trace" in cfg.residual_inputs or any(LEVERS[n].trace_token for n in cfg.levers):
-        traces = folder_traces(folders, data.latency)
+        traces = folder_traces([corpus.folders[d.device_id] for d in corpus.devices], data.latency)  # row order
     if "trace" in cfg.residual_inputs:
         residual_inputs["trace"] = traces
     if "psf" in cfg.residual_inputs:

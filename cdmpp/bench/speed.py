@@ -73,14 +73,10 @@ def task_candidates(network: str, task: str | None, target, count: int, seed: in
     """
     # pylint: disable=import-outside-toplevel
     from cdmpp.bench.tune import pick_tasks
-    from cdmpp.bench.unseen import unseen_networks, unseen_tasks
-    from cdmpp.collect.sampling import extract_network_tasks, sample_schedules
+    from cdmpp.bench.unseen import network_tasks
+    from cdmpp.collect.sampling import sample_schedules
 
-    if network in unseen_networks():
-        ranked = unseen_tasks(network, target)
-    else:
-        tasks = sorted(extract_network_tasks(network, target), key=lambda t: -t.weight * t.flops)
-        ranked = [(t.task_name, float(t.weight), t.mod, r) for r, t in enumerate(tasks)]
+    ranked = network_tasks(network, target)
     name, _, mod, _ = pick_tasks(ranked, network, 1 if task is None else 0, () if task is None else (task,))[0]
     return name, sample_schedules(mod, target, count, seed)
 

@@ -118,7 +118,24 @@ def unseen_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     Raises:
         UnknownNetworkError: ``name`` is not a network outside the zoo.
     """
+    return _ranked(unseen_network(name), target)
+
+
+def network_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
+    """:func:`unseen_tasks` of a network outside the zoo or of a zoo network
+    (:func:`cdmpp.networks.get_network`), extracted for ``target``.
+
+    Raises:
+        UnknownNetworkError: neither.
+    """
+    from cdmpp.networks import get_network  # pylint: disable=import-outside-toplevel
+
+    nets = unseen_networks()
+    return _ranked(nets[name] if name in nets else get_network(name), target)
+
+
+def _ranked(spec: NetworkSpec, target) -> list[tuple[str, float, object, int]]:
     from cdmpp.collect.sampling import extract_spec_tasks  # pylint: disable=import-outside-toplevel
 
-    tasks = sorted(extract_spec_tasks(unseen_network(name), target), key=lambda t: -t.weight * t.flops)
+    tasks = sorted(extract_spec_tasks(spec, target), key=lambda t: -t.weight * t.flops)
     return [(t.task_name, float(t.weight), t.mod, r) for r, t in enumerate(tasks)]
