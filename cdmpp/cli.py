@@ -62,6 +62,7 @@ def _model_configs(args):
             within_weight=args.within_weight,
             huber_delta=args.huber_delta,
             max_repeat_cv=getattr(args, "max_repeat_cv", None),
+            trace_dropout=getattr(args, "trace_dropout", None),
         )
     )
     return model, train
@@ -116,6 +117,7 @@ def _cmd_evaluate(args) -> int:
             None if args.holdout == "none" else args.holdout,
             Path(args.cache),
             plot=Path(args.plot) if args.plot else None,
+            traces=not args.without_trace,
         )
         print(format_device_table(rows, title))
         if args.output:
@@ -316,7 +318,11 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
     s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
     s.add_argument("--trace-tokens", action="store_true",
                    help="each program's schedule-trace decisions as one more token beside its leaves (a dataset of "
-                   "device folders; the checkpoint then predicts from Schedules or tuning records, not bare PrimFuncs)")
+                   "device folders; the checkpoint then predicts from Schedules or tuning records, and from bare "
+                   "PrimFuncs only with --trace-dropout)")
+    s.add_argument("--trace-dropout", type=float, default=None,
+                   help="with --trace-tokens: share of training programs seen without their trace token, so that the "
+                   "checkpoint also predicts bare PrimFuncs (from their leaves alone)")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
     s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
@@ -413,6 +419,9 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")
     s.add_argument("--record-db", default=None, help="a MetaSchedule database_tuning_record.json")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("--without-trace", action="store_true",
+                   help="a checkpoint trained with trace dropout: score the programs as bare PrimFuncs, without their "
+                   "schedule traces (dataset of device folders)")
     s.add_argument("--output", default=None, help="also write the rows as JSON here (--benchmark: a folder)")
     s.add_argument(
         "--benchmark",

@@ -315,7 +315,8 @@ def estimate_network(
         if not trees:
             raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
         # a checkpoint trained with trace tokens reads each schedule's trace (a record's replayed, or a sample's)
-        traces = schedule_trace_vectors(kept) if predictor.reads_traces else None
+        traces = schedule_trace_vectors(kept, allow_missing=predictor.model.config.trace_optional) \
+            if predictor.reads_traces else None
         i = int(np.argmin(predictor.predict_trees(trees, dev_id, traces))) if len(trees) > 1 else 0
         lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval(
             [trees[i]], dev_id, None if traces is None else traces[i:i + 1]))

@@ -58,7 +58,10 @@ class ModelConfig:
         trace_tokens: each program's sequence starts with a token of its schedule
             trace's decisions (:func:`cdmpp.featurize.trace.with_trace_tokens`); its
             input rows then have ``FEATURE_DIM + TRACE_DIM + 1`` columns, and prediction
-            needs each program's trace.
+            needs each program's trace unless ``trace_optional``.
+        trace_optional: the model was trained with trace dropout
+            (:attr:`cdmpp.train.config.TrainConfig.trace_dropout`): a program without a
+            trace (a bare PrimFunc) is predicted from its leaves alone, without the token.
     """
 
     feature_dim: int = FEATURE_DIM
@@ -73,6 +76,7 @@ class ModelConfig:
     device_dim: int = 32
     descriptor_dim: int = DESCRIPTOR_DIM
     trace_tokens: bool = False
+    trace_optional: bool = False
 
     def __post_init__(self):
         if self.pooling not in ("sum", "mean", "max"):
@@ -81,6 +85,8 @@ class ModelConfig:
             raise InputError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not 0 <= self.dropout < 1:
             raise InputError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.trace_optional and not self.trace_tokens:
+            raise InputError("trace_optional needs trace_tokens: only a model that reads traces can do without one")
 
     @staticmethod
     def from_json(obj: dict) -> "ModelConfig":

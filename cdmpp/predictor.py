@@ -227,8 +227,10 @@ class LatencyPredictor:
             UnsupportedProgramError: an input that is not a scheduled program, or
                 holds a construct the featurizer does not support.
             InputError: the checkpoint reads schedule traces
-                (:attr:`cdmpp.model.ModelConfig.trace_tokens`) and an input has none
-                (a PrimFunc or IRModule instead of a Schedule or TuningRecord).
+                (:attr:`cdmpp.model.ModelConfig.trace_tokens`), was trained without
+                trace dropout (``trace_optional``), and an input has none (a PrimFunc or
+                IRModule instead of a Schedule or TuningRecord).  A ``trace_optional``
+                checkpoint predicts such an input from its leaves alone.
         """
         trees, dev_id, traces = self._featurized(mods, target, device)
         return self.predict_trees(trees, dev_id, traces)
@@ -251,7 +253,8 @@ class LatencyPredictor:
             mods = [mods]
         dev = self.resolve_device(device, target) if self._known else None
         dev_id = dev.device_id if dev else None
-        traces = schedule_trace_vectors(list(mods)) if self.reads_traces else None
+        traces = schedule_trace_vectors(list(mods), allow_missing=self.model.config.trace_optional) \
+            if self.reads_traces else None
         if not mods:
             return [], dev_id, traces
         feat_target = target if target is not None else (dev.target if dev is not None else None)
@@ -266,10 +269,10 @@ class LatencyPredictor:
         leaves = ProgramLeaves.from_trees(trees)
         if not self.reads_traces:
             return leaves
-        if traces is None:
-            raise InputError("this checkpoint reads schedule traces (trained with trace tokens): pass Schedules or "
-                             "TuningRecords to predict(), or traces= to predict_trees()")
-        return with_trace_tokens(leaves, np.asarray(traces, dtype=np.float32))
+        if traces is None and not self.model.config.trace_optional:
+            raise InputError("this checkpoint reads schedule traces (trained with trace tokens, without trace "
+                             "dropout): pass Schedules or TuningRecords to predict(), or traces= to predict_trees()")
+        return with_trace_tokens(leaves, None if traces is None else np.asarray(traces, dtype=np.float32))
 
     def predict_trees(self, trees: Sequence[ProgramAST], device: str | None = None,
                       traces: np.ndarray | None = None) -> np.ndarray:
@@ -278,12 +281,14 @@ class LatencyPredictor:
         (a known device id; ``None``: :meth:`resolve_device`'s choice).
 
         ``traces``: float32 ``(len(trees), TRACE_DIM)``, each program's
-        :func:`cdmpp.featurize.trace.trace_vector`; required when :attr:`reads_traces`,
-        ignored otherwise.
+        :func:`cdmpp.featurize.trace.trace_vector` (NaN rows: no trace); required when
+        :attr:`reads_traces` unless the checkpoint is ``trace_optional``, ignored
+        otherwise.
 
         Raises:
             UnknownDeviceError: ``device`` is not known to the checkpoint.
-            InputError: :attr:`reads_traces` and no ``traces``, or ``traces`` of another shape.
+            InputError: :attr:`reads_traces`, not ``trace_optional`` and no ``traces``, or
+                ``traces`` of another shape.
         """
         from cdmpp.model import predict_latency_array  # pylint: disable=import-outside-toplevel
 
@@ -326,7 +331,20 @@ class LatencyPredictor:
         passes = int(calibration["passes"]) if calibration else IntervalConfig().passes
         point, samples = mc_log_latency(self.model, data, device=row, cfg=IntervalConfig(passes=passes))
         low, high = interval(point, samples, calibration)
+        bare = self._without_trace(n, traces)
+        if bare.any() and self.metadata.get("interval_without_trace"):  # programs seen by their leaves alone
+            low_b, high_b = interval(point, samples, self.metadata["interval_without_trace"])
+            low, high = np.where(bare, low_b, low), np.where(bare, high_b, high)
         return np.exp(point), low, high
+
+    def _without_trace(self, n: int, traces: np.ndarray | None) -> np.ndarray:
+        """bool ``(n,)``: the programs predicted without a trace token (a ``trace_optional``
+        checkpoint given no trace for them)."""
+        if not self.model.config.trace_optional:
+            return np.zeros(n, dtype=bool)
+        if traces is None:
+            return np.ones(n, dtype=bool)
+        return np.isnan(np.asarray(traces, dtype=np.float32)).any(axis=1)
 
 
 @lru_cache(maxsize=4)

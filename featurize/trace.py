@@ -131,7 +131,7 @@ def folder_traces(folders: Sequence[Path], latency: np.ndarray) -> np.ndarray:
     return np.concatenate(mats) if mats else np.zeros((0, TRACE_DIM), np.float32)
 
 
-def with_trace_tokens(data, traces: np.ndarray):
+def with_trace_tokens(data, traces: np.ndarray | None):
     """``data`` with each program's trace vector as one more token before its leaves.
 
     The fit study's ``trace`` levers: TLP's input (the schedule's decisions) beside the
@@ -140,15 +140,20 @@ def with_trace_tokens(data, traces: np.ndarray):
     zeros; the trace token is zeros, the trace vector and a 1 (the token's flag), at
     position 0 (the root's, which no leaf has).
 
+    A program whose trace row holds a NaN (or every program, with ``traces=None``) gets
+    no token: its leaves only, in the wider columns.  That is how a checkpoint trained
+    with trace dropout (:attr:`cdmpp.model.ModelConfig.trace_optional`) sees a bare
+    PrimFunc.
+
     Args:
         data: :class:`cdmpp.featurize.batch.FeaturizedPrograms` with ``P`` programs and
             ``N`` leaf rows of ``F`` features.
         traces: float32 ``(P, TRACE_DIM)``, row ``i`` program ``i``'s
-            (:func:`trace_matrix`).
+            (:func:`trace_matrix`), NaN rows for programs without a trace; or ``None``.
 
     Returns:
-        A copy with ``x`` float32 ``(N + P, F + TRACE_DIM + 1)``, ``pos`` and ``ptr``
-        to match; labels, workloads and devices unchanged.
+        A copy with ``x`` float32 ``(N + T, F + TRACE_DIM + 1)`` (``T`` programs with a
+        trace), ``pos`` and ``ptr`` to match; labels, workloads and devices unchanged.
 
     Raises:
         InputError: ``traces`` is not ``(P, TRACE_DIM)``.
@@ -156,18 +161,52 @@ def with_trace_tokens(data, traces: np.ndarray):
     import dataclasses  # pylint: disable=import-outside-toplevel
 
     p, n, f = len(data), data.x.shape[0], data.x.shape[1]
+    if traces is None:
+        traces = np.full((p, TRACE_DIM), np.nan, dtype=np.float32)
+    traces = np.asarray(traces, dtype=np.float32)
     if traces.shape != (p, TRACE_DIM):
         raise InputError(f"traces of shape {traces.shape}, expected ({p}, {TRACE_DIM})")
+    has = ~np.isnan(traces).any(axis=1)
     counts = np.diff(data.ptr)
-    ptr = data.ptr + np.arange(p + 1)
-    leaf_rows = np.arange(n) + np.repeat(np.arange(p) + 1, counts)  # each leaf moves down past the tokens before it
-    x = np.zeros((n + p, f + TRACE_DIM + 1), dtype=np.float32)
+    before = np.concatenate([[0], np.cumsum(has)])  # tokens up to and including each program's
+    ptr = data.ptr + before
+    # each leaf moves down past the tokens of its own program and the ones before it
+    leaf_rows = np.arange(n) + np.repeat(before[1:], counts)
+    x = np.zeros((n + int(has.sum()), f + TRACE_DIM + 1), dtype=np.float32)
     x[leaf_rows, :f] = data.x
-    x[ptr[:-1], f:f + TRACE_DIM] = traces
-    x[ptr[:-1], -1] = 1.0
-    pos = np.zeros(n + p, dtype=data.pos.dtype)
+    token_rows = ptr[:-1][has]
+    x[token_rows, f:f + TRACE_DIM] = traces[has]
+    x[token_rows, -1] = 1.0
+    pos = np.zeros(len(x), dtype=data.pos.dtype)
     pos[leaf_rows] = data.pos
     return dataclasses.replace(data, x=x, pos=pos, ptr=ptr.astype(data.ptr.dtype))
+
+
+def model_inputs(config, data, folders: Sequence[Path] | None = None, traces: bool = True):
+    """``data`` in the input columns of a model with ``config``
+    (:class:`cdmpp.model.ModelConfig`).
+
+    A leaves-only model gets ``data`` unchanged.  A model trained with trace tokens gets
+    each program's token, its trace read from the tuning records of ``folders`` (the
+    device folders that ``data`` was featurized from, in order; :func:`folder_traces`),
+    or, with ``traces=False``, no token at all (bare PrimFuncs; a ``trace_optional``
+    model only).
+
+    Raises:
+        InputError: a trace-token model and no ``folders``, or ``traces=False`` for a
+            model that needs the trace, or records that do not line up with ``data``.
+    """
+    if not config.trace_tokens:
+        return data
+    if not traces:
+        if not config.trace_optional:
+            raise InputError("this checkpoint was trained with trace tokens and no trace dropout: it cannot predict "
+                             "programs without their schedule traces")
+        return with_trace_tokens(data, None)
+    if not folders:
+        raise InputError("this checkpoint reads schedule traces: it needs the device folders whose tuning records "
+                         "hold them")
+    return with_trace_tokens(data, folder_traces(list(folders), data.latency))
 
 
 def schedule_trace_json(trace) -> list:
@@ -190,18 +229,29 @@ def schedule_trace_json(trace) -> list:
     return plain(trace.as_json())
 
 
-def schedule_trace_vectors(schedules) -> np.ndarray:
+def schedule_trace_vectors(schedules, allow_missing: bool = False) -> np.ndarray:
     """float32 ``(len(schedules), TRACE_DIM)``: :func:`trace_vector` of each MetaSchedule
-    ``Schedule``'s trace.
+    ``Schedule``'s (or tuning record's) trace.
+
+    Args:
+        allow_missing: an input without a trace (a bare PrimFunc or IRModule, or a
+            ``Schedule`` whose trace holds no instruction) gets a NaN row, which
+            :func:`with_trace_tokens` reads as "no token", instead of an error.
 
     Raises:
-        InputError: a schedule has no trace (``Schedule(mod)`` built without tracing).
+        InputError: an input has no trace and ``allow_missing`` is false.
     """
     rows = []
     for sch in schedules:
         trace = getattr(sch, "trace", None)
+        if trace is not None and not len(getattr(trace, "insts", ())):  # Schedule(mod) of a program scheduled elsewhere
+            trace = None
+        if trace is None and allow_missing:
+            rows.append(np.full(TRACE_DIM, np.nan, dtype=np.float32))
+            continue
         if trace is None:
-            raise InputError("a schedule without a trace: a checkpoint trained with trace tokens needs each "
-                             "program's schedule trace")
+            raise InputError("a program without a schedule trace (a PrimFunc or IRModule, or a Schedule built "
+                             "without tracing): this checkpoint was trained with trace tokens and no trace dropout, "
+                             "so it needs each program's Schedule or tuning record")
         rows.append(trace_vector(schedule_trace_json(trace)))
     return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32)

@@ -148,3 +148,101 @@ def test_trace_tokens_need_the_corpus_protocol(tiny_collection, tmp_path):
     with pytest.raises(InputError, match="trace tokens need a dataset of device folders"):
         train(TrainData([tiny_collection[1].device_dir], "dcgan-b1"), tmp_path / "x",
               ModelConfig(trace_tokens=True), use_wandb=False, progress=False)
+
+
+def test_a_program_without_a_trace_gets_no_token_and_trace_dropout_masks_only_tokens(tiny_collection,
+                                                                                     tiny_featurized):
+    import torch
+
+    from cdmpp.featurize.batch import dense_programs
+    from cdmpp.featurize.trace import folder_traces, with_trace_tokens
+    from cdmpp.train.lightning import drop_trace_tokens
+
+    _, data = tiny_featurized
+    traces = folder_traces([tiny_collection[1].device_dir], data.latency)
+    some = traces.copy()
+    some[::2] = np.nan  # every other program is a bare PrimFunc
+    mixed, full, bare = with_trace_tokens(data, some), with_trace_tokens(data, traces), with_trace_tokens(data, None)
+    every = np.arange(len(data))
+    assert bare.x.shape == (data.x.shape[0], full.x.shape[1]) and not bare.x[:, data.x.shape[1]:].any()
+    assert mixed.x.shape[0] == data.x.shape[0] + len(data) // 2
+    xm, pm, mm = dense_programs(mixed, every)
+    for k in every:  # odd programs are as with every trace, even ones as with none
+        ref = dense_programs(bare if k % 2 == 0 else full, np.array([k]))
+        n = int(ref[2][0].sum())
+        assert int(mm[k].sum()) == n and torch.equal(xm[k, :n], ref[0][0, :n]) and torch.equal(pm[k, :n], ref[1][0, :n])
+    x, _, mask = dense_programs(full, every)
+    assert torch.equal(drop_trace_tokens(x, mask, 0.0), mask)
+    dropped = drop_trace_tokens(x, mask, 0.999999)
+    several = mask[:, 1]  # a program with at least one leaf loses its token, and only that
+    assert not dropped[several, 0].any() and torch.equal(dropped[:, 1:], mask[:, 1:])
+    assert torch.equal(dropped[~several, 0], mask[~several, 0])
+
+
+def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways(two_device_dataset, tmp_path,
+                                                                                monkeypatch):
+    import json
+
+    import tvm
+
+    from cdmpp import dataset as ds
+    from cdmpp.featurize import as_module
+    from cdmpp.model import ModelConfig
+    from cdmpp.predictor import LatencyPredictor
+    from cdmpp.serve import app
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.devices import evaluate_devices
+    from cdmpp.train.train import train
+
+    with pytest.raises(InputError, match="trace dropout needs trace tokens"):
+        train(TrainData([two_device_dataset], "dcgan-b1"), tmp_path / "x", ModelConfig(),
+              TrainConfig(trace_dropout=0.2), use_wandb=False, progress=False)
+    out = tmp_path / "optional"
+    train(TrainData([two_device_dataset], "dcgan-b1"), out,
+          ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=True),
+          TrainConfig(epochs=2, batch_size=16, trace_dropout=0.3), use_wandb=False, progress=False)
+    predictor = LatencyPredictor.load(out)
+    assert predictor.reads_traces and predictor.model.config.trace_optional
+    meta = json.loads((out / "config.json").read_text())["metadata"]
+    assert meta["train_config"]["trace_dropout"] == 0.3 and meta["validation_metrics_without_trace"]
+
+    folder = ds.device_dirs(two_device_dataset)[0]
+    records = [p.record for p in ds.load_device_dir(folder).programs[:6]]
+    device = folder.name
+    with_trace = predictor.predict(records, device=device)
+    mods = [as_module(r) for r in records]
+    without = predictor.predict(mods, device=device)  # bare PrimFuncs: the leaves alone
+    assert np.all(np.isfinite(without)) and np.all(without > 0) and not np.allclose(without, with_trace)
+    mixed = predictor.predict([records[0], mods[1], records[2]], device=device)
+    np.testing.assert_allclose(mixed, [with_trace[0], without[1], with_trace[2]], rtol=1e-5)
+    np.testing.assert_allclose(predictor.predict_trees(predictor._featurized(mods, None, device)[0], device),
+                               without, rtol=1e-5)
+    # the service's mod form, refused by a checkpoint that needs the trace, is served
+    monkeypatch.setattr(app, "_WORKER_PREDICTOR", None)
+    app._worker_init(str(out))
+    (lat, _, _), _ = app._worker_predict([{"mod": tvm.ir.save_json(mods[0])}], None, device, interval=False)
+    np.testing.assert_allclose(lat, without[:1], rtol=1e-5)
+    # cdmpp evaluate scores the dataset with each program's trace, or as bare PrimFuncs
+    rows, title = evaluate_devices(out, two_device_dataset, None, tmp_path / "cache", progress=False)
+    rows_bare, title_bare = evaluate_devices(out, two_device_dataset, None, tmp_path / "cache", progress=False,
+                                             traces=False)
+    assert "without their traces" in title_bare and "without" not in title
+    a, b = rows[device]["cdmpp transformer"], rows_bare[device]["cdmpp transformer"]
+    assert a["programs"] == b["programs"] > 0 and a["mape"] != b["mape"]
+    # calibrated twice: with the traces, and for bare PrimFuncs; each program gets its own kind's interval
+    from cdmpp.model import IntervalConfig
+    from cdmpp.train.uncertainty import calibrate_checkpoint
+
+    results = calibrate_checkpoint(out, [two_device_dataset], tmp_path / "cache", IntervalConfig(passes=4),
+                                   progress=False)
+    assert set(results) == {"interval", "interval_without_trace"}
+    assert "without their traces" in results["interval_without_trace"][0]["calibrated_on"]
+    card = (out / "README.md").read_text()
+    assert "Prediction intervals of programs without a trace" in card and "trace dropout 0.3" in card
+    predictor = LatencyPredictor.load(out)
+    q = predictor.metadata["interval_without_trace"]["constant"]
+    predictor.metadata["interval_without_trace"] = {**predictor.metadata["interval_without_trace"], "method": "constant"}
+    lat, low, high = predictor.predict_interval([mods[0], records[1]], device=device)
+    assert low[0] / lat[0] == pytest.approx(np.exp(q["q_lower"]), rel=1e-6)
+    assert high[0] / lat[0] == pytest.approx(np.exp(q["q_upper"]), rel=1e-6)
+    assert low[1] / lat[1] != pytest.approx(np.exp(q["q_lower"]), rel=1e-3)  # the traced program: the other one

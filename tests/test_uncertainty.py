@@ -29,10 +29,18 @@ def test_config_errors():
         IntervalConfig(lower=0.9, upper=0.1)
 
 
-def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, tiny_featurized):
+@pytest.fixture(scope="module")
+def shipped_inputs(shipped, tiny_collection, tiny_featurized):
+    """The tiny collection's programs in the shipped checkpoint's input columns (with their traces)."""
+    from cdmpp.featurize.trace import model_inputs
+
+    return model_inputs(shipped.model.config, tiny_featurized[1], [tiny_collection[1].device_dir])
+
+
+def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, shipped_inputs):
     from cdmpp.model import predict_latency_array
 
-    _, data = tiny_featurized
+    data = shipped_inputs
     cfg = IntervalConfig(passes=8)
     point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
     assert passes.shape == (8, len(data)) and point.shape == (len(data),)
@@ -43,8 +51,8 @@ def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, 
     assert not shipped.model.training  # left in eval mode
 
 
-def test_calibration_covers_its_own_programs_and_orders_the_bounds(shipped, tiny_featurized):
-    _, data = tiny_featurized
+def test_calibration_covers_its_own_programs_and_orders_the_bounds(shipped, shipped_inputs):
+    data = shipped_inputs
     cfg = IntervalConfig(passes=8, lower=0.25, upper=0.75)
     point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
     cal = calibrate(point, passes, data.latency, cfg)

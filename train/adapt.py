@@ -315,6 +315,7 @@ def adapt_local(
     from cdmpp.device import local_cpu
     from cdmpp.featurize import featurize_many
     from cdmpp.featurize.batch import from_trees
+    from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
 
     config = config or AdaptConfig()
     model, meta = _device_table_checkpoint(Path(checkpoint))
@@ -326,9 +327,12 @@ def adapt_local(
     rng = np.random.default_rng(config.seed)
     pool = np.sort(rng.choice(len(src.programs), size=min(candidates, len(src.programs)), replace=False))
     src_target = src.manifest.get("device", {}).get("target") or src.programs[0].record.target
-    trees = featurize_many([src.programs[i].record for i in pool], src_target)
+    records = [src.programs[i].record for i in pool]
+    trees = featurize_many(records, src_target)
     n = len(trees)
     cand = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
+    if model.config.trace_tokens:  # the records' own traces, as the checkpoint reads them
+        cand = with_trace_tokens(cand, schedule_trace_vectors(records))
     chosen = pool[select_programs(model, cand, np.arange(n), config)]
     seconds["select"] = round(time.time() - t0, 1)
     t0 = time.time()
@@ -401,8 +405,10 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
 
     from cdmpp.model import save_checkpoint
 
+    from cdmpp.featurize.trace import model_inputs
+
     t0 = time.time()
-    data = featurize_database(db, cache_dir, progress=False)
+    data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False), [folder])
     known = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
     if device.device_id in known:
         base, row, new = copy.deepcopy(model), known[device.device_id], False

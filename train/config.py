@@ -125,6 +125,11 @@ class TrainConfig:
             than this (std / mean) are left out of training (validation and test
             untouched), as CDMPP (EuroSys 2024, section 6.1) drops programs whose
             repeats vary by more than 1%.  0 keeps every program.
+        trace_dropout: for a model with trace tokens, the probability that a training
+            program's trace token is masked out of its sequence (the program seen as its
+            leaves alone), so that the checkpoint also predicts programs without a
+            trace (a bare PrimFunc; :attr:`cdmpp.model.ModelConfig.trace_optional`).
+            0 trains a model that always needs the trace.
         train_share: share of each training task's programs that trains, drawn at
             random once per (device, task) with ``seed`` (at least one program per
             task; validation and test untouched): the data-scaling curve, programs
@@ -147,6 +152,7 @@ class TrainConfig:
     within_weight: float = 0.0
     huber_delta: float = 0.0
     max_repeat_cv: float = 0.0
+    trace_dropout: float = 0.0
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
@@ -156,6 +162,8 @@ class TrainConfig:
             )
         if not 0 <= self.device_dropout < 1:
             raise InputError(f"device_dropout must be in [0, 1), got {self.device_dropout}")
+        if not 0 <= self.trace_dropout < 1:
+            raise InputError(f"trace_dropout must be in [0, 1), got {self.trace_dropout}")
         if self.cmd_domain not in CMD_DOMAINS:
             raise InputError(f"cmd_domain must be 'heldout' or 'validation', got {self.cmd_domain!r}")
         if self.cmd_moments < 1:

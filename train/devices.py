@@ -68,18 +68,14 @@ class DeviceCorpus:
                 out.setdefault(net, set()).update(keys)
         return out
 
-    def with_trace_tokens(self) -> "DeviceCorpus":
-        """This corpus with each program's schedule trace as a token before its leaves
-        (:func:`cdmpp.featurize.trace.with_trace_tokens`; the traces read from the device
-        folders' tuning records, in row order).
+    def for_model(self, config, traces: bool = True) -> "DeviceCorpus":
+        """This corpus in the input columns of a model with ``config``
+        (:func:`cdmpp.featurize.trace.model_inputs`: each program's trace token for a
+        trace-token model, none with ``traces=False``)."""
+        from cdmpp.featurize.trace import model_inputs  # pylint: disable=import-outside-toplevel
 
-        Raises:
-            InputError: the folders' records do not line up with the programs.
-        """
-        from cdmpp.featurize.trace import folder_traces, with_trace_tokens  # pylint: disable=import-outside-toplevel
-
-        traces = folder_traces([self.folders[d.device_id] for d in self.devices], self.data.latency)
-        return dataclasses.replace(self, data=with_trace_tokens(self.data, traces))
+        folders = [self.folders[d.device_id] for d in self.devices]
+        return dataclasses.replace(self, data=model_inputs(config, self.data, folders, traces))
 
     def descriptors(self) -> np.ndarray:
         """float32 ``(len(devices) + 1, DESCRIPTOR_DIM)``: row 0 zeros (unknown device), then each device's."""
@@ -347,6 +343,7 @@ def evaluate_devices(
     cache_dir: Path | None = None,
     progress: bool = True,
     plot: Path | None = None,
+    traces: bool = True,
 ) -> tuple[dict[str, dict], str]:
     """Score a checkpoint with a device table (trained by :func:`cdmpp.train.train.train` on several device folders) on each device folder of ``root``
     that it knows, on the held-out network (default: the one it recorded), on every program
@@ -355,6 +352,10 @@ def evaluate_devices(
 
     With ``plot``, also write a PNG of predicted against measured latency, one panel
     per device (:func:`cdmpp.train.plots.plot_predicted_vs_measured`).
+
+    A checkpoint trained with trace tokens reads each program's trace from its tuning
+    record; with ``traces=False`` (a checkpoint trained with trace dropout) it scores
+    the programs as bare PrimFuncs, without the token.
 
     Returns:
         ``(rows per device id, title)``.
@@ -370,6 +371,7 @@ def evaluate_devices(
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
     row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
     corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress)
+    corpus = corpus.for_model(model.config, traces)
     part = holdout if holdout in ("validation", "training") else None
     net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
     if part:  # the checkpoint's own split: its validation workloads, or the programs it trained on
@@ -386,6 +388,8 @@ def evaluate_devices(
         table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
     rows = _score_remapped(model, tree, corpus, index, net, model_rows, table, panels)
     what = f"{part} programs (the checkpoint's split)" if part else (f"held-out network {net}" if net else "every program")
+    if model.config.trace_tokens and not traces:
+        what += ", without their traces"
     title = f"{what} of {root}, per device ({checkpoint})"
     worst = worst_tasks(corpus, index, panels, net)
     if worst:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
+from cdmpp.featurize.trace import model_inputs
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
@@ -83,6 +84,7 @@ def evaluate_checkpoint(
     weights = None
     if dataset is not None:
         db, data = load_featurized(dataset, cache_dir, progress)
+        data = model_inputs(model.config, data, ds.device_dirs(dataset)[:1])  # with the records' traces
         model, data, note = _for_device(model, meta, db, data)
         net = meta.get("holdout") if holdout == "auto" else holdout
         weights = task_weights({db.device_id: db.manifest}, data.workload_keys, net)
@@ -97,7 +99,11 @@ def evaluate_checkpoint(
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
+        # the traces are read from device folders only: a bare database scores as bare PrimFuncs
+        data = model_inputs(model.config, data, None, traces=False)
         model, data, note = _for_device(model, meta, db, data)
+        if model.config.trace_tokens:
+            note += "; without the records' schedule traces"
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"

@@ -252,6 +252,29 @@ def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, momen
     return out
 
 
+def drop_trace_tokens(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
+    """Trace dropout: ``mask`` with the trace token (the first position, flagged in the
+    last column: :func:`cdmpp.featurize.trace.with_trace_tokens`) of each program masked
+    out with probability ``p``, so that the program is seen as its leaves alone.  A
+    program without a leaf besides its token keeps it.
+
+    Args:
+        x: float32 ``(B, L, F)`` padded rows; mask: bool ``(B, L)``.
+
+    Returns:
+        bool ``(B, L)``, a new mask.
+    """
+    has = (x[:, 0, -1] == 1) & mask[:, 0]
+    if mask.shape[1] > 1:
+        has = has & mask[:, 1]
+    else:
+        has = torch.zeros_like(has)
+    drop = has & (torch.rand(has.shape, device=mask.device) < p)
+    out = mask.clone()
+    out[:, 0] = mask[:, 0] & ~drop
+    return out
+
+
 class LatencyModule(L.LightningModule):
     """Loss and optimiser around :class:`LatencyTransformer`.
 
@@ -271,7 +294,10 @@ class LatencyModule(L.LightningModule):
     def shared_step(self, batch: dict, stage: str) -> torch.Tensor:
         """Loss of one batch, logged as ``<stage>_loss``."""
         target = (batch["y"] - self.model.label_mean) / self.model.label_std
-        h = self.model.pooled(batch["x"], batch["pos"], batch["mask"])
+        mask = batch["mask"]
+        if stage == "train" and self.train_config.trace_dropout > 0 and self.model.config.trace_tokens:
+            mask = drop_trace_tokens(batch["x"], mask, self.train_config.trace_dropout)
+        h = self.model.pooled(batch["x"], batch["pos"], mask)
         device = batch.get("device")
         row = None
         if (device is not None and stage == "train" and self.train_config.device_dropout > 0

@@ -145,6 +145,14 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         f"- Wall time on {'the training machine' if several else 'this machine'}: "
         f"{meta['train_seconds']['transformer']} s (tree baseline {meta['train_seconds']['tree_baseline']} s)",
     ]
+    if model_config.trace_tokens:
+        lines.append(
+            "- Inputs: each program's schedule trace (tile sizes, unroll depth, parallel and vectorize extents, "
+            "primitive counts; `cdmpp.featurize.trace`) as one more token before its leaves"
+            + (f"; trace dropout {meta['train_config'].get('trace_dropout')}: that share of training programs is seen "
+               "without the token, so a program without a trace (a bare PrimFunc) is predicted from its leaves alone"
+               if model_config.trace_optional else "; every prediction needs the program's trace")
+        )
     if several:
         lines.append("- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended "
                      "to the summed `PerStoreFeature` rows.")
@@ -160,6 +168,8 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         lines += ["", "## Benchmark (`cdmpp evaluate --benchmark`, same data, splits and seed for every model)", "",
                   benchmark_table.strip()]
     lines += _interval_section(meta.get("interval"))
+    if meta.get("interval_without_trace"):
+        lines += _interval_section(meta["interval_without_trace"], "Prediction intervals of programs without a trace")
     return "\n".join(lines) + "\n"
 
 
@@ -236,6 +246,9 @@ def _metric_sections(meta: dict, several: bool) -> list[str]:
     if several:
         if val:
             lines += ["", "## Validation workloads (every device)", "", *device_rows_markdown(val)]
+        if meta.get("validation_metrics_without_trace"):
+            lines += ["", "## Validation workloads without their traces (as bare PrimFuncs; transformer only)", "",
+                      *device_rows_markdown(meta["validation_metrics_without_trace"])]
         if test:
             head = f"Held-out network {meta['holdout']}" if meta.get("split", "network") == "network" else "Test programs"
             lines += ["", f"## {head}", "", *device_rows_markdown(test)]
@@ -247,13 +260,13 @@ def _metric_sections(meta: dict, several: bool) -> list[str]:
     return lines
 
 
-def _interval_section(cal: dict | None) -> list[str]:
+def _interval_section(cal: dict | None, heading: str = "Prediction intervals") -> list[str]:
     if not cal:
         return []
     val = cal.get("coverage", {}).get("validation", {}).get("all", {}).get(cal["method"], {})
     return [
         "",
-        "## Prediction intervals",
+        f"## {heading}",
         "",
         f"{100 * cal['lower']:.0f}-{100 * cal['upper']:.0f}% intervals: {cal['passes']} MC-dropout passes, "
         f"method `{cal['method']}` (alpha = {cal.get(cal['method'], {}).get('alpha')}), calibrated on "

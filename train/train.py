@@ -112,6 +112,10 @@ def train(
         raise InputError("a CMD target device needs cmd_weight > 0")
     several = data.several_devices()
     data.check(several)
+    if train_config.trace_dropout > 0 and not model_config.trace_tokens:
+        raise InputError("trace dropout needs trace tokens (--trace-tokens)")
+    model_config = dataclasses.replace(model_config, trace_optional=model_config.trace_tokens
+                                       and train_config.trace_dropout > 0)
     if model_config.trace_tokens and (not several or data.cmd_target is not None):
         raise InputError("trace tokens need a dataset of device folders (the corpus protocol) and no CMD target "
                          "device")
@@ -295,8 +299,9 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     """
     corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress)
     model_config = dataclasses.replace(model_config, num_devices=len(corpus.devices))
+    leaves_only = corpus
     if model_config.trace_tokens:  # each program's trace, read from its tuning record, as a token before its leaves
-        corpus = corpus.with_trace_tokens()
+        corpus = corpus.for_model(model_config)
         model_config = dataclasses.replace(model_config, feature_dim=corpus.data.x.shape[1])
     holdout = None if data.split == "within-task" else data.holdout
     split, filters = _corpus_split(corpus, data, train_config)
@@ -310,6 +315,10 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     t_tree = time.time() - t0
     rows = score_by_device(model, tree, corpus, split.test, holdout) if len(split.test) else {}
     val_rows = score_by_device(model, tree, corpus, split.val, None) if len(split.val) else {}
+    no_trace_rows = {}
+    if model_config.trace_optional and len(split.val):  # the same programs as bare PrimFuncs: no trace token
+        bare = leaves_only.for_model(model_config, traces=False)
+        no_trace_rows = score_by_device(model, None, bare, split.val, None)
     counts = np.bincount(corpus.data.device, minlength=len(corpus.devices) + 1)
     train_counts = np.bincount(corpus.data.device[split.train], minlength=len(corpus.devices) + 1)
     meta = {
@@ -333,6 +342,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
         "tree_inputs": "psf_sum+descriptor",
         "heldout_metrics": rows,
         "validation_metrics": val_rows,
+        "validation_metrics_without_trace": no_trace_rows,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     _save(model, tree, meta, out, model_card(model_config, meta))

@@ -97,13 +97,16 @@ def coverage_row(low: np.ndarray, high: np.ndarray, true_s: np.ndarray, point_s:
 def calibrate_checkpoint(
     checkpoint: Path, root: Path | Sequence[Path], cache_dir: Path | None, cfg: IntervalConfig | None = None,
     method: str = "mc-normalized", progress: bool = True, write: bool = True,
-) -> tuple[dict, dict[str, dict[str, dict]]]:
+) -> dict[str, tuple[dict, dict[str, dict[str, dict]]]]:
     """Calibrate a device-table checkpoint's intervals on its validation workloads and
     score every method's coverage on its held-out network (when it has one).
 
     The validation workloads are the checkpoint's own split
     (:func:`~cdmpp.train.devices.split_corpus` with its recorded holdout and seed 0),
-    so no test program is used for calibration.
+    so no test program is used for calibration.  A checkpoint trained with trace tokens
+    sees each program's trace; one trained with trace dropout (``trace_optional``) is
+    calibrated a second time on the same programs without their traces, the intervals
+    it serves for bare PrimFuncs (key ``interval_without_trace``).
 
     Args:
         checkpoint: a folder written by ``cdmpp train -d DATASET`` (a device table).
@@ -112,7 +115,8 @@ def calibrate_checkpoint(
         write: store the calibration (and ``method``) in the checkpoint's ``config.json``.
 
     Returns:
-        ``(calibration, {split: {device id or "all": {method: coverage row}}})`` for the
+        ``{metadata key: (calibration, {split: {device id or "all": {method: coverage
+        row}}})}`` with the key ``interval`` (and ``interval_without_trace``), for the
         splits ``validation`` and, when the checkpoint holds one out, ``test``.
 
     Raises:
@@ -132,10 +136,36 @@ def calibrate_checkpoint(
         raise CheckpointError(f"{checkpoint} has no device table; calibrate a checkpoint of cdmpp train -d DATASET")
     corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress)
     split = split_corpus(corpus, meta.get("holdout"))
+    out = {}
+    for key, traces in [(INTERVAL_KEY, True)] + ([(INTERVAL_KEY_WITHOUT_TRACE, False)]
+                                                  if model.config.trace_optional else []):
+        calibration, report = _calibrate_split(model, corpus.for_model(model.config, traces), rows, split, cfg)
+        calibration["method"] = method
+        calibration["calibrated_on"] = (f"validation workloads of {dataset_label(root)} ({len(split.val)} programs"
+                                        + (")" if traces else ", without their traces)"))
+        out[key] = (calibration, report)
+    if write:
+        path = Path(checkpoint) / CONFIG_FILE
+        cfg_json = json.loads(path.read_text(encoding="utf-8"))
+        for key, (calibration, report) in out.items():
+            cfg_json.setdefault("metadata", {})[key] = {**calibration, "coverage": report}
+        path.write_text(json.dumps(cfg_json, indent=1), encoding="utf-8")
+        card = Path(checkpoint) / CARD_FILE
+        if card.exists():
+            card.write_text(model_card(model.config, cfg_json["metadata"]), encoding="utf-8")
+    return out
+
+
+INTERVAL_KEY = "interval"
+"""The metadata key of a checkpoint's interval calibration."""
+INTERVAL_KEY_WITHOUT_TRACE = "interval_without_trace"
+"""The metadata key of a ``trace_optional`` checkpoint's calibration for programs without a trace."""
+
+
+def _calibrate_split(model, corpus, rows: np.ndarray, split, cfg: IntervalConfig):
+    """Calibration on ``split.val`` and the coverage report (validation and test)."""
     point, passes = mc_log_latency(model, corpus.data, split.val, rows[split.val], cfg)
     calibration = calibrate(point, passes, corpus.data.latency[split.val], cfg)
-    calibration["method"] = method
-    calibration["calibrated_on"] = f"validation workloads of {dataset_label(root)} ({len(split.val)} programs)"
     report: dict[str, dict[str, dict]] = {}
     for name, index in (("validation", split.val), ("test", split.test)):
         if len(index) == 0:
@@ -152,14 +182,6 @@ def calibrate_checkpoint(
         for m, thirds in coverage_by_std(point, passes, true, calibration).items():
             part["all"][m]["by_std_thirds"] = thirds
         report[name] = part
-    if write:
-        path = Path(checkpoint) / CONFIG_FILE
-        cfg_json = json.loads(path.read_text(encoding="utf-8"))
-        cfg_json.setdefault("metadata", {})["interval"] = {**calibration, "coverage": report}
-        path.write_text(json.dumps(cfg_json, indent=1), encoding="utf-8")
-        card = Path(checkpoint) / CARD_FILE
-        if card.exists():
-            card.write_text(model_card(model.config, cfg_json["metadata"]), encoding="utf-8")
     return calibration, report
 
 

@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _cmd_adapt_table(args) -> int:
     # pylint: disable=import-outside-toplevel
     from cdmpp import dataset as ds
+    from cdmpp.featurize.trace import model_inputs
     from cdmpp.model import load_checkpoint
     from cdmpp.train.adapt import adapt_table
     from cdmpp.train.devices import device_of_manifest
@@ -29,6 +30,7 @@ def _cmd_adapt_table(args) -> int:
 
     model, meta = load_checkpoint(Path(args.checkpoint))
     db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
+    data = model_inputs(model.config, data, ds.device_dirs(Path(args.dataset))[:1])  # a trace-token checkpoint reads the records' traces
     device = device_of_manifest(db.manifest, Path(args.dataset))
     if any(d["device_id"] == device.device_id for d in meta.get("devices", [])):
         if device.device_id not in meta.get("excluded_devices", []):

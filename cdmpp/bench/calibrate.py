@@ -26,11 +26,14 @@ def _cmd_calibrate(args) -> int:
         format_coverage,
     )
 
-    calibration, report = calibrate_checkpoint(
+    results = calibrate_checkpoint(
         Path(args.checkpoint), [Path(d) for d in args.dataset], Path(args.cache), IntervalConfig(passes=args.passes),
         args.method, progress=True, write=not args.dry_run,
     )
-    print(format_coverage(report, calibration))
+    for key, (calibration, report) in results.items():
+        print(f"{key}: {calibration['calibrated_on']}")
+        print(format_coverage(report, calibration))
+        print()
     if not args.dry_run:
         print(f"calibration ({args.method}) written to {Path(args.checkpoint) / 'config.json'}")
     return 0

@@ -111,6 +111,7 @@ def predict_call_seconds(
 
     from cdmpp import dataset as ds
     from cdmpp.featurize import as_module, build_tree
+    from cdmpp.featurize.trace import schedule_trace_vectors
     from cdmpp.predictor import LatencyPredictor
     from cdmpp.serve.cost_model import CdmppCostModel
     from cdmpp.tvm_compat import (
@@ -147,13 +148,15 @@ def predict_call_seconds(
         [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in fit_mods],
         [ms.runner.RunnerResult([float(x) for x in db.programs[i].run_secs], None) for i in fit],
     )
+    # a trace-token checkpoint reads the candidates' traces, as the plugin does
+    traces = schedule_trace_vectors(schs, allow_missing=True) if predictor.reads_traces else None
     plugin = CdmppCostModel(checkpoint)
     plugin.predict(ctx, cands)  # fills its cache for the "seen" row
 
     return n, {
         "PerStoreFeature (TVM, not used by cdmpp)": _best_of(lambda: per_store_features(target, mods), repeats),
         "compact AST": _best_of(lambda: [build_tree(m) for m in mods], repeats),
-        "transformer": _best_of(lambda: predictor.predict_trees(trees), repeats),
+        "transformer": _best_of(lambda: predictor.predict_trees(trees, traces=traces), repeats),
         "predict (end to end)": _best_of(lambda: predictor.predict(mods, target), repeats),
         "XGBModel.predict (TVM)": _best_of(lambda: xgb.predict(ctx, cands), repeats),
         "CdmppCostModel.predict, new candidates": _best_of(
