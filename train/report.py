@@ -142,7 +142,7 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         f"- Model: `{json.dumps(asdict(model_config))}`",
         f"- Training: `{json.dumps(meta['train_config'])}`; loss: {describe_loss(meta['train_config'])}"
         + _cmd_clause(meta) + "; AdamW",
-        f"- Wall time on {'the training machine' if several else 'this machine'}: "
+        f"- Wall time on {_machine_words(meta.get('trained_on'))}: "
         f"{meta['train_seconds']['transformer']} s (tree baseline {meta['train_seconds']['tree_baseline']} s)",
     ]
     if model_config.trace_tokens:
@@ -171,6 +171,14 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
     if meta.get("interval_without_trace"):
         lines += _interval_section(meta["interval_without_trace"], "Prediction intervals of programs without a trace")
     return "\n".join(lines) + "\n"
+
+
+def _machine_words(machine: dict | None) -> str:
+    """The training machine in words, from the metadata's ``trained_on``."""
+    if not machine:
+        return "the training machine"
+    gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ", no GPU"
+    return f"the training machine, {machine['model']} with {machine['cores']} cores (`{machine['device_id']}`){gpu}"
 
 
 def _cmd_clause(meta: dict) -> str:

@@ -128,6 +128,18 @@ def train(
     return TrainResult(rows, False, f"held-out network {data.holdout} ({data.datasets[0]})")
 
 
+def training_machine() -> dict:
+    """The machine that trains: this CPU's device id, model and cores, and the GPU's name
+    when torch sees one (the wall times in a model card are this machine's)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    from cdmpp.device import local_cpu  # pylint: disable=import-outside-toplevel
+
+    cpu = local_cpu()
+    return {"device_id": cpu.device_id, "model": cpu.model, "cores": cpu.cores,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
 def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wandb, progress, target,
          descriptors=None):
     """The transformer fitted on ``split.train``, its loss history and its wall seconds."""
@@ -193,6 +205,7 @@ def _train_one_device(data: TrainData, out: Path, model_config, train_config, us
         "train_config": asdict(train_config),
         "cmd_target_device": target_device,
         "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
+        "trained_on": training_machine(),
         "loss_by_epoch": history,
         "flops_baseline_throughput": flops.throughput_,
         "flops_baseline_floor": flops.floor_,
@@ -338,6 +351,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
         "test_programs": int(len(split.test)),
         "train_config": asdict(train_config),
         "train_seconds": {"transformer": round(t_model, 1), "tree_baseline": round(t_tree, 1)},
+        "trained_on": training_machine(),
         "loss_by_epoch": history,
         "tree_inputs": "psf_sum+descriptor",
         "heldout_metrics": rows,
