@@ -99,7 +99,18 @@ def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
     if wl is None or rec is None:
         raise ds.DatasetError(f"{device_dir} lacks {ds.WORKLOAD_FILE} or {ds.RECORD_FILE}")
+    return database_traces(wl, rec)
+
+
+def database_traces(workload_file: Path, record_file: Path) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`trace_matrix` of any MetaSchedule JSONDatabase (its two files).
+
+    Raises:
+        InputError: a record's trace is malformed.
+    """
     from cdmpp.featurize.batch import measured_record_lines  # pylint: disable=import-outside-toplevel
+
+    wl, rec = Path(workload_file), Path(record_file)
 
     workloads = sum(1 for _ in ds.iter_json_lines(wl, []))
     rows, latency = [], []

@@ -229,6 +229,15 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     assert "without their traces" in title_bare and "without" not in title
     a, b = rows[device]["cdmpp transformer"], rows_bare[device]["cdmpp transformer"]
     assert a["programs"] == b["programs"] > 0 and a["mape"] != b["mape"]
+    # any JSONDatabase: each record's own trace, as from the device folder
+    from cdmpp.featurize.trace import database_traces, trace_matrix
+    from cdmpp.train.evaluate import evaluate_checkpoint
+
+    files = ds.resolve(folder / ds.WORKLOAD_FILE), ds.resolve(folder / ds.RECORD_FILE)
+    assert np.array_equal(database_traces(*files)[0], trace_matrix(folder)[0])
+    rows_db, _ = evaluate_checkpoint(out, workload_db=files[0], record_db=files[1], cache_dir=tmp_path / "cache",
+                                     progress=False)
+    assert rows_db["cdmpp transformer"]["programs"] == len(ds.load_device_dir(folder).programs)
     # calibrated twice: with the traces, and for bare PrimFuncs; each program gets its own kind's interval
     from cdmpp.model import IntervalConfig
     from cdmpp.train.uncertainty import calibrate_checkpoint

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
-from cdmpp.featurize.trace import model_inputs
+from cdmpp.featurize.trace import database_traces, model_inputs, with_trace_tokens
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
@@ -99,11 +99,12 @@ def evaluate_checkpoint(
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
-        # the traces are read from device folders only: a bare database scores as bare PrimFuncs
-        data = model_inputs(model.config, data, None, traces=False)
+        if model.config.trace_tokens:  # each record's own trace
+            traces, latency = database_traces(Path(workload_db), Path(record_db))
+            if latency.shape != data.latency.shape or not np.allclose(latency, data.latency, rtol=1e-9, atol=0):
+                raise InputError(f"the records of {record_db} do not line up with its featurized programs")
+            data = with_trace_tokens(data, traces)
         model, data, note = _for_device(model, meta, db, data)
-        if model.config.trace_tokens:
-            note += "; without the records' schedule traces"
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
