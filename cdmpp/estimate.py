@@ -272,7 +272,6 @@ def estimate_network(
     # pylint: disable=import-outside-toplevel
     from .collect import sample_schedules
     from .featurize import featurize_many
-    from .featurize.trace import schedule_trace_vectors
     from .tvm_compat import Target, structural_equal, structural_hash
 
     cfg = cfg or EstimateConfig()
@@ -315,8 +314,7 @@ def estimate_network(
         if not trees:
             raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
         # a checkpoint trained with trace tokens reads each schedule's trace (a record's replayed, or a sample's)
-        traces = schedule_trace_vectors(kept, allow_missing=predictor.model.config.trace_optional) \
-            if predictor.reads_traces else None
+        traces = predictor.trace_vectors(kept)
         i = int(np.argmin(predictor.predict_trees(trees, dev_id, traces))) if len(trees) > 1 else 0
         lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval(
             [trees[i]], dev_id, None if traces is None else traces[i:i + 1]))

@@ -242,19 +242,31 @@ class LatencyPredictor:
         their ``traces``)."""
         return bool(self.model.config.trace_tokens)
 
+    def trace_vectors(self, programs) -> np.ndarray | None:
+        """float32 ``(len(programs), TRACE_DIM)``: each program's schedule-trace vector
+        (NaN rows for programs without a trace, when the checkpoint is
+        ``trace_optional``), or ``None`` for a checkpoint that reads no traces.
+
+        Raises:
+            InputError: a program without a trace, for a checkpoint that needs one.
+        """
+        if not self.reads_traces:
+            return None
+        from cdmpp.featurize.trace import schedule_trace_vectors  # pylint: disable=import-outside-toplevel
+
+        return schedule_trace_vectors(list(programs), allow_missing=self.model.config.trace_optional)
+
     def _featurized(self, mods, target, device: str | None) -> tuple[list, str | None, np.ndarray | None]:
         """The programs featurized for the device the rule picks, its id, and the trace
         vectors when the checkpoint reads them."""
         # pylint: disable=import-outside-toplevel
         from cdmpp.featurize import featurize_many
-        from cdmpp.featurize.trace import schedule_trace_vectors
 
         if not isinstance(mods, (list, tuple)):
             mods = [mods]
         dev = self.resolve_device(device, target) if self._known else None
         dev_id = dev.device_id if dev else None
-        traces = schedule_trace_vectors(list(mods), allow_missing=self.model.config.trace_optional) \
-            if self.reads_traces else None
+        traces = self.trace_vectors(mods)
         if not mods:
             return [], dev_id, traces
         feat_target = target if target is not None else (dev.target if dev is not None else None)

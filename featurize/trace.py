@@ -134,10 +134,21 @@ def folder_traces(folders: Sequence[Path], latency: np.ndarray) -> np.ndarray:
             record that the JSON kept), or a trace is malformed.
         DatasetError: a folder lacks its record files.
     """
-    mats, lats = zip(*(trace_matrix(f) for f in folders)) if folders else ((), ())
+    return lined_up([trace_matrix(f) for f in folders], latency)
+
+
+def lined_up(parts: Sequence[tuple[np.ndarray, np.ndarray]], latency: np.ndarray) -> np.ndarray:
+    """float32 ``(P, TRACE_DIM)``: the trace vectors of ``parts`` (``(traces, latency)`` of
+    :func:`trace_matrix` or :func:`database_traces`, in order), checked against the
+    featurized programs' labels ``latency`` (float64 ``(P,)`` seconds).
+
+    Raises:
+        InputError: the records do not line up with the programs.
+    """
+    mats, lats = zip(*parts) if parts else ((), ())
     lat = np.concatenate(lats) if lats else np.zeros(0)
     if lat.shape != latency.shape or not np.allclose(lat, latency, rtol=1e-9, atol=0):
-        raise InputError("the folders' records do not line up with the featurized programs; "
+        raise InputError("the records do not line up with the featurized programs; "
                          f"{lat.size} records against {latency.size} programs")
     return np.concatenate(mats) if mats else np.zeros((0, TRACE_DIM), np.float32)
 

@@ -201,12 +201,8 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                 self._cache[keys[i]] = None
         if not ok:
             return
-        traces = None
-        if self.predictor.reads_traces:  # a checkpoint trained with trace tokens: each candidate's own trace
-            from cdmpp.featurize.trace import schedule_trace_vectors
-
-            traces = schedule_trace_vectors([schedules[i] for i in ok],
-                                            allow_missing=self.predictor.model.config.trace_optional)
+        # a checkpoint trained with trace tokens reads each candidate's own trace
+        traces = self.predictor.trace_vectors([schedules[i] for i in ok])
         base = np.log(self.predictor.predict_trees([trees[i] for i in ok], self.device_id, traces))
         for j, i in enumerate(ok):
             self._cache[keys[i]] = _Entry(float(base[j]), trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32))

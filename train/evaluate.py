@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
-from cdmpp.featurize.trace import database_traces, model_inputs, with_trace_tokens
+from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
@@ -100,10 +100,8 @@ def evaluate_checkpoint(
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
         if model.config.trace_tokens:  # each record's own trace
-            traces, latency = database_traces(Path(workload_db), Path(record_db))
-            if latency.shape != data.latency.shape or not np.allclose(latency, data.latency, rtol=1e-9, atol=0):
-                raise InputError(f"the records of {record_db} do not line up with its featurized programs")
-            data = with_trace_tokens(data, traces)
+            data = with_trace_tokens(data, lined_up([database_traces(Path(workload_db), Path(record_db))],
+                                                    data.latency))
         model, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs

@@ -264,11 +264,7 @@ def drop_trace_tokens(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Te
     Returns:
         bool ``(B, L)``, a new mask.
     """
-    has = (x[:, 0, -1] == 1) & mask[:, 0]
-    if mask.shape[1] > 1:
-        has = has & mask[:, 1]
-    else:
-        has = torch.zeros_like(has)
+    has = (x[:, 0, -1] == 1) & mask[:, 0] & (mask.sum(1) > 1)
     drop = has & (torch.rand(has.shape, device=mask.device) < p)
     out = mask.clone()
     out[:, 0] = mask[:, 0] & ~drop

@@ -111,7 +111,6 @@ def predict_call_seconds(
 
     from cdmpp import dataset as ds
     from cdmpp.featurize import as_module, build_tree
-    from cdmpp.featurize.trace import schedule_trace_vectors
     from cdmpp.predictor import LatencyPredictor
     from cdmpp.serve.cost_model import CdmppCostModel
     from cdmpp.tvm_compat import (
@@ -149,7 +148,7 @@ def predict_call_seconds(
         [ms.runner.RunnerResult([float(x) for x in db.programs[i].run_secs], None) for i in fit],
     )
     # a trace-token checkpoint reads the candidates' traces, as the plugin does
-    traces = schedule_trace_vectors(schs, allow_missing=True) if predictor.reads_traces else None
+    traces = predictor.trace_vectors(schs)
     plugin = CdmppCostModel(checkpoint)
     plugin.predict(ctx, cands)  # fills its cache for the "seen" row
 
