@@ -15,7 +15,6 @@
     cdmpp bench NAME ...                benchmarks and studies: tune, truth-check, calibrate, speed, serve-load,
                                         collect-rate, search-check, repeat-check, adapt-table, fit-study
 
-``finetune`` and ``measure-shots`` still run, with a deprecation message: ``adapt`` replaces them.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ def _model_configs(args):
             dropout=args.dropout,
             pooling=args.pooling,
             positional_encoding=pe,
-            trace_tokens=True if getattr(args, "trace_tokens", False) else None,
+            trace_tokens=getattr(args, "trace_tokens", None),
         )
     )
     train = TrainConfig(
@@ -63,15 +62,10 @@ def _model_configs(args):
             huber_delta=args.huber_delta,
             max_repeat_cv=getattr(args, "max_repeat_cv", None),
             trace_dropout=getattr(args, "trace_dropout", None),
+            precision=getattr(args, "precision", None),
         )
     )
     return model, train
-
-
-def _several_devices(dataset: Path) -> bool:
-    from .dataset import device_dirs  # pylint: disable=import-outside-toplevel
-
-    return len(device_dirs(dataset)) > 1
 
 
 def _cmd_train(args) -> int:
@@ -98,7 +92,7 @@ def _cmd_train(args) -> int:
 
 def _cmd_evaluate(args) -> int:
     from .predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
-    from .train.evaluate import evaluate_checkpoint  # pylint: disable=import-outside-toplevel
+    from .train.evaluate import EvaluateOptions, evaluate  # pylint: disable=import-outside-toplevel
     from .train.report import format_device_table, format_table, write_rows  # pylint: disable=import-outside-toplevel
 
     expand_work_dir(args)
@@ -107,100 +101,19 @@ def _cmd_evaluate(args) -> int:
     if not args.dataset and not args.record_db:
         print("error: give --dataset DIR, --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
         return 2
-    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
-    if args.dataset and _several_devices(Path(args.dataset)):
-        from .train.devices import evaluate_devices  # pylint: disable=import-outside-toplevel
-
-        rows, title = evaluate_devices(
-            checkpoint,
-            Path(args.dataset),
-            None if args.holdout == "none" else args.holdout,
-            Path(args.cache),
-            plot=Path(args.plot) if args.plot else None,
-            traces=not args.without_trace,
-        )
-        print(format_device_table(rows, title))
-        if args.output:
-            write_rows(rows, Path(args.output))
-        return 0
-    rows, title = evaluate_checkpoint(
+    options = EvaluateOptions(holdout=None if args.holdout == "none" else args.holdout,
+                              traces=not args.without_trace, plot=Path(args.plot) if args.plot else None,
+                              cache_dir=Path(args.cache))
+    rows, title, per_device = evaluate(
         Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
-        dataset=Path(args.dataset) if args.dataset else None,
+        datasets=[Path(d) for d in args.dataset] if args.dataset else None,
         workload_db=Path(args.workload_db) if args.workload_db else None,
         record_db=Path(args.record_db) if args.record_db else None,
-        holdout=None if args.holdout == "none" else args.holdout,
-        cache_dir=Path(args.cache),
+        options=options,
     )
-    print(format_table(rows, title))
+    print(format_device_table(rows, title) if per_device else format_table(rows, title))
     if args.output:
         write_rows(rows, Path(args.output))
-    return 0
-
-
-DEPRECATED = {
-    "finetune": "cdmpp finetune is deprecated and will be removed: cdmpp adapt fits a device's row of the shipped "
-                "checkpoint (--measured-dir DEVICE_DIR for a device measured elsewhere)",
-    "measure-shots": "cdmpp measure-shots is deprecated and will be removed: cdmpp adapt chooses, times and fits "
-                     "in one step",
-}
-
-
-def _cmd_finetune(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    print(f"warning: {DEPRECATED['finetune']}", file=sys.stderr)
-    from .predictor import DEFAULT_CHECKPOINT
-    from .train.finetune import FineTuneConfig, adapt_checkpoint, finetune_and_compare
-    from .train.report import format_table, write_rows
-
-    cfg = FineTuneConfig(
-        shots=args.shots, selection=args.selection, method=args.method, epochs=args.epochs, seed=args.seed
-    )
-    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
-    if args.all_shots:
-        if not args.out:
-            print("error: --all-shots needs -o OUT (it writes the adapted checkpoint)", file=sys.stderr)
-            return 2
-        n = adapt_checkpoint(checkpoint, Path(args.dataset), Path(args.out), cfg, Path(args.cache))
-        print(f"adapted ({cfg.method}) on all {n} programs of {args.dataset}; checkpoint written to {args.out}")
-        return 0
-    rows, title = finetune_and_compare(
-        checkpoint,
-        Path(args.dataset),
-        Path(args.out) if args.out else None,
-        cfg,
-        Path(args.cache),
-    )
-    print(format_table(rows, title))
-    if args.out:
-        print(f"fine-tuned checkpoint written to {args.out}")
-    if args.output:
-        write_rows(rows, Path(args.output))
-    return 0
-
-
-def _cmd_measure_shots(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    print(f"warning: {DEPRECATED['measure-shots']}", file=sys.stderr)
-    import numpy as np
-
-    from .collect import measure_programs
-    from .model import load_checkpoint
-    from .predictor import DEFAULT_CHECKPOINT
-    from .train.evaluate import load_featurized
-    from .train.finetune import FineTuneConfig, select_shots
-
-    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
-    model, _ = load_checkpoint(checkpoint)
-    _, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
-    cfg = FineTuneConfig(shots=args.shots, selection=args.selection, seed=args.seed)
-    shots = select_shots(model, data, np.arange(len(data)), cfg)
-    note = f"{shots.size} programs chosen by {cfg.selection} (seed {cfg.seed}) over the embeddings of {checkpoint}"
-    summary = measure_programs(Path(args.dataset), shots, Path(args.out), disable_avx512=args.disable_avx512, note=note)
-    print(
-        f"{summary.device_dir}: {summary.measured} measured, {summary.failed} failed, "
-        f"{summary.skipped_duplicates} already there ({summary.seconds:.0f} s)"
-    )
-    print(f"next: cdmpp finetune -c {checkpoint} -d {summary.device_dir} --all-shots -o OUT")
     return 0
 
 
@@ -241,12 +154,6 @@ def _cmd_adapt(args) -> int:
     return 0
 
 
-
-
-
-
-
-
 def _benchmark(args) -> int:
     # pylint: disable=import-outside-toplevel
     from .train.benchmark import (
@@ -270,21 +177,14 @@ def _benchmark(args) -> int:
         train=tcfg,
         log_dir=Path(args.output or "runs/benchmark") / "logs",
     )
-    rows = run_benchmark(Path(args.dataset), cfg, Path(args.cache))
+    if len(args.dataset) > 1:
+        print("error: --benchmark takes one dataset folder", file=sys.stderr)
+        return 2
+    rows = run_benchmark(Path(args.dataset[0]), cfg, Path(args.cache))
     print(format_benchmark(rows))
     csv_path, md_path = write_benchmark(rows, Path(args.output or "runs/benchmark"))
     print(f"written: {csv_path}, {md_path}")
     return 0
-
-
-
-
-
-
-
-
-
-
 
 
 def _cmd_serve(args) -> int:
@@ -303,12 +203,12 @@ def _cmd_serve(args) -> int:
     return 0
 
 
-def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainConfig
+def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainConfig: the shipped recipe
     s.add_argument("--epochs", type=int, default=None)
     s.add_argument("--batch-size", type=int, default=None)
     s.add_argument("--lr", type=float, default=None)
-    s.add_argument("--d-model", type=int, default=None)
-    s.add_argument("--layers", type=int, default=None)
+    s.add_argument("--d-model", type=int, default=None, help="embedding width (default 192)")
+    s.add_argument("--layers", type=int, default=None, help="encoder layers (default 3)")
     s.add_argument("--ff-dim", type=int, default=None, help="feed-forward width of each encoder layer")
     s.add_argument("--dropout", type=float, default=None, help="dropout rate of the encoder layers (prediction intervals need it above 0)")
     s.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
@@ -316,13 +216,16 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
                    help="share of training programs scored with the unknown-device row (several devices)")
     s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
     s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
-    s.add_argument("--trace-tokens", action="store_true",
-                   help="each program's schedule-trace decisions as one more token beside its leaves (a dataset of "
-                   "device folders; the checkpoint then predicts from Schedules or tuning records, and from bare "
-                   "PrimFuncs only with --trace-dropout)")
+    s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
+                   help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "
+                   "dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, "
+                   "and from bare PrimFuncs too with trace dropout)")
     s.add_argument("--trace-dropout", type=float, default=None,
-                   help="with --trace-tokens: share of training programs seen without their trace token, so that the "
-                   "checkpoint also predicts bare PrimFuncs (from their leaves alone)")
+                   help="share of training programs seen without their trace token (default 0.2), so that the "
+                   "checkpoint also predicts bare PrimFuncs from their leaves alone; 0: it always needs the trace")
+    s.add_argument("--precision", choices=["32-true", "bf16-mixed", "auto"], default=None,
+                   help="training precision (default 32-true; auto: bf16 autocast where the CPU has AVX-512 BF16 or "
+                   "on a GPU with bf16)")
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
     s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
@@ -330,7 +233,7 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
                    help="weight of the within-task term (each program's deviation from its task's batch mean; "
                    "needs --task-group)")
     s.add_argument("--huber-delta", type=float, default=None,
-                   help="Huber loss with this threshold (standardised log-latency) instead of the MSE")
+                   help="Huber loss with this threshold (standardised log-latency; default 0.1); 0: the MSE")
     s.add_argument(
         "--cmd-weight",
         type=float,
@@ -410,7 +313,8 @@ def _add_learning_parsers(sub) -> None:
 
     s = sub.add_parser("evaluate", help="score a checkpoint on a held-out network or any JSONDatabase")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
-    s.add_argument("-d", "--dataset", default=None, help="cdmpp dataset folder")
+    s.add_argument("-d", "--dataset", default=None, nargs="+",
+                   help="cdmpp dataset folders (or device folders) to score on")
     s.add_argument(
         "--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one; 'none': every "
         "program; with several device folders, 'validation' or 'training': that part of the checkpoint's own split)"
@@ -440,20 +344,8 @@ def _add_learning_parsers(sub) -> None:
     s.set_defaults(func=_cmd_evaluate)
 
 
-
 def _add_adaptation_parsers(sub) -> None:
-    """adapt, and the deprecated measure-shots and finetune."""
-    s = sub.add_parser("measure-shots", help="deprecated: use adapt (it chooses, times and fits in one step)")
-    s.add_argument("-d", "--dataset", required=True, help="device folder the programs come from")
-    s.add_argument("-o", "--out", required=True, help="dataset folder for this CPU's measurements")
-    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint whose embeddings choose (default: shipped)")
-    s.add_argument("--shots", type=int, default=64, help="programs to measure")
-    s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
-    s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
-    s.set_defaults(func=_cmd_measure_shots)
-
+    """adapt."""
     s = sub.add_parser("adapt", help="teach a checkpoint this machine: time <= 64 KMeans-chosen programs, fit its device row")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint with a device table (default: the shipped one)")
     src = s.add_mutually_exclusive_group(required=True)
@@ -475,30 +367,6 @@ def _add_adaptation_parsers(sub) -> None:
     s.add_argument("--disable-avx512", action="store_true", help="adapt to the AVX-512-off device of this CPU")
     s.set_defaults(func=_cmd_adapt)
 
-    s = sub.add_parser("finetune", help="deprecated: use adapt (--measured-dir for a device measured elsewhere)")
-    s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
-    s.add_argument("-d", "--dataset", required=True, help="the new device's folder (or a dataset with one device)")
-    s.add_argument("-o", "--out", default=None, help="write the fine-tuned checkpoint here")
-    s.add_argument("--shots", type=int, default=64, help="programs of the new device to fine-tune on")
-    s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans", help="how the shots are chosen")
-    s.add_argument(
-        "--method",
-        choices=["offset", "full"],
-        default="offset",
-        help="the checkpoint written: 'offset' shifts the output level only, 'full' fine-tunes every weight",
-    )
-    s.add_argument("--epochs", type=int, default=50, help="--method full: passes over the shots")
-    s.add_argument(
-        "--all-shots",
-        action="store_true",
-        help="adapt on every program of the folder (after measure-shots) and score nothing; needs -o",
-    )
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
-    s.add_argument("--output", default=None, help="also write the rows as JSON here")
-    s.set_defaults(func=_cmd_finetune)
-
-
 
 def _add_serve_parser(sub) -> None:
     """serve."""
@@ -519,7 +387,6 @@ def _add_serve_parser(sub) -> None:
              "(loopback addresses only)",
     )
     s.set_defaults(func=_cmd_serve)
-
 
 
 def build_parser() -> argparse.ArgumentParser:

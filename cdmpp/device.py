@@ -78,13 +78,16 @@ def _cpu_info() -> tuple[str, set[str]]:
     return model, flags
 
 
-def local_cpu(num_cores: int | None = None, disable_avx512: bool = False) -> DeviceDescriptor:
+def local_cpu(num_cores: int | None = None, disable_avx512: bool = False,
+              cpu_info: tuple[str, set[str]] | None = None) -> DeviceDescriptor:
     """The CPU of this machine as a measuring device.
 
     Args:
         num_cores: cores for the generated code; defaults to ``os.cpu_count()``.
         disable_avx512: switch AVX-512 code generation off (``-mattr=-avx512f``), which
             makes a second device on an AVX-512 CPU.
+        cpu_info: ``(model name, CPU flags)`` to describe instead of this machine's
+            ``/proc/cpuinfo`` (the code generator's ``mcpu`` is still this host's).
 
     Returns:
         The descriptor; its ``target`` pins ``mcpu`` to the host CPU so that the
@@ -92,7 +95,7 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False) -> Dev
     """
     from tvm.target import codegen  # pylint: disable=import-outside-toplevel
 
-    model, flags = _cpu_info()
+    model, flags = cpu_info if cpu_info is not None else _cpu_info()
     cores = int(num_cores or os.cpu_count() or 1)
     isa_flags = tuple(sorted(f for f in flags if f.startswith(("avx", "sse4", "fma", "amx", "neon", "asimd"))))
     usable = set(flags)
@@ -262,7 +265,7 @@ def descriptor_vector(device: DeviceDescriptor):
     return np.asarray([float(values[k]) for k in DESCRIPTOR_FEATURES], dtype=np.float32)
 
 
-def _target_dict(target) -> dict:
+def target_dict(target) -> dict:
     """A TVM target (``Target``, dict or tag string) as a plain dict."""
     if isinstance(target, dict):
         return dict(target)
@@ -311,7 +314,7 @@ def devices_for_target(target, known: list[DeviceDescriptor]) -> list[DeviceDesc
     Returns:
         The matching devices, in ``known``'s order (possibly empty).
     """
-    t = _target_dict(target)
+    t = target_dict(target)
     kind = str(t.get("kind", ""))
     out = []
     for dev in known:

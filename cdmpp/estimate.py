@@ -271,7 +271,7 @@ def estimate_network(
     """
     # pylint: disable=import-outside-toplevel
     from .collect import sample_schedules
-    from .featurize import featurize_many
+    from .featurize import featurize_each
     from .tvm_compat import Target, structural_equal, structural_hash
 
     cfg = cfg or EstimateConfig()
@@ -300,17 +300,10 @@ def estimate_network(
             candidates = sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
             source = "sampled"
             detail = f"the best-predicted of {len(candidates)} schedules sampled from the design space (not tuned)"
-        kept = candidates
-        try:
-            trees = featurize_many([sch.mod for sch in candidates], tgt)
-        except Exception:  # noqa: BLE001  one bad schedule must not sink the task: featurize one by one
-            trees, kept = [], []
-            for sch in candidates:
-                try:
-                    trees.extend(featurize_many([sch.mod], tgt))
-                    kept.append(sch)
-                except Exception as err:  # noqa: BLE001
-                    log.info("task %s: a schedule cannot be featurized: %s", task.name, err)
+        featurized, _ = featurize_each([sch.mod for sch in candidates], tgt,
+                                       [f"task {task.name}, schedule {j}" for j in range(len(candidates))])
+        kept = [sch for sch, t in zip(candidates, featurized) if t is not None]
+        trees = [t for t in featurized if t is not None]
         if not trees:
             raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
         # a checkpoint trained with trace tokens reads each schedule's trace (a record's replayed, or a sample's)

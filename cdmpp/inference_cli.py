@@ -100,14 +100,14 @@ def predict_programs(predictor, source: Path, device: str | None = None) -> tupl
             target (or this machine) picks (:meth:`cdmpp.LatencyPredictor.resolve_device`).
 
     Returns:
-        ``(programs in file order, device id)``.  A record that cannot be featurized gets
-        NaN predictions and its ``problem``; the others are unaffected.
+        ``(programs in file order, device id)``, predicted by
+        :meth:`cdmpp.LatencyPredictor.predict_each` (each record's schedule trace
+        included).  A record that cannot be featurized gets NaN predictions and its
+        ``problem``, and is named in the log; the others are unaffected.
 
     Raises:
         InputError: a missing or malformed file.  UnknownDeviceError: an unknown device.
     """
-    from .featurize import featurize_many  # pylint: disable=import-outside-toplevel
-
     source = Path(source)
     if source.is_dir():
         records, keys, lines, measured = _records(source)
@@ -122,25 +122,12 @@ def predict_programs(predictor, source: Path, device: str | None = None) -> tupl
         keys, lines, measured, target = [""], [0], [None], None
     else:
         raise InputError(f"{source}: no such file or folder")
-    dev = predictor.resolve_device(device, target) if predictor.devices else None
-    dev_id = dev.device_id if dev is not None else None
-    feat_target = target if target is not None else (dev.target if dev is not None else None)
-    trees, problems = [], []
-    for rec in records:
-        try:
-            trees.append(featurize_many([rec], feat_target)[0])
-            problems.append("")
-        except Exception as err:  # noqa: BLE001  one bad program must not sink the others
-            trees.append(None)
-            problems.append(f"cannot be featurized: {str(err).strip()[:200]}")
-    ok = [i for i, t in enumerate(trees) if t is not None]
-    point, low, high = (np.full(len(trees), np.nan) for _ in range(3))
-    if ok:
-        p, lo, hi = predictor.predict_trees_interval([trees[i] for i in ok], dev_id)
-        point[ok], low[ok], high[ok] = p, lo, hi
-    out = [PredictedProgram(lines[i], keys[i], float(point[i]), float(low[i]), float(high[i]), measured[i], problems[i])
-           for i in range(len(trees))]
-    return out, dev_id
+    names = [f"record {line}" if line else str(source) for line in lines]
+    pred = predictor.predict_each(records, target if device is None else None, device, names)
+    out = [PredictedProgram(lines[i], keys[i], float(pred.latency_s[i]), float(pred.low_s[i]), float(pred.high_s[i]),
+                            measured[i], pred.problems[i])
+           for i in range(len(records))]
+    return out, pred.device
 
 
 def write_csv(programs: list[PredictedProgram], stream) -> None:

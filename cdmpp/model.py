@@ -37,7 +37,9 @@ CONFIG_FILE = "config.json"
 
 @dataclass
 class ModelConfig:
-    """Hyper-parameters of :class:`LatencyTransformer`.
+    """Hyper-parameters of :class:`LatencyTransformer`; the defaults are the shipped
+    checkpoint's recipe (the schedule trace as a token; with
+    :class:`cdmpp.train.config.TrainConfig`'s Huber loss and trace dropout).
 
     Attributes:
         feature_dim: leaf feature width ``F``.
@@ -65,17 +67,17 @@ class ModelConfig:
     """
 
     feature_dim: int = FEATURE_DIM
-    d_model: int = 128
+    d_model: int = 192
     n_heads: int = 4
-    n_layers: int = 2
-    ff_dim: int = 256
-    dropout: float = 0.1
+    n_layers: int = 3
+    ff_dim: int = 512
+    dropout: float = 0.05
     pooling: str = "mean"
     positional_encoding: bool = True
     num_devices: int = 0
     device_dim: int = 32
     descriptor_dim: int = DESCRIPTOR_DIM
-    trace_tokens: bool = False
+    trace_tokens: bool = True
     trace_optional: bool = False
 
     def __post_init__(self):
@@ -90,8 +92,10 @@ class ModelConfig:
 
     @staticmethod
     def from_json(obj: dict) -> "ModelConfig":
-        """Build from a dict, ignoring unknown keys."""
+        """Build from a dict, ignoring unknown keys; a dict without ``trace_tokens`` (a
+        checkpoint from before trace tokens) reads no traces."""
         names = {f.name for f in fields(ModelConfig)}
+        obj = {"trace_tokens": False, **obj}
         return ModelConfig(**{k: v for k, v in obj.items() if k in names})
 
 

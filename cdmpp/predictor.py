@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
@@ -151,9 +152,9 @@ class LatencyPredictor:
                 return matches[0]
             if matches:
                 return self._one_of(matches)
-            from .device import _target_dict  # pylint: disable=import-outside-toplevel
+            from .device import target_dict  # pylint: disable=import-outside-toplevel
 
-            kind = "gpu" if str(_target_dict(target).get("kind")) == "cuda" else "cpu"
+            kind = "gpu" if str(target_dict(target).get("kind")) == "cuda" else "cpu"
         local = local_cpu()
         if kind == "cpu":
             exact = [d for d in known if d.device_id == local.device_id]
@@ -349,6 +350,38 @@ class LatencyPredictor:
             low, high = np.where(bare, low_b, low), np.where(bare, high_b, high)
         return np.exp(point), low, high
 
+    def predict_each(self, programs: Sequence, target: TargetLike | None = None, device: str | None = None,
+                     names: Sequence[str] | None = None) -> "Predictions":
+        """:meth:`predict_interval` of programs any of which may fail to featurize: the one
+        path by which ``cdmpp predict``, ``cdmpp estimate`` and the plugin predict.
+
+        Programs are featurized by :func:`cdmpp.featurize.featurize_each` (a program that
+        cannot be featurized is named in the log and scored unknown: NaN); each
+        Schedule's or TuningRecord's schedule trace is read for a trace-token checkpoint.
+
+        Returns:
+            :class:`Predictions`, each array float64 ``(len(programs),)`` in seconds.
+
+        Raises:
+            UnknownDeviceError: an unknown device.  InputError: a program without a trace
+                for a checkpoint that needs one.
+        """
+        from cdmpp.featurize import featurize_each  # pylint: disable=import-outside-toplevel  (TVM)
+
+        programs = list(programs)
+        dev = self.resolve_device(device, target) if self._known else None
+        dev_id = dev.device_id if dev is not None else None
+        feat_target = target if target is not None else (dev.target if dev is not None else None)
+        trees, problems = featurize_each(programs, feat_target, names)
+        ok = [i for i, t in enumerate(trees) if t is not None]
+        out = Predictions(*(np.full(len(programs), np.nan) for _ in range(3)), problems)
+        if ok:
+            traces = self.trace_vectors([programs[i] for i in ok])
+            point, low, high = self.predict_trees_interval([trees[i] for i in ok], dev_id, traces)
+            out.latency_s[ok], out.low_s[ok], out.high_s[ok] = point, low, high
+        out.device = dev_id
+        return out
+
     def _without_trace(self, n: int, traces: np.ndarray | None) -> np.ndarray:
         """bool ``(n,)``: the programs predicted without a trace token (a ``trace_optional``
         checkpoint given no trace for them)."""
@@ -357,6 +390,24 @@ class LatencyPredictor:
         if traces is None:
             return np.ones(n, dtype=bool)
         return np.isnan(np.asarray(traces, dtype=np.float32)).any(axis=1)
+
+
+@dataclass
+class Predictions:
+    """:meth:`LatencyPredictor.predict_each`'s answer.
+
+    Attributes:
+        latency_s, low_s, high_s: float64 ``(N,)``: predicted latency and its 10-90%
+            interval, seconds; NaN for a program that cannot be featurized.
+        problems: ``N`` strings: ``""``, or why the program has no prediction.
+        device: the device id predicted for (``None``: a checkpoint without a device table).
+    """
+
+    latency_s: np.ndarray
+    low_s: np.ndarray
+    high_s: np.ndarray
+    problems: list[str]
+    device: str | None = None
 
 
 @lru_cache(maxsize=4)

@@ -4,10 +4,15 @@ Public entry points:
 
 * :func:`featurize` -- one program (PrimFunc, IRModule, Schedule or TuningRecord).
 * :func:`featurize_many` -- many programs (optionally with TVM's ``PerStoreFeature`` rows).
+* :func:`featurize_each` -- many programs, each on its own when one fails (the policy
+  every prediction path uses).
 * :class:`ProgramAST` -- the result; :mod:`cdmpp.featurize.batch` collates them.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
 
 from .ast import (
     FEATURE_DIM,
@@ -21,7 +26,7 @@ from .ast import (
     UnsupportedProgramError,
     build_tree,
 )
-from .ast import _single_func
+from .ast import single_func
 
 __all__ = [
     "FEATURE_DIM",
@@ -36,6 +41,7 @@ __all__ = [
     "build_tree",
     "featurize",
     "featurize_many",
+    "featurize_each",
     "as_module",
 ]
 
@@ -61,7 +67,7 @@ def as_module(program):
     if isinstance(program, PrimFunc):
         return IRModule({"main": program.with_attr("global_symbol", "main")})
     if isinstance(program, IRModule):
-        _single_func(program)  # raises unless it holds exactly one PrimFunc
+        single_func(program)  # raises unless it holds exactly one PrimFunc
         return program
     raise UnsupportedProgramError(
         f"expected a scheduled PrimFunc, IRModule, Schedule or TuningRecord, got {type(program).__name__}"
@@ -141,3 +147,43 @@ def featurize_many(programs, target=None, psf: bool = False) -> list[ProgramAST]
         except UnsupportedProgramError as err:
             raise UnsupportedProgramError(f"program {i}: {err}") from err
     return out
+
+
+log = logging.getLogger("cdmpp.featurize")
+
+
+def featurize_each(programs: Sequence, target=None, names: Sequence[str] | None = None
+                   ) -> tuple[list[ProgramAST | None], list[str]]:
+    """Featurize many programs so that one bad program does not sink the others: the one
+    error policy of every prediction path (``cdmpp predict``, ``estimate``, the plugin).
+
+    All programs are featurized at once; when that fails, one by one.  A program that
+    cannot be featurized gets ``None`` and a problem string, and is named in the log
+    (logger ``cdmpp.featurize``, level WARNING) as scored unknown.  None is dropped.
+
+    Args:
+        programs: PrimFuncs, IRModules, Schedules or TuningRecords.
+        target: as for :func:`featurize`.
+        names: a name of each program for the log (default ``program <index>``).
+
+    Returns:
+        ``(trees, problems)``, both ``len(programs)`` long: a :class:`ProgramAST` or
+        ``None``, and ``""`` or why the program has no tree.
+    """
+    programs = list(programs)
+    try:
+        return featurize_many(programs, target), [""] * len(programs)
+    except Exception:  # noqa: BLE001  TVM raises its own error types; find the culprits one by one
+        pass
+    trees: list[ProgramAST | None] = []
+    problems: list[str] = []
+    for i, program in enumerate(programs):
+        try:
+            trees.append(featurize_many([program], target)[0])
+            problems.append("")
+        except Exception as err:  # noqa: BLE001
+            why = str(err).strip().removeprefix("program 0: ")[:200]
+            log.warning("%s cannot be featurized, scored as unknown: %s", names[i] if names else f"program {i}", why)
+            trees.append(None)
+            problems.append(f"cannot be featurized: {why}")
+    return trees, problems

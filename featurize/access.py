@@ -48,7 +48,7 @@ ACCESS_FEATURE_NAMES = (
 ACCESS_NAMES = tuple(f"access{b}_{n}" for b in range(ACCESS_BUFFERS) for n in ACCESS_FEATURE_NAMES)
 
 
-class _ExprStats:
+class ExprStats:
     """Operation counts of a store's value expression (the compact AST's own features)."""
 
     __slots__ = ("loads", "add_sub", "mul", "div_mod", "max_min", "calls", "select_cmp", "casts", "buffers_read")
@@ -84,7 +84,7 @@ def _dtype_bytes(dtype: str) -> int:
     return max(1, bits * lanes // 8)
 
 
-class _AccessState:
+class AccessState:
     """The loop nest around the walk's current statement; :meth:`features` of a store under it.
 
     The compact-AST walk calls the ``enter_*`` / ``exit_*`` hooks as it goes down and up."""
@@ -161,7 +161,7 @@ class _AccessState:
     def exit_block(self, saved: dict) -> None:
         self.env = saved
 
-    def _accesses(self, store, st: _ExprStats) -> dict:
+    def _accesses(self, store, st: ExprStats) -> dict:
         """``{buffer handle: [buffer, access type, [indices, ...]]}`` as TVM's ``Init``; counts
         the value expression's operations into ``st`` in the same pass."""
         acc = {store.buffer.__chandle__(): [store.buffer, _WRITE, [store.indices[:]]]}
@@ -224,7 +224,7 @@ class _AccessState:
             info = self._buffers[h] = (shape, _dtype_bytes(str(buf.dtype)), strides)
         return info
 
-    def features(self, store, st: _ExprStats) -> np.ndarray:
+    def features(self, store, st: ExprStats) -> np.ndarray:
         """float32 ``(90,)``: the buffer-access features of ``store`` under the current loop
         nest; counts its value expression's operations into ``st``."""
         # pylint: disable=too-many-locals,too-many-branches

@@ -25,7 +25,7 @@ import numpy as np
 
 from cdmpp.errors import CdmppError
 
-from .access import ACCESS_NAMES, _AccessState, _ExprStats
+from .access import ACCESS_NAMES, AccessState, ExprStats
 
 ROOT, SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING, LEAF = -1, 0, 1, 2, 3, 4, 5
 LOOP_KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
@@ -129,10 +129,10 @@ class _Builder:
         self.extent: list[int] = []
         self.name: list[str] = []
         self.ann: list[dict] = []
-        self.leaves: list[tuple[int, object, list[int], bool, _ExprStats]] = []  # node, store, path, is_init, ops
+        self.leaves: list[tuple[int, object, list[int], bool, ExprStats]] = []  # node, store, path, is_init, ops
         self.dropped = 0  # stores of weight-layout-rewrite blocks
         self._in_rewrite = False
-        self.access = _AccessState()
+        self.access = AccessState()
         self.access_rows: list[np.ndarray] = []
 
     def add(self, parent: int, kind: int, extent: int, name: str, ann: dict) -> int:
@@ -172,7 +172,7 @@ class _Builder:
             node = self.add(parent, LEAF, 0, str(s.buffer.name), {})
             if self._in_rewrite:
                 self.dropped += 1
-            st = _ExprStats()
+            st = ExprStats()
             self.access_rows.append(self.access.features(s, st))
             self.leaves.append((node, s, path, in_init, st))
         elif name == "SBlockRealize":
@@ -200,7 +200,7 @@ class _Builder:
             raise UnsupportedProgramError(f"unsupported TensorIR construct {name!r} in the program body")
 
 
-def _single_func(program):
+def single_func(program):
     """The PrimFunc of a PrimFunc, a Schedule or a one-function IRModule."""
     from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule  # pylint: disable=import-outside-toplevel
 
@@ -233,7 +233,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
             PrimFunc, a construct such as ``While``, or no ``BufferStore`` at all.
     """
     # pylint: disable=too-many-locals
-    func = _single_func(program)
+    func = single_func(program)
     b = _Builder()
     b.add(-1, ROOT, 0, str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main", {})
     b.visit(func.body, 0, [], False)

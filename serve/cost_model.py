@@ -182,19 +182,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         return [self._cache[k] for k in keys]
 
     def _featurize(self, keys: list[str], schedules: list, target) -> None:
-        # pylint: disable=import-outside-toplevel
-        from cdmpp.featurize import UnsupportedProgramError, featurize_many
+        from cdmpp.featurize import featurize_each  # pylint: disable=import-outside-toplevel
 
-        try:
-            trees = featurize_many(schedules, target)
-        except UnsupportedProgramError:  # find the culprits one by one; the others are still scored
-            trees = []
-            for k, sch in zip(keys, schedules):
-                try:
-                    trees += featurize_many([sch], target)
-                except UnsupportedProgramError as err:
-                    logger.warning("cdmpp cost model: candidate %s cannot be featurized, scored 0: %s", k, err)
-                    trees.append(None)
+        trees, _ = featurize_each(schedules, target, [f"candidate {k}" for k in keys])  # unknown: scored 0
         ok = [i for i, t in enumerate(trees) if t is not None]
         for i, t in enumerate(trees):
             if t is None:

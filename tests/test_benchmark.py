@@ -37,7 +37,14 @@ def test_benchmark_rows_files_and_table(tiny_collection, tmp_path):
         "FLOPs / best throughput",
     ]
     assert {r["split"] for r in rows} == {"random by program"}
-    assert all(r["programs"] >= 1 and r["train_s"] >= 0 and r["predict_programs_per_s"] > 0 for r in rows)
+    # every model is scored on the same test programs, and each row is a real score
+    assert len({r["programs"] for r in rows}) == 1 and rows[0]["programs"] >= 1
+    for r in rows:
+        assert r["train_s"] >= 0 and r["predict_programs_per_s"] > 0
+        assert 0 < r["mape"] < 100 and 0 <= r["within_10"] <= r["within_25"] <= 1 and r["rmse_log"] > 0
+        assert 0 <= r["top1"] <= r["top5"] <= 1
+        # a task of one test program has no pair to rank: tau is undefined, not 0
+        assert (-1 <= r["kendall_tau"] <= 1) if r["programs"] > 1 else r["kendall_tau"] != r["kendall_tau"]
     csv_path, md_path = write_benchmark(rows, tmp_path / "out")
     with open(csv_path, encoding="utf-8") as f:
         assert [r["model"] for r in csv.DictReader(f)] == models

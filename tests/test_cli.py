@@ -65,9 +65,9 @@ def test_train_with_cmd_needs_a_held_out_network(tiny_collection, tmp_path, caps
 def test_train_with_cmd_toward_the_validation_workloads(tiny_collection, tmp_path, capsys):
     import json
 
-    cfg, _ = tiny_collection
+    cfg, summary = tiny_collection
     out = tmp_path / "ckpt"
-    args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
+    args = ["train", "-d", str(summary.device_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
     args += ["--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--cmd-weight", "0.5"]
     assert main(args + ["--cmd-domain", "validation"]) == 0  # no held-out network needed: the target is validation
     meta = json.loads((out / "config.json").read_text())["metadata"]
@@ -83,8 +83,9 @@ def test_train_with_cmd_toward_another_device(tiny_collection, tmp_path, capsys)
 
     cfg, summary = tiny_collection
     out = tmp_path / "ckpt"
-    args = ["train", "-d", str(cfg.out_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
-    args += ["--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--cmd-target", str(summary.device_dir)]
+    args = ["train", "-d", str(summary.device_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
+    args += ["--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--cmd-target", str(summary.device_dir),
+             "--no-trace-tokens"]
     assert main(args) == 2  # a target device without a CMD weight
     assert "cmd_weight > 0" in capsys.readouterr().err and not out.exists()
     assert main(args + ["--cmd-weight", "0.5"]) == 0
@@ -100,7 +101,7 @@ def test_collect_on_a_gpu_needs_one(tmp_path, capsys):
     import tvm
 
     if tvm.cuda(0).exist:
-        return
+        pytest.skip("a CUDA GPU is visible here")
     assert main(["collect", "-n", "dcgan-b1", "-o", str(tmp_path), "--gpu"]) == 2
     assert "no CUDA GPU 0 visible" in capsys.readouterr().err
     assert main(["collect", "-n", "dcgan-b1", "-o", str(tmp_path), "--gpu", "--disable-avx512"]) == 2
@@ -153,12 +154,14 @@ def test_train_flags_reach_the_model_and_training_configs(capsys):
     from cdmpp.cli import _model_configs, build_parser
 
     args = build_parser().parse_args(
-        ["train", "-d", "x", "-o", "y", "--dropout", "0.05", "--ff-dim", "512", "--device-dropout", "0.2",
-         "--weight-decay", "0.01"]
+        ["train", "-d", "x", "-o", "y", "--dropout", "0.2", "--ff-dim", "1024", "--device-dropout", "0.2",
+         "--weight-decay", "0.01", "--no-trace-tokens", "--precision", "bf16-mixed"]
     )
     model, train = _model_configs(args)
-    assert (model.dropout, model.ff_dim, train.device_dropout, train.weight_decay) == (0.05, 512, 0.2, 0.01)
+    assert (model.dropout, model.ff_dim, train.device_dropout, train.weight_decay) == (0.2, 1024, 0.2, 0.01)
+    assert not model.trace_tokens and train.precision == "bf16-mixed"
     default_model, _ = _model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
-    assert default_model.dropout == 0.1 and default_model.ff_dim == 256  # unset flags keep the defaults
+    # unset flags keep the defaults: the shipped recipe
+    assert default_model.dropout == 0.05 and default_model.ff_dim == 512 and default_model.trace_tokens
     assert main(["train", "-d", "x", "-o", "y", "--dropout", "1.5"]) == 2
     assert "dropout must be in [0, 1), got 1.5" in capsys.readouterr().err

@@ -12,10 +12,10 @@ from cdmpp.errors import InputError
 def _program_keys(device_dir):
     from cdmpp.featurize import as_module
 
-    from cdmpp.collect.store import _program_key
+    from cdmpp.collect.store import program_hash_key
 
     db = ds.load_device_dir(device_dir)
-    return [(db.workload_keys[p.workload_index], _program_key(as_module(p.record))) for p in db.programs], db
+    return [(db.workload_keys[p.workload_index], program_hash_key(as_module(p.record))) for p in db.programs], db
 
 
 def test_tiny_real_collection(tiny_collection):
@@ -96,7 +96,7 @@ def test_a_later_round_with_more_programs_per_task_samples_new_ones(tiny_collect
 def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     import shutil
 
-    from cdmpp.collect.store import _Store, _Task
+    from cdmpp.collect.store import DatasetStore, TaskEntry
     from cdmpp.tvm_compat import TuningRecord
 
     cfg, summary = tiny_collection
@@ -107,13 +107,13 @@ def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     key = db.workload_keys[db.programs[0].workload_index]
     fail_file = dev / ds.FAILURE_FILE
     before = fail_file.read_text().splitlines() if fail_file.exists() else []  # a build that timed out on a busy machine
-    store = _Store(dev)
+    store = DatasetStore(dev)
     failed_before = store.failed.get(key, 0)
-    task = _Task("dcgan-b1", "t", 1, 0.0, None, key)
+    task = TaskEntry("dcgan-b1", "t", 1, 0.0, None, key)
     store.add_failure(task, "123", "run", "RuntimeError: boom", TuningRecord(rec.trace, rec.workload, None, rec.target))
     (line,) = [json.loads(s) for s in fail_file.read_text().splitlines()[len(before) :]]
     assert line["error"] == "RuntimeError: boom" and line["stage"] == "run" and line["record"][1] is None
-    again = _Store(dev)  # a restarted collection knows the failure and will not retry it
+    again = DatasetStore(dev)  # a restarted collection knows the failure and will not retry it
     assert again.failed[key] == failed_before + 1 and "123" in again.failed_keys[key]
     assert len(ds.load_device_dir(dev).programs) == len(db.programs)  # failures are not labels
 
@@ -255,7 +255,7 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
 
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import _Task
+    from cdmpp.collect.store import TaskEntry
     from cdmpp.tvm_compat import IRModule, JSONDatabase
 
     def rowsum(block: str):
@@ -279,10 +279,10 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
 
     tasks = {  # committed in network order (rowsum "red_a" first), visited round-robin ("red_b" first)
         "dcgan-b1": [
-            _Task("dcgan-b1", "scale", 1, 8192.0, IRModule({"main": scale.with_attr("global_symbol", "main")})),
-            _Task("dcgan-b1", "rowsum", 1, 8192.0, rowsum("red_a")),
+            TaskEntry("dcgan-b1", "scale", 1, 8192.0, IRModule({"main": scale.with_attr("global_symbol", "main")})),
+            TaskEntry("dcgan-b1", "rowsum", 1, 8192.0, rowsum("red_a")),
         ],
-        "resnet_18-b1": [_Task("resnet_18-b1", "rowsum", 1, 8192.0, rowsum("red_b"))],
+        "resnet_18-b1": [TaskEntry("resnet_18-b1", "rowsum", 1, 8192.0, rowsum("red_b"))],
     }
     monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _target: tasks[n])
     cfg = CollectConfig(
@@ -434,10 +434,10 @@ def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monk
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import sampling as sampling_mod
     from cdmpp.collect import timing as timing_mod
-    from cdmpp.collect.store import _Task
+    from cdmpp.collect.store import TaskEntry
 
     monkeypatch.setattr(
-        sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "take", 1, 0.0, _gather_module())]
+        sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "take", 1, 0.0, _gather_module())]
     )
     cfg = CollectConfig(
         networks=["dcgan-b1"],
@@ -509,9 +509,9 @@ def _tiny_cfg(tmp_path, **kw):
 def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, monkeypatch):
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import _Task
+    from cdmpp.collect.store import TaskEntry
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "add", 1, 4.0, _tiny_add_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "add", 1, 4.0, _tiny_add_module())])
     first = collect(_tiny_cfg(tmp_path, programs_per_task=4), progress=False)
     assert first.measured == 1  # the space has one program
     (task,) = ds.read_manifest(first.device_dir)["tasks"]
@@ -527,9 +527,9 @@ def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, 
 def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, monkeypatch):
     from cdmpp.collect import STAGES
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import _Task
+    from cdmpp.collect.store import TaskEntry
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "mm", 1, 65536.0, _matmul_module())])
     summary = collect(_tiny_cfg(tmp_path, rounds=(1, 3)), progress=False)
     assert summary.measured == 3
     entry = ds.read_manifest(summary.device_dir)["collections"][-1]
@@ -553,9 +553,9 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     from cdmpp.collect import QuietConfig
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import _Task
+    from cdmpp.collect.store import TaskEntry
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "mm", 1, 65536.0, _matmul_module())])
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import load_tensor_intrinsics
 
@@ -789,9 +789,9 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
 def test_adaptive_repeats_stop_early_only_when_the_first_repeats_agree(tmp_path, monkeypatch):
     from cdmpp.collect import MeasureConfig
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import _Task
+    from cdmpp.collect.store import TaskEntry
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [_Task(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "mm", 1, 65536.0, _matmul_module())])
     # any spread is small enough and any program slow enough: every program stops after 2 repeats
     early = MeasureConfig(repeat=6, adaptive_repeats=2, adaptive_min_s=0.0, adaptive_max_spread=10.0)
     s = collect(_tiny_cfg(tmp_path / "early", programs_per_task=3, measure=early), progress=False)

@@ -3,6 +3,10 @@ import pytest
 from cdmpp.device import DeviceDescriptor, DeviceUnavailableError, gpu_from_tag, local_cpu, local_gpu
 
 
+AVX512_HOST = ("AMD EPYC 9R14", {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"})
+AVX2_HOST = ("Intel Xeon Processor", {"sse4_2", "avx", "avx2", "fma"})
+
+
 def test_local_cpu_descriptor_and_avx512_off_device():
     d = local_cpu(num_cores=2)
     assert d.device_id.startswith("cpu-") and d.kind == "cpu" and d.cores == 2
@@ -10,8 +14,18 @@ def test_local_cpu_descriptor_and_avx512_off_device():
     assert DeviceDescriptor.from_json(d.to_json()) == d
     off = local_cpu(num_cores=2, disable_avx512=True)
     assert off.target["mattr"] == ["-avx512f"] and off.isa != "avx512"
-    if d.isa == "avx512":
-        assert off.device_id != d.device_id  # a second, distinct device on the same CPU
+
+
+def test_the_avx512_off_device_rule_on_fixture_hosts():
+    """On every host: AVX-512 off makes a second device on an AVX-512 CPU, and none on an AVX2 one."""
+    on = local_cpu(num_cores=2, cpu_info=AVX512_HOST)
+    off = local_cpu(num_cores=2, disable_avx512=True, cpu_info=AVX512_HOST)
+    assert on.isa == "avx512" and on.device_id.endswith("-avx512") and on.model == "AMD EPYC 9R14"
+    assert off.isa == "avx2" and off.device_id.endswith("-avx2") and off.device_id != on.device_id
+    plain = local_cpu(num_cores=2, cpu_info=AVX2_HOST)
+    plain_off = local_cpu(num_cores=2, disable_avx512=True, cpu_info=AVX2_HOST)
+    assert plain.isa == plain_off.isa == "avx2"
+    assert plain.device_id == plain_off.device_id  # no AVX-512 to switch off: the same device
 
 
 def test_gpu_from_tag_gives_a_cuda_target_with_the_limits_tuning_needs():

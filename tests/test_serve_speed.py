@@ -17,6 +17,8 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
         "CdmppCostModel.predict, seen candidates",
     ]
     assert all(s > 0 for s in secs.values())
+    # already-seen candidates are answered from the plugin's cache, without featurizing again
+    assert secs["CdmppCostModel.predict, seen candidates"] < secs["CdmppCostModel.predict, new candidates"]
     assert main(["bench", "speed", "-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "one predict call on 3 candidates" in out and "plugin / XGBModel" in out

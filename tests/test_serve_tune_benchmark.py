@@ -5,7 +5,7 @@ import pytest
 
 from cdmpp.bench.tune import (
     TuneBenchmarkConfig,
-    _trials,
+    run_trials,
     best_so_far,
     choose_tasks,
     format_tune_benchmark,
@@ -24,14 +24,14 @@ def test_best_so_far_counts_failed_trials_and_keeps_the_minimum():
 def test_trials_read_tuning_records_in_order_with_failures(tmp_path):
     lines = [[0, ["trace", [2e-6, 4e-6], {}, []]], [0, ["trace", [1e10], {}, []]], [0, ["trace", [1e-6], {}, []]]]
     (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert _trials(tmp_path) == [[2e-6, 4e-6], None, [1e-6]]
-    assert _trials(tmp_path / "missing") == []
+    assert run_trials(tmp_path) == [[2e-6, 4e-6], None, [1e-6]]
+    assert run_trials(tmp_path / "missing") == []
     # a finished run kept only gzipped (as in git) reads the same
     from cdmpp import dataset as ds
 
     ds.pack(tmp_path)
     (tmp_path / "database_tuning_record.json").unlink()
-    assert _trials(tmp_path) == [[2e-6, 4e-6], None, [1e-6]]
+    assert run_trials(tmp_path) == [[2e-6, 4e-6], None, [1e-6]]
 
 
 def test_config_and_task_choice_errors(tiny_featurized):
@@ -204,7 +204,7 @@ def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monk
     kept = model_dir / "seed0"
     kept.mkdir(parents=True)
     (kept / "database_tuning_record.json.gz").write_bytes(b"kept")
-    monkeypatch.setattr(tune, "_trials", lambda d: [[1e-3]] * 64 if d == kept else [])
+    monkeypatch.setattr(tune, "run_trials", lambda d: [[1e-3]] * 64 if d == kept else [])
     assert tune._run_dir(model_dir, 0, 64) == kept  # the finished run is read back
     assert tune._run_dir(model_dir, 0, 512) == tmp_path / "00-fused_dense" / "xgb-512trials" / "seed0"
     assert tune._run_dir(model_dir, 1, 512) == model_dir / "seed1"  # nothing kept there

@@ -89,7 +89,7 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     out = tmp_path / "trace"
     train(TrainData([two_device_dataset], "dcgan-b1"), out,
           ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=True),
-          TrainConfig(epochs=2, batch_size=16), use_wandb=False, progress=False)
+          TrainConfig(epochs=2, batch_size=16, trace_dropout=0.0), use_wandb=False, progress=False)
     predictor = LatencyPredictor.load(out)
     assert predictor.reads_traces and predictor.model.config.feature_dim == FEATURE_DIM + TRACE_DIM + 1
 
@@ -140,14 +140,19 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
         predictor.predict_trees(predictor._featurized(records, None, device)[0], device)
 
 
-def test_trace_tokens_need_the_corpus_protocol(tiny_collection, tmp_path):
+def test_trace_tokens_take_no_pooled_device_and_no_cmd_target(tiny_collection, tmp_path):
     from cdmpp.model import ModelConfig
-    from cdmpp.train.config import TrainData
+    from cdmpp.train.config import TrainConfig, TrainData
     from cdmpp.train.train import train
 
-    with pytest.raises(InputError, match="trace tokens need a dataset of device folders"):
-        train(TrainData([tiny_collection[1].device_dir], "dcgan-b1"), tmp_path / "x",
+    folder = tiny_collection[1].device_dir
+    with pytest.raises(InputError, match="trace tokens take no pooled devices"):
+        train(TrainData([folder], "dcgan-b1", pool=[folder]), tmp_path / "x",
               ModelConfig(trace_tokens=True), use_wandb=False, progress=False)
+    with pytest.raises(InputError, match="trace tokens take no pooled devices"):
+        train(TrainData([folder], "dcgan-b1", cmd_target=folder), tmp_path / "x",
+              ModelConfig(trace_tokens=True), TrainConfig(cmd_weight=0.5), use_wandb=False, progress=False)
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_program_without_a_trace_gets_no_token_and_trace_dropout_masks_only_tokens(tiny_collection,
@@ -194,9 +199,6 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     from cdmpp.train.devices import evaluate_devices
     from cdmpp.train.train import train
 
-    with pytest.raises(InputError, match="trace dropout needs trace tokens"):
-        train(TrainData([two_device_dataset], "dcgan-b1"), tmp_path / "x", ModelConfig(),
-              TrainConfig(trace_dropout=0.2), use_wandb=False, progress=False)
     out = tmp_path / "optional"
     train(TrainData([two_device_dataset], "dcgan-b1"), out,
           ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=True),

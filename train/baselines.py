@@ -173,7 +173,7 @@ class SegmentSumMLP:
         import lightning as L
         import torch
 
-        from .lightning import SegmentSumModule
+        from .lightning import SegmentSumModule, make_trainer
 
         L.seed_everything(self.seed, workers=True, verbose=False)
         index = np.asarray(index, dtype=np.int64)
@@ -193,17 +193,9 @@ class SegmentSumMLP:
         loader = torch.utils.data.DataLoader(
             index, batch_size=self.batch_size, shuffle=True, collate_fn=lambda b: self._batch(data, np.asarray(b))
         )
-        trainer = L.Trainer(
-            max_epochs=self.epochs,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            deterministic=True,
-        )
+        trainer = make_trainer(self.epochs)
         trainer.fit(module, train_dataloaders=loader)
-        self.model_.eval()
+        self.model_.cpu().eval()
         return self
 
     def _batch(self, data, index: np.ndarray):

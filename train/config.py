@@ -66,10 +66,19 @@ class TrainData:
             raise InputError("the CDMPP protocol holds out a network: give a holdout")
 
     def several_devices(self) -> bool:
-        """Whether the data holds several device folders (one model with a device table)."""
-        from cdmpp.dataset import device_dirs  # pylint: disable=import-outside-toplevel
+        """Whether training follows the corpus protocol (one model with a device table):
+        several dataset folders, a dataset folder of several device folders, or a dataset
+        folder of one device folder without ``pool`` or ``benchmark_table``.  A device
+        folder named directly, or ``pool`` / ``benchmark_table``, trains a one-device model."""
+        from cdmpp.dataset import device_dirs  # pylint: disable=import-outside-toplevel  (TVM)
 
-        return len(self.datasets) > 1 or len(device_dirs(self.datasets[0])) > 1
+        if len(self.datasets) > 1:
+            return True
+        dirs = device_dirs(self.datasets[0])
+        if len(dirs) > 1:
+            return True
+        named_directly = dirs[0].resolve() == self.datasets[0].resolve()
+        return not named_directly and not self.pool and self.benchmark_table is None
 
     def check(self, several: bool) -> None:
         """Raise ``InputError`` when an option does not fit the shape of the data."""
@@ -83,6 +92,8 @@ class TrainData:
 @dataclass
 class TrainConfig:
     """Optimisation settings.
+
+    The defaults are the shipped checkpoint's recipe (with :class:`cdmpp.model.ModelConfig`'s).
 
     Attributes:
         epochs: passes over the training programs.
@@ -130,6 +141,9 @@ class TrainConfig:
             leaves alone), so that the checkpoint also predicts programs without a
             trace (a bare PrimFunc; :attr:`cdmpp.model.ModelConfig.trace_optional`).
             0 trains a model that always needs the trace.
+        precision: Lightning's training precision: ``"32-true"``, ``"bf16-mixed"``, or
+            ``"auto"`` (bf16 autocast where the CPU has AVX-512 BF16 or on a GPU with
+            bf16, else 32-bit; :func:`resolve_precision`).
         train_share: share of each training task's programs that trains, drawn at
             random once per (device, task) with ``seed`` (at least one program per
             task; validation and test untouched): the data-scaling curve, programs
@@ -150,9 +164,10 @@ class TrainConfig:
     device_dropout: float = 0.1
     train_share: float = 1.0
     within_weight: float = 0.0
-    huber_delta: float = 0.0
+    huber_delta: float = 0.1
     max_repeat_cv: float = 0.0
-    trace_dropout: float = 0.0
+    trace_dropout: float = 0.2
+    precision: str = "32-true"
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
@@ -175,8 +190,31 @@ class TrainConfig:
             )
         if self.within_weight > 0 and self.task_group == 0:
             raise InputError("within_weight > 0 needs task_group > 0: the within-task term needs same-task programs in a batch")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not 0 < self.train_share <= 1:
             raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
+
+
+PRECISIONS = ("32-true", "bf16-mixed", "auto")
+"""The training precisions :class:`TrainConfig` takes."""
+
+
+def resolve_precision(precision: str) -> str:
+    """Lightning's precision for ``precision``: ``"auto"`` is ``"bf16-mixed"`` on a GPU with
+    bf16 or on a CPU with AVX-512 BF16 (Zen 4, Zen 5, Sapphire and Emerald Rapids), else
+    ``"32-true"``; the others are returned as they are."""
+    if precision != "auto":
+        return precision
+    import torch  # pylint: disable=import-outside-toplevel  (keeps this module free of torch)
+
+    if torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return "32-true"
+    return "bf16-mixed" if "avx512_bf16" in flags else "32-true"
 
 
 CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation workloads"}

@@ -60,6 +60,7 @@ def evaluate_checkpoint(
     holdout: str | None = "auto",
     cache_dir: Path | None = None,
     progress: bool = True,
+    traces: bool = True,
 ) -> tuple[dict[str, dict], str]:
     """Score a saved checkpoint (and its tree baseline, if saved) on data it was not trained on.
 
@@ -84,7 +85,7 @@ def evaluate_checkpoint(
     weights = None
     if dataset is not None:
         db, data = load_featurized(dataset, cache_dir, progress)
-        data = model_inputs(model.config, data, ds.device_dirs(dataset)[:1])  # with the records' traces
+        data = model_inputs(model.config, data, ds.device_dirs(dataset)[:1], traces)  # with the records' traces
         model, data, note = _for_device(model, meta, db, data)
         net = meta.get("holdout") if holdout == "auto" else holdout
         weights = task_weights({db.device_id: db.manifest}, data.workload_keys, net)
@@ -99,14 +100,87 @@ def evaluate_checkpoint(
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         db = ds.load_database(Path(workload_db), Path(record_db))
         data = featurize_database(db, cache_dir, progress=progress)
-        if model.config.trace_tokens:  # each record's own trace
+        if model.config.trace_tokens and traces:  # each record's own trace
             data = with_trace_tokens(data, lined_up([database_traces(Path(workload_db), Path(record_db))],
                                                     data.latency))
+        elif model.config.trace_tokens:
+            data = model_inputs(model.config, data, None, traces=False)
         model, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
+    if model.config.trace_tokens and not traces:
+        title += ", without their traces"
     return score_models(model, extra, data, index, weights), title + note
+
+
+@dataclasses.dataclass
+class EvaluateOptions:
+    """What :func:`evaluate` scores and how.
+
+    Attributes:
+        holdout: ``"auto"`` (the checkpoint's held-out network), a network name, ``None``
+            (every program), or, for a checkpoint with a device table on dataset folders,
+            ``"validation"`` / ``"training"`` (that part of its own split).
+        traces: read each program's schedule trace from its tuning record (a trace-token
+            checkpoint); ``False`` scores the programs as bare PrimFuncs (a checkpoint
+            trained with trace dropout).
+        plot: a PNG path for predicted against measured latency, one panel per device
+            (a checkpoint with a device table, on dataset folders).
+        cache_dir: featurization cache folder.
+        progress: show progress bars.
+    """
+
+    holdout: str | None = "auto"
+    traces: bool = True
+    plot: Path | None = None
+    cache_dir: Path | None = None
+    progress: bool = True
+
+
+def evaluate(checkpoint: Path, datasets: list[Path] | None = None, workload_db: Path | None = None,
+             record_db: Path | None = None, options: EvaluateOptions | None = None) -> tuple[dict, str, bool]:
+    """Score a checkpoint on dataset folders (one or several) or on one MetaSchedule
+    JSONDatabase: the one implementation behind ``cdmpp evaluate``.
+
+    A checkpoint with a device table is scored per device on every device folder of
+    ``datasets`` that it knows (:func:`cdmpp.train.devices.evaluate_devices`); a
+    one-device checkpoint, a device folder it does not know (zero-shot, from the
+    device's descriptor) or a JSONDatabase in one table (:func:`evaluate_checkpoint`).
+
+    Returns:
+        ``(rows, title, per_device)``: with ``per_device``, ``rows`` maps each device id to
+        its rows; else it maps each model to its row.
+
+    Raises:
+        InputError: no source, or an option the source does not take (named).
+        CheckpointError, DatasetError: a bad checkpoint or bad data.
+    """
+    opt = options or EvaluateOptions()
+    if not datasets and (workload_db is None or record_db is None):
+        raise InputError("give dataset folders, or a JSONDatabase (a work dir, or a workload and a record file)")
+    meta = load_checkpoint(Path(checkpoint))[1]
+    known = {d["device_id"] for d in meta.get("devices", [])}
+    if datasets and any(d.name in known for root in datasets for d in ds.device_dirs(root)):
+        from .devices import evaluate_devices  # pylint: disable=import-outside-toplevel  (import circle)
+
+        root = datasets if len(datasets) > 1 else datasets[0]
+        rows, title = evaluate_devices(Path(checkpoint), root, opt.holdout, opt.cache_dir, opt.progress, opt.plot,
+                                       opt.traces)
+        return rows, title, True
+    what = f"{checkpoint} (no device table)" if datasets else "a JSONDatabase"
+    if opt.plot is not None:
+        raise InputError(f"--plot draws one panel per device of a checkpoint with a device table on dataset "
+                         f"folders; not for {what}")
+    if opt.holdout in ("validation", "training"):
+        raise InputError(f"holdout {opt.holdout!r} scores part of a device-table checkpoint's own split; not for {what}")
+    if datasets and len(datasets) > 1:
+        raise InputError(f"{checkpoint} has no device table: score it on one device folder, not {len(datasets)}")
+    rows, title = evaluate_checkpoint(Path(checkpoint), dataset=datasets[0] if datasets else None,
+                                      workload_db=workload_db, record_db=record_db,
+                                      holdout=opt.holdout if datasets else None, cache_dir=opt.cache_dir,
+                                      progress=opt.progress, traces=opt.traces)
+    return rows, title, False
 
 
 def _for_device(model, meta: dict, db, data: FeaturizedPrograms):

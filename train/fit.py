@@ -11,7 +11,8 @@ import torch
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 
-from .lightning import EpochHistory, LatencyModule, ProgramDataModule, TrainConfig
+from .config import resolve_precision
+from .lightning import EpochHistory, LatencyModule, ProgramDataModule, TrainConfig, make_trainer
 from cdmpp.model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 from .splits import Split
 
@@ -93,16 +94,13 @@ def fit_transformer(
         save_dir.mkdir(parents=True, exist_ok=True)
         logger = WandbLogger(project="cdmpp", save_dir=str(save_dir), mode=os.environ["WANDB_MODE"])
         logger.log_hyperparams({"holdout": split.holdout, **vars(model_config), **vars(train_config)})
-    trainer = L.Trainer(
-        max_epochs=train_config.epochs,
-        accelerator="cpu",
+    trainer = make_trainer(
+        train_config.epochs,
+        precision=resolve_precision(train_config.precision),
+        progress=progress,
         logger=logger,
         callbacks=[EpochHistory(history)] if history is not None else None,
-        enable_checkpointing=False,
-        enable_progress_bar=progress,
-        enable_model_summary=False,
         fast_dev_run=fast_dev_run,
-        deterministic=True,
         num_sanity_val_steps=0,
         limit_val_batches=1.0 if len(split.val) else 0,
         default_root_dir=str(log_dir) if log_dir else None,
@@ -110,5 +108,5 @@ def fit_transformer(
     trainer.fit(module, datamodule=dm)
     if logger:
         logger.experiment.finish()
-    return module.model.eval()
+    return module.model.cpu().eval()
 

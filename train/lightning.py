@@ -342,6 +342,34 @@ class LatencyModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+def make_trainer(max_epochs: int, *, precision: str = "32-true", progress: bool = False, logger=False,
+                 callbacks=None, **kwargs) -> L.Trainer:
+    """The one Lightning ``Trainer`` of cdmpp: ``accelerator="auto"`` (a GPU when torch
+    sees one, else the CPU), one device, no checkpoints or model summary, deterministic
+    on the CPU (``"warn"`` on a GPU, where some kernels have no deterministic version).
+
+    Args:
+        max_epochs: passes over the training data.
+        precision: Lightning's precision (``"32-true"``, ``"bf16-mixed"``); see
+            :func:`cdmpp.train.config.resolve_precision` for ``"auto"``.
+        progress: show Lightning's progress bar.
+        logger, callbacks, kwargs: passed to ``lightning.Trainer``.
+    """
+    return L.Trainer(
+        max_epochs=max_epochs,
+        accelerator="auto",
+        devices=1,
+        precision=precision,
+        logger=logger,
+        callbacks=callbacks,
+        enable_checkpointing=False,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        deterministic="warn" if torch.cuda.is_available() else True,
+        **kwargs,
+    )
+
+
 class EpochHistory(L.Callback):
     """Appends one dict per epoch to ``out``: ``epoch`` (1-based), ``train_loss`` and
     ``val_loss`` (the epoch's mean losses, as logged by :class:`LatencyModule`; a loss

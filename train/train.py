@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from cdmpp.featurize.batch import FeaturizedPrograms
+from cdmpp.featurize.trace import model_inputs
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
@@ -112,13 +113,13 @@ def train(
         raise InputError("a CMD target device needs cmd_weight > 0")
     several = data.several_devices()
     data.check(several)
-    if train_config.trace_dropout > 0 and not model_config.trace_tokens:
-        raise InputError("trace dropout needs trace tokens (--trace-tokens)")
+    if not model_config.trace_tokens:  # a leaves-only model has no trace token to drop
+        train_config = dataclasses.replace(train_config, trace_dropout=0.0)
     model_config = dataclasses.replace(model_config, trace_optional=model_config.trace_tokens
                                        and train_config.trace_dropout > 0)
-    if model_config.trace_tokens and (not several or data.cmd_target is not None):
-        raise InputError("trace tokens need a dataset of device folders (the corpus protocol) and no CMD target "
-                         "device")
+    if model_config.trace_tokens and (data.pool or data.cmd_target is not None):
+        raise InputError("trace tokens take no pooled devices and no CMD target device: train a leaves-only model "
+                         "(--no-trace-tokens) with --pool or --cmd-target")
     if several:
         rows = _train_corpus(data, Path(out), model_config, train_config, use_wandb, progress)
         what = {"network": f"held-out network {data.holdout}", "within-task": "within-task test programs",
@@ -162,6 +163,9 @@ def _train_one_device(data: TrainData, out: Path, model_config, train_config, us
     """One device folder: held-out-network split, optional pooling; returns the held-out rows."""
     dataset, holdout = data.datasets[0], data.holdout
     db, programs = load_featurized(dataset, data.cache_dir, progress)
+    if model_config.trace_tokens:  # each program's trace, read from its tuning record, as a token before its leaves
+        programs = model_inputs(model_config, programs, ds.device_dirs(dataset)[:1])
+        model_config = dataclasses.replace(model_config, feature_dim=programs.x.shape[1])
     split = holdout_network(programs.workload, programs.workload_keys, db.manifest, holdout, seed=train_config.seed)
     split = thin_training(split, programs.workload, train_config.train_share, train_config.seed)
     cmd_programs = cmd_domain_programs(train_config, split)

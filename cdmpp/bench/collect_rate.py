@@ -301,11 +301,11 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
     from cdmpp.collect import (
         MeasureConfig,
         QuietConfig,
-        _local_bench,
-        _measure_batch,
-        _program_key,
-        _Store,
-        _tune_context,
+        local_bench,
+        measure_batch,
+        program_hash_key,
+        DatasetStore,
+        make_tune_context,
         extract_network_tasks,
     )
     from cdmpp.device import local_cpu
@@ -317,7 +317,7 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
         raise InputError(f"{device_dir}: no device folder of this CPU ({device.device_id}) to learn from")
     target = Target(device.target)
     load_tensor_intrinsics(target)
-    store = _Store(device_dir)
+    store = DatasetStore(device_dir)
     chosen = []
     for network in cfg.networks:
         tasks = []
@@ -332,20 +332,20 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
         chosen += tasks[: cfg.tasks_per_network]
     if not chosen:
         raise InputError(f"{device_dir}: none of the networks' tasks has measured programs")
-    bench = _local_bench(MeasureConfig(), target, "cpu", QuietConfig())
+    bench = local_bench(MeasureConfig(), target, "cpu", QuietConfig())
     rows = []
     try:
         for task, wl in chosen:
             known = min(float(np.median([float(x) for x in r.run_secs])) for r in store.db.get_top_k(wl, 1 << 30))
             for pop in cfg.populations:
-                ctx, cost_model = _tune_context(task, target, device, "evolutionary", cfg.seed, store, wl, pop)
+                ctx, cost_model = make_tune_context(task, target, device, "evolutionary", cfg.seed, store, wl, pop)
                 ctx.pre_tuning(max_trials=cfg.batch * 4, num_trials_per_iter=cfg.batch, database=store.db,
                                cost_model=cost_model)
                 t0 = time.perf_counter()
                 cands = ctx.generate_measure_candidates() or []
                 search_s = time.perf_counter() - t0
                 ctx.post_tuning()
-                out = _measure_batch(bench, [(c, _program_key(c.sch.mod)) for c in cands])
+                out = measure_batch(bench, [(c, program_hash_key(c.sch.mod)) for c in cands])
                 labels = [float(np.median(secs)) for _, _, secs, _, _ in out if secs]
                 rows.append({
                     "network": task.network, "task": task.task_name, "population": pop, "search_s": search_s,

@@ -269,13 +269,15 @@ def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
     from cdmpp.model import ModelConfig  # pylint: disable=import-outside-toplevel
     from cdmpp.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
 
+    # the levers add the trace token themselves (``Lever.trace_token``); "current" is the MSE recipe
     model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
-                        num_devices=num_devices)
+                        num_devices=num_devices, trace_tokens=False)
     model = dataclasses.replace(model, **lever.model)
     train = dict(lever.train)
     if train.get("epochs", 0) < 0:
         train["epochs"] = cfg.epochs * -train["epochs"]
-    tc = TrainConfig(**{"epochs": cfg.epochs, "seed": cfg.seed, "train_share": cfg.train_share, **train})
+    tc = TrainConfig(**{"epochs": cfg.epochs, "seed": cfg.seed, "train_share": cfg.train_share, "huber_delta": 0.0,
+                        "trace_dropout": 0.0, **train})
     return model, tc
 
 

@@ -31,13 +31,13 @@ WEIGHTS_FILE = "task_weights.json"
 """Task weight by workload structural hash, beside a whole-network run's work dirs."""
 
 
-def _check_cost_models(names) -> None:
+def check_cost_models(names) -> None:
     bad = [m for m in names if m not in COST_MODELS]
     if bad:
         raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
 
 
-def _run_dir(model_dir: Path, seed: int | None, trials: int) -> Path:
+def run_dir(model_dir: Path, seed: int | None, trials: int) -> Path:
     """The work dir of one run of ``trials`` trials: ``model_dir`` (a task's folder of one
     cost model), or its ``seed<seed>`` sub-folder.
 
@@ -49,14 +49,14 @@ def _run_dir(model_dir: Path, seed: int | None, trials: int) -> Path:
 
     base = at(model_dir)
     kept = any((base / f"{f}.gz").exists() for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE))
-    if kept and len(_trials(base)) != trials:
+    if kept and len(run_trials(base)) != trials:
         return at(model_dir.with_name(f"{model_dir.name}-{trials}trials"))
     return base
 
 
-def _start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
+def start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
     """Clear an unfinished run's plain record files (a finished run's gzipped records are
-    never deleted: :func:`_run_dir`), wait for a quiet machine, say what is tuned."""
+    never deleted: :func:`run_dir`), wait for a quiet machine, say what is tuned."""
     for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
         if (work_dir / f"{f}.gz").exists():
             raise InputError(f"{work_dir} holds a finished run's records ({f}.gz); they are not overwritten")
@@ -113,7 +113,7 @@ def seconds_to_trials(work_dir: Path, trials: int) -> float | None:
     return next((t for n, t in trial_walls(work_dir) if n >= trials), None)
 
 
-def _tuned(guard, work_dir: Path, tune) -> dict:
+def tuned_run(guard, work_dir: Path, tune) -> dict:
     """Run ``tune()`` (one MetaSchedule tuning call), its builders' temporary files under
     ``work_dir/tmp`` (removed after).
 
@@ -122,10 +122,10 @@ def _tuned(guard, work_dir: Path, tune) -> dict:
         whole run, in cores, building and search included) and ``retimed_batches``
         (timing batches the guard timed again because another process was busy).
     """
-    from cdmpp.collect.machine import _build_tmpdir  # pylint: disable=import-outside-toplevel
+    from cdmpp.collect.machine import build_tmpdir  # pylint: disable=import-outside-toplevel
 
     retimed, t0, start = guard.retimed, time.perf_counter(), guard.snapshot()
-    with _build_tmpdir(work_dir / "tmp"):
+    with build_tmpdir(work_dir / "tmp"):
         tune()
     ds.pack(work_dir)  # gzipped copies of the finished run's records, small enough to keep in git
     save_trial_walls(work_dir)
@@ -133,7 +133,7 @@ def _tuned(guard, work_dir: Path, tune) -> dict:
             "retimed_batches": guard.retimed - retimed}
 
 
-def _search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
+def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
     points: the collector's measurement protocol, every batch timed on a quiet machine
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
@@ -203,7 +203,7 @@ class TuneBenchmarkConfig:
         return nets + [n for n in dict.fromkeys(e.split(":", 1)[0] for e in self.task_names) if n not in nets]
 
     def __post_init__(self):
-        _check_cost_models(self.cost_models)
+        check_cost_models(self.cost_models)
         if self.tasks < 1 or self.trials < 1 or self.trials_per_iter < 1:
             raise InputError(f"tasks, trials and trials_per_iter must be >= 1, got {self.tasks}, {self.trials}, "
                              f"{self.trials_per_iter}")
@@ -283,7 +283,7 @@ def best_so_far(run_secs: list[list[float] | None]) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def _records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
+def run_records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
     """``(workload index, run_secs or None when failed)`` of each measured trial of a work dir,
     in measurement order, from ``database_tuning_record.json`` or its gzipped copy.
     MetaSchedule's ``AddToDatabase`` stores a failed build or run as ``run_secs = [1e10]``."""
@@ -298,9 +298,9 @@ def _records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
     return out
 
 
-def _trials(work_dir: Path) -> list[list[float] | None]:
+def run_trials(work_dir: Path) -> list[list[float] | None]:
     """Measured trials of a ``tune_tir`` work dir, in measurement order (``None``: failed)."""
-    return [secs for _, secs in _records(work_dir)]
+    return [secs for _, secs in run_records(work_dir)]
 
 
 def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, progress: bool = True) -> list[dict]:
@@ -352,16 +352,16 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
             for model_name in cfg.cost_models:
                 task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
                 trials = cfg.trials_for(model_name)
-                work_dir = _run_dir(task_dir / model_name, None if single else seed, trials)
+                work_dir = run_dir(task_dir / model_name, None if single else seed, trials)
                 run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
-                if len(_trials(work_dir)) < trials:  # not finished: start this run again from scratch
-                    _start_run(work_dir, guard, progress,
+                if len(run_trials(work_dir)) < trials:  # not finished: start this run again from scratch
+                    start_run(work_dir, guard, progress,
                                f"tuning {net} {name} with {model_name}, seed {seed} ({trials} trials)")
-                    tools = _search_tools(model_name, cfg.checkpoint, guard)
-                    run = _tuned(guard, work_dir, partial(
+                    tools = search_tools(model_name, cfg.checkpoint, guard)
+                    run = tuned_run(guard, work_dir, partial(
                         ms.tune_tir, mod, target, str(work_dir), max_trials_global=trials,
                         num_trials_per_iter=cfg.trials_per_iter, seed=seed, num_tuning_cores=device.cores, **tools))
-                curve = best_so_far(_trials(work_dir))
+                curve = best_so_far(run_trials(work_dir))
                 row = {"network": net, "task": name, "weight": weight, "seed": seed, "cost_model": model_name,
                        "trials": int(curve.size), "other_cores": run["other_cores"],
                        "retimed_batches": run["retimed_batches"]}
@@ -398,7 +398,7 @@ def _finished_runs(out_dir: Path, value):
     ``out_dir`` with a measured trial (:func:`_work_dirs`)."""
     out: dict[str, dict[str, dict]] = {}
     for key, model, seed, run in _work_dirs(out_dir):
-        curve = best_so_far(_trials(run))
+        curve = best_so_far(run_trials(run))
         if curve.size and np.isfinite(curve[-1]):
             out.setdefault(key, {}).setdefault(model, {})[seed] = value(run, curve)
     return out

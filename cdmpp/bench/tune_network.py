@@ -21,13 +21,13 @@ from cdmpp.errors import InputError
 
 from .tune import (
     WEIGHTS_FILE,
-    _check_cost_models,
-    _records,
-    _run_dir,
-    _search_tools,
-    _start_run,
-    _trials,
-    _tuned,
+    check_cost_models,
+    run_records,
+    run_dir,
+    search_tools,
+    start_run,
+    run_trials,
+    tuned_run,
     run_seed,
 )
 
@@ -56,7 +56,7 @@ class NetworkTuneConfig:
     repeat: int = 20
 
     def __post_init__(self):
-        _check_cost_models(self.cost_models)
+        check_cost_models(self.cost_models)
         if self.trials < 1 or self.trials_per_iter < 1 or self.repeat < 1:
             raise InputError(f"trials, trials_per_iter and repeat must be >= 1, got {self.trials}, "
                              f"{self.trials_per_iter}, {self.repeat}")
@@ -77,7 +77,7 @@ def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
     best = {h: np.inf for h in weights}
     out = []
-    for index, secs in _records(Path(work_dir)):
+    for index, secs in run_records(Path(work_dir)):
         h = hashes[index] if index < len(hashes) else None
         if h in best and secs:
             best[h] = min(best[h], float(np.median(secs)))
@@ -133,13 +133,13 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     (Path(out_dir) / cfg.network / WEIGHTS_FILE).write_text(json.dumps(weights), encoding="utf-8")
     rows = []
     for model_name in cfg.cost_models:
-        work_dir = _run_dir(Path(out_dir) / cfg.network / model_name, cfg.seed, cfg.trials)
+        work_dir = run_dir(Path(out_dir) / cfg.network / model_name, cfg.seed, cfg.trials)
         run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
-        if len(_trials(work_dir)) < cfg.trials:
-            _start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
+        if len(run_trials(work_dir)) < cfg.trials:
+            start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
                                                   f"seed {cfg.seed} ({cfg.trials} trials)")
-            tools = _search_tools(model_name, cfg.checkpoint, guard)
-            run = _tuned(guard, work_dir, partial(
+            tools = search_tools(model_name, cfg.checkpoint, guard)
+            run = tuned_run(guard, work_dir, partial(
                 ms.relax_integration.tune_relax, mod, None, target, str(work_dir), max_trials_global=cfg.trials,
                 num_trials_per_iter=cfg.trials_per_iter, seed=cfg.seed, **tools))
         for f in (ds.WORKLOAD_FILE, ds.RECORD_FILE):  # a run kept only gzipped (in git, say)

@@ -79,17 +79,6 @@ class MeasureConfig:
         if self.adaptive_repeats is not None and self.adaptive_repeats >= self.repeat:
             self.adaptive_repeats = None  # nothing left to skip: every repeat
 
-    def run_evaluator(self):
-        """The runner's ``f_run_evaluator`` of this protocol (``None``: MetaSchedule's default)."""
-        if self.adaptive_repeats is None:
-            return None
-        import functools  # pylint: disable=import-outside-toplevel
-
-        from .timing import adaptive_run_evaluator  # pylint: disable=import-outside-toplevel
-
-        return functools.partial(adaptive_run_evaluator, first=self.adaptive_repeats, min_s=self.adaptive_min_s,
-                                 max_spread=self.adaptive_max_spread)
-
     def evaluator_config(self):
         """MetaSchedule's ``EvaluatorConfig`` of this protocol."""
         from ..tvm_compat import EvaluatorConfig  # pylint: disable=import-outside-toplevel

@@ -13,18 +13,18 @@ from cdmpp.errors import InputError
 from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectConfig, CollectSummary, MachineBusyError
-from .machine import PooledBuilder, StageClock, _build_tmpdir, _note
-from .sampling import _plan_tasks, _tune_context, sampling_threads
+from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
+from .sampling import plan_tasks, make_tune_context, sampling_threads
 from .store import (
-    _manifest,
-    _mark_phase,
-    _mark_tasks,
-    _program_key,
-    _Store,
-    _Task,
-    _task_seed,
+    build_manifest,
+    mark_phase,
+    mark_tasks,
+    program_hash_key,
+    DatasetStore,
+    TaskEntry,
+    task_seed_of,
 )
-from .timing import _finish_batch, _make_bench, _submit_batch
+from .timing import finish_batch, make_bench, submit_batch
 
 
 class _Collection:
@@ -47,11 +47,11 @@ class _Collection:
         """Whether an earlier visit found this workload's design space used up."""
         return any(t.get("workload_key") == key and "space_exhausted_at" in t for t in self.manifest["tasks"])
 
-    def visit(self, task: _Task, goal: int):
+    def visit(self, task: TaskEntry, goal: int):
         """Sample, measure and record programs of one task until it has ``goal`` (or its space runs out).
 
         A generator: it yields each batch of fresh ``(candidate, program_key)`` pairs to
-        measure and is sent back their :func:`_finish_batch` results, so that
+        measure and is sent back their :func:`finish_batch` results, so that
         :meth:`run_round` can build one task's batch while another task samples."""
         key, wl, cfg = task.workload_key, self.workloads[task.workload_key], self.cfg
         need = goal - self.store.done.get(key, 0)
@@ -62,7 +62,7 @@ class _Collection:
                 self.store.measured_program_keys(wl, key) if self.store.done.get(key) else set()
             )
         n_random = goal - round(goal * cfg.evolutionary_fraction)
-        seed = _task_seed(cfg.seed, key, self.store.done.get(key, 0))
+        seed = task_seed_of(cfg.seed, key, self.store.done.get(key, 0))
         for phase in ("random", "evolutionary"):
             if need <= 0 or self.stop_requested():
                 break
@@ -75,9 +75,9 @@ class _Collection:
                 break
             else:
                 want = need
-                _mark_phase(self.manifest, self.dir, task, done)
+                mark_phase(self.manifest, self.dir, task, done)
             if (yield from self._phase(task, wl, phase, want, seen, seed, goal, earlier_failures)):
-                _mark_tasks(self.manifest, self.dir, key, "space_exhausted_at", self.store.done.get(key, 0), True)
+                mark_tasks(self.manifest, self.dir, key, "space_exhausted_at", self.store.done.get(key, 0), True)
                 break
             need = goal - self.store.done.get(key, 0)
         if need > 0 and not self.stop_requested():  # the design space ran out of distinct programs
@@ -92,7 +92,7 @@ class _Collection:
         cfg, key, clock = self.cfg, task.workload_key, self.bench.clock
         sampling = "random sampling" if phase == "random" else "evolutionary search"
         with clock.stage("cost model training" if phase != "random" else sampling):
-            ctx, cost_model = _tune_context(
+            ctx, cost_model = make_tune_context(
                 task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population,
                 self._models.get(key), clock, sampling_threads(self.device.cores, cfg.tasks_in_flight),
             )
@@ -138,7 +138,7 @@ class _Collection:
         fresh = []
         with self.bench.clock.stage("de-duplication"):
             for c in cands:
-                pk = _program_key(c.sch.mod)
+                pk = program_hash_key(c.sch.mod)
                 if pk in seen:
                     self.dups += 1
                     continue
@@ -146,7 +146,7 @@ class _Collection:
                 fresh.append((c, pk))
         return fresh
 
-    def _record(self, task: _Task, wl, batch: list, record_type) -> dict:
+    def _record(self, task: TaskEntry, wl, batch: list, record_type) -> dict:
         """Store a measured batch: records and failures; returns runner results of the successes by candidate id."""
         from ..tvm_compat import ms  # pylint: disable=import-outside-toplevel
 
@@ -167,7 +167,7 @@ class _Collection:
                 results[id(c)] = ms.runner.RunnerResult(secs, None)
         return results
 
-    def task_failed(self, task: _Task, err: Exception) -> None:
+    def task_failed(self, task: TaskEntry, err: Exception) -> None:
         """Keep one task's TVM error in the manifest; the collection goes on."""
         self.task_errors += 1
         message = f"{type(err).__name__}: {err}"
@@ -181,7 +181,7 @@ class _Collection:
             }
         )
         ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
-        _note(
+        log_note(
             f"{task.network}:{task.task_name}: skipped after {message.splitlines()[0][:200]} "
             "(kept in the manifest; the next collection tries it again)"
         )
@@ -206,7 +206,7 @@ class _Collection:
             self.checkpoint(final=False)
             self._last_pack = time.time()
 
-    def _advance(self, task: _Task, goal: int, steps, measured, inflight: list) -> None:
+    def _advance(self, task: TaskEntry, goal: int, steps, measured, inflight: list) -> None:
         """Run one task's visit (``steps``; ``None``: start it) until it asks for its next batch
         (queued for building and appended to ``inflight``) or ends; a TVM error ends only
         that task."""
@@ -222,9 +222,9 @@ class _Collection:
                 raise  # a stop signal that landed inside a TVM callback
             self.task_failed(task, err)
             return
-        inflight.append((task, steps, _submit_batch(self.bench, fresh)))
+        inflight.append((task, steps, submit_batch(self.bench, fresh)))
 
-    def run_round(self, tasks: list[_Task], goal: int) -> None:
+    def run_round(self, tasks: list[TaskEntry], goal: int) -> None:
         """Visit every task once, towards ``goal`` programs each.
 
         With ``tasks_in_flight`` 2, two tasks are in flight at a time: while one task's
@@ -256,7 +256,7 @@ class _Collection:
                 if not inflight or self.stop_requested():
                     break
                 task, steps, submitted = inflight.pop(0)
-                self._advance(task, goal, steps, _finish_batch(self.bench, submitted), inflight)
+                self._advance(task, goal, steps, finish_batch(self.bench, submitted), inflight)
         finally:
             for _, steps, _ in inflight:  # batches not timed: their programs are sampled again next time
                 steps.close()
@@ -322,10 +322,10 @@ def collect(
         cfg = replace(cfg, measure=replace(cfg.measure, adaptive_repeats=None))
     target = Target(device.target)
     device_dir = Path(cfg.out_dir) / device.device_id
-    store = _Store(device_dir)
+    store = DatasetStore(device_dir)
     clock = StageClock()
-    every, visit, workloads = _plan_tasks(cfg, device_dir, store, target, clock)
-    manifest = _manifest(device, cfg, ds.read_manifest(device_dir), every)
+    every, visit, workloads = plan_tasks(cfg, device_dir, store, target, clock)
+    manifest = build_manifest(device, cfg, ds.read_manifest(device_dir), every)
     manifest["collections"].append(
         {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -343,9 +343,9 @@ def collect(
     if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
         manifest["collections"][-1]["cuda_compile_mode"] = compile_mode
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-    with _build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
+    with build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
         load_tensor_intrinsics(target)
-        bench = _make_bench(cfg, device, target, clock, tmp)
+        bench = make_bench(cfg, device, target, clock, tmp)
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
         try:
             for goal in cfg.goals:

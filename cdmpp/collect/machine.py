@@ -200,7 +200,7 @@ class QuietGuard:
 
 
 @contextmanager
-def _build_tmpdir(path: Path):
+def build_tmpdir(path: Path):
     """Point ``TMPDIR`` (inherited by the build workers) at ``path`` and remove it afterwards."""
     path.mkdir(parents=True, exist_ok=True)
     old = os.environ.get("TMPDIR")
@@ -463,7 +463,7 @@ def quiet_runner(inner, guard: QuietGuard, report: Callable[[str], None] | None 
     return QuietRunner()
 
 
-def _note(message: str) -> None:
+def log_note(message: str) -> None:
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
     tqdm.write(message)

@@ -12,8 +12,8 @@ from cdmpp.errors import InputError
 from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectSummary, MeasureConfig, QuietConfig
-from .store import _program_key, _Store, _Task
-from .timing import _local_bench, _measure_batch
+from .store import program_hash_key, DatasetStore, TaskEntry
+from .timing import local_bench, measure_batch
 
 
 def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir: Path, network: str = "imported") -> int:
@@ -36,7 +36,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
         raise InputError(f"device id {device_id!r} must be a plain folder name")
     src = ds.load_database(Path(workload_db), Path(record_db), device_id)
     device_dir = Path(out_dir) / device_id
-    store = _Store(device_dir)
+    store = DatasetStore(device_dir)
     manifest = ds.read_manifest(device_dir)
     tasks = {(t["network"], t["task_name"]): t for t in manifest.get("tasks", [])}
     known: dict[str, set[str]] = {}
@@ -54,7 +54,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
             )
         from ..featurize import as_module  # pylint: disable=import-outside-toplevel
 
-        pk = _program_key(as_module(p.record))
+        pk = program_hash_key(as_module(p.record))
         if pk in known[key]:
             continue
         known[key].add(pk)
@@ -142,17 +142,17 @@ def remeasure(
     for i in order[:sample]:
         p = db.programs[i]
         mod = program_from_record(p.record)
-        pk = _program_key(mod)
+        pk = program_hash_key(mod)
         if pk not in done:
             picked.append((p, mod, pk))
     from dataclasses import replace  # pylint: disable=import-outside-toplevel
 
-    bench = _local_bench(replace(m, max_repeat_cv=None), target, dev_type, quiet or QuietConfig())
+    bench = local_bench(replace(m, max_repeat_cv=None), target, dev_type, quiet or QuietConfig())
     bar = tqdm(total=len(picked), disable=not progress, unit="prog", desc="re-measuring")
     for s in range(0, len(picked), 16):
         chunk = picked[s : s + 16]
         fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk) for p, mod, pk in chunk]
-        timed = {pk: (secs, err) for _, pk, secs, _, err in _measure_batch(bench, fresh)}
+        timed = {pk: (secs, err) for _, pk, secs, _, err in measure_batch(bench, fresh)}
         with open(out, "a", encoding="utf-8") as f:
             for p, _, pk in chunk:
                 secs, err = timed[pk]
@@ -221,13 +221,13 @@ def measure_programs(
     target = Target(device.target)
     m = measure or MeasureConfig()
     device_dir = Path(out_dir) / device.device_id
-    store = _Store(device_dir)
+    store = DatasetStore(device_dir)
     manifest = ds.read_manifest(device_dir)
     todo, tasks = _chosen_programs(src, index, store, manifest)
     manifest = _transfer_manifest(manifest, device, m, tasks, source_dir, len(index), note)
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
     load_tensor_intrinsics(target)
-    bench = _local_bench(m, target, "cpu", quiet or QuietConfig())
+    bench = local_bench(m, target, "cpu", quiet or QuietConfig())
     counts = {"measured": 0, "failed": 0}
     try:
         _time_chosen(bench, todo, src, store, target, counts, progress, device.device_id)
@@ -239,7 +239,7 @@ def measure_programs(
                           time.time() - start)
 
 
-def _chosen_programs(src, index: list[int], store: _Store, manifest: dict) -> tuple[list, dict]:
+def _chosen_programs(src, index: list[int], store: DatasetStore, manifest: dict) -> tuple[list, dict]:
     """The chosen programs not yet measured or failed here, as ``(program, workload, key,
     mod, program key)``, and the tasks of every chosen program (keyed by network and name)."""
     from ..tvm_compat import program_from_record  # pylint: disable=import-outside-toplevel
@@ -257,7 +257,7 @@ def _chosen_programs(src, index: list[int], store: _Store, manifest: dict) -> tu
         for t in src_tasks.get(src.workload_keys[p.workload_index], []):
             tasks.setdefault((t["network"], t["task_name"]), {**t, "workload_key": key})
         mod = program_from_record(p.record)
-        pk = _program_key(mod)
+        pk = program_hash_key(mod)
         if pk in seen[key]:
             continue
         seen[key].add(pk)
@@ -291,7 +291,7 @@ def _transfer_manifest(old: dict, device, m: MeasureConfig, tasks: dict, source_
     return manifest
 
 
-def _time_chosen(bench, todo: list, src, store: _Store, target, counts: dict[str, int], progress: bool,
+def _time_chosen(bench, todo: list, src, store: DatasetStore, target, counts: dict[str, int], progress: bool,
                  desc: str) -> None:
     """Time ``todo`` in chunks of 16 and store each result at once, counting into ``counts``
     (``measured``, ``failed``) as it goes, so that an interrupted call reports what it stored."""
@@ -308,13 +308,13 @@ def _time_chosen(bench, todo: list, src, store: _Store, target, counts: dict[str
             chunk = todo[s : s + 16]
             fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=mod), args_info=p.record.args_info), pk)
                      for p, _, _, mod, pk in chunk]
-            timed = {pk: (secs, stage, err) for _, pk, secs, stage, err in _measure_batch(bench, fresh)}
+            timed = {pk: (secs, stage, err) for _, pk, secs, stage, err in measure_batch(bench, fresh)}
             for p, wl, key, _, pk in chunk:
                 secs, stage, err = timed[pk]
                 record = TuningRecord(p.record.trace, wl, secs, target, p.record.args_info)
                 if secs is None:
                     t = next(iter(src_tasks.get(src.workload_keys[p.workload_index], [])), {})
-                    task = _Task(t.get("network", "?"), t.get("task_name", key), 1, 0.0, None, key)
+                    task = TaskEntry(t.get("network", "?"), t.get("task_name", key), 1, 0.0, None, key)
                     store.add_failure(task, pk, stage, err, record)
                     counts["failed"] += 1
                     continue

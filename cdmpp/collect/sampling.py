@@ -9,17 +9,17 @@ from .. import dataset as ds
 from ..device import DeviceDescriptor
 from .config import CollectConfig
 from .machine import StageClock
-from .store import _known_tasks, _Store, _Task
+from .store import known_tasks, DatasetStore, TaskEntry
 
 
-def extract_network_tasks(network: str, target) -> list[_Task]:
+def extract_network_tasks(network: str, target) -> list[TaskEntry]:
     """The MetaSchedule tuning tasks of a zoo network, with weights and FLOPs."""
     from .. import networks as zoo  # pylint: disable=import-outside-toplevel
 
     return extract_spec_tasks(zoo.get_network(network), target)
 
 
-def extract_spec_tasks(spec, target) -> list[_Task]:
+def extract_spec_tasks(spec, target) -> list[TaskEntry]:
     """The MetaSchedule tuning tasks of a :class:`cdmpp.networks.NetworkSpec` (a zoo entry or
     a network outside the zoo), with weights and FLOPs, in extraction order."""
     from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch  # pylint: disable=import-outside-toplevel
@@ -33,7 +33,7 @@ def extract_spec_tasks(spec, target) -> list[_Task]:
             flops = float(estimate_tir_flops(sub))
         except Exception:
             flops = 0.0
-        tasks.append(_Task(network, str(t.task_name), int(t.weight), flops, sub))
+        tasks.append(TaskEntry(network, str(t.task_name), int(t.weight), flops, sub))
     return tasks
 
 
@@ -67,8 +67,8 @@ def sampling_threads(cores: int, tasks_in_flight: int) -> int:
     return cores if tasks_in_flight <= 1 else max(1, cores // 2)
 
 
-def _tune_context(
-    task: _Task, target, device: DeviceDescriptor, phase: str, seed: int, store: _Store, workload, population: int,
+def make_tune_context(
+    task: TaskEntry, target, device: DeviceDescriptor, phase: str, seed: int, store: DatasetStore, workload, population: int,
     cost_model=None, clock: StageClock | None = None, threads: int | None = None,
 ):
     """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random).
@@ -107,7 +107,7 @@ def _tune_context(
     return ctx, cost_model
 
 
-def _plan_tasks(cfg: CollectConfig, device_dir: Path, store: _Store, target, clock: StageClock):
+def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target, clock: StageClock):
     """Every task of the networks (from the manifest, or extracted), filed under its workload.
 
     Returns:
@@ -115,7 +115,7 @@ def _plan_tasks(cfg: CollectConfig, device_dir: Path, store: _Store, target, clo
         workload by key)``.
     """
     per_network = []
-    known = _known_tasks(ds.read_manifest(device_dir), device_dir)
+    known = known_tasks(ds.read_manifest(device_dir), device_dir)
     with clock.stage("task extraction"):
         for n in cfg.networks:
             per_network.append(known.get(n) or extract_network_tasks(n, target))

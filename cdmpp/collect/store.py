@@ -14,7 +14,7 @@ from .config import INPUT_FILL, SAMPLING_POLICY, CollectConfig
 
 
 @dataclass
-class _Task:
+class TaskEntry:
     network: str
     task_name: str
     weight: int
@@ -23,7 +23,7 @@ class _Task:
     workload_key: str = ""
 
 
-def _known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[_Task]]:
+def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[TaskEntry]]:
     """Task lists of networks already extracted into this device folder (no Relax import needed).
 
     A network counts only when the manifest lists all of its tasks and each task's workload
@@ -37,7 +37,7 @@ def _known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[_Task]]:
     mods = {}
     for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE)):
         mods[str(obj[0])] = obj
-    out: dict[str, list[_Task]] = {}
+    out: dict[str, list[TaskEntry]] = {}
     for t in manifest.get("tasks", []):
         if t["network"] in counts and t.get("workload_key") in mods:
             out.setdefault(t["network"], []).append(t)
@@ -45,19 +45,19 @@ def _known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[_Task]]:
     for n, entries in out.items():
         if len(entries) == counts[n]:
             tasks[n] = [
-                _Task(n, e["task_name"], e["weight"], e["flops"], Workload.from_json(mods[e["workload_key"]]).mod)
+                TaskEntry(n, e["task_name"], e["weight"], e["flops"], Workload.from_json(mods[e["workload_key"]]).mod)
                 for e in entries
             ]
     return tasks
 
 
-def _program_key(mod) -> str:
+def program_hash_key(mod) -> str:
     from ..tvm_compat import structural_hash  # pylint: disable=import-outside-toplevel
 
     return str(structural_hash(mod))
 
 
-def _task_seed(seed: int, workload_key: str, measured: int = 0) -> int:
+def task_seed_of(seed: int, workload_key: str, measured: int = 0) -> int:
     """The sampling seed of a task: from the base seed, its workload key and its programs measured so far.
 
     A first visit (``measured == 0``) keeps the seed it always had. A later round (a
@@ -68,7 +68,7 @@ def _task_seed(seed: int, workload_key: str, measured: int = 0) -> int:
     return (seed * 1_000_003 + int(workload_key) % 2_147_483_629 + 7_919 * measured) % 2_147_483_647
 
 
-class _Store:
+class DatasetStore:
     """Append-only files of one device folder, and what they already hold."""
 
     def __init__(self, device_dir: Path):
@@ -114,7 +114,7 @@ class _Store:
         for rec in self.db.get_top_k(workload, 1 << 30):
             sch = Schedule(workload.mod)
             rec.trace.apply_to_schedule(sch, remove_postproc=False)
-            keys.add(_program_key(sch.mod))
+            keys.add(program_hash_key(sch.mod))
         if workload_key is not None:
             self._program_keys[workload_key] = set(keys)
         return keys
@@ -130,7 +130,7 @@ class _Store:
             else:
                 self._program_keys[workload_key].add(program_key)
 
-    def add_failure(self, task: _Task, program_key: str, stage: str, error: str, record) -> None:
+    def add_failure(self, task: TaskEntry, program_key: str, stage: str, error: str, record) -> None:
         """Append a failed build/run: the tuning record (``run_secs`` null) with its error."""
         line = {
             "workload_key": task.workload_key,
@@ -150,7 +150,7 @@ class _Store:
         self.failed_keys.setdefault(task.workload_key, set()).add(program_key)
 
 
-def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[_Task]) -> dict:
+def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[TaskEntry]) -> dict:
     from ..tvm_compat import tvm_version  # pylint: disable=import-outside-toplevel
 
     entries = {(t["network"], t["task_name"]): t for t in old.get("tasks", [])}
@@ -189,7 +189,7 @@ def _manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: li
     }
 
 
-def _mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name: str, value, overwrite: bool) -> None:
+def mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name: str, value, overwrite: bool) -> None:
     """Set ``field_name`` on every manifest task of the workload (once unless ``overwrite``), then save."""
     changed = False
     for t in manifest["tasks"]:
@@ -200,7 +200,7 @@ def _mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name:
         ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
 
-def _mark_phase(manifest: dict, device_dir: Path, task: _Task, random_programs: int) -> None:
+def mark_phase(manifest: dict, device_dir: Path, task: TaskEntry, random_programs: int) -> None:
     """Record, once and before it measures anything, where a task's evolutionary phase begins."""
     for t in manifest["tasks"]:
         if t["network"] == task.network and t["task_name"] == task.task_name and "random_programs" not in t:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from ..device import DeviceDescriptor
 from .config import CollectConfig, MeasureConfig, QuietConfig
-from .machine import PooledBuilder, QuietGuard, StageClock, _note
+from .machine import PooledBuilder, QuietGuard, StageClock, log_note
 
 _INDEX_DTYPES = ("int32", "int64")
 
@@ -132,6 +133,15 @@ def stops_early(first_costs: list[float], min_s: float, max_spread: float) -> bo
     their spread (max - min) / median at most ``max_spread``."""
     median = statistics.median(first_costs)
     return median >= min_s and max(first_costs) - min(first_costs) <= max_spread * median
+
+
+def run_evaluator(m: MeasureConfig):
+    """The runner's ``f_run_evaluator`` of the measuring protocol ``m`` (``None``:
+    MetaSchedule's default, every repeat)."""
+    if m.adaptive_repeats is None:
+        return None
+    return functools.partial(adaptive_run_evaluator, first=m.adaptive_repeats, min_s=m.adaptive_min_s,
+                             max_spread=m.adaptive_max_spread)
 
 
 def adaptive_run_evaluator(rt_mod, device, evaluator_config, repeated_args, first: int = 4, min_s: float = 0.002,
@@ -259,20 +269,20 @@ def _timed_quietly(bench: _Bench, items: list, bounds: dict) -> list:
     """:func:`_run_batch` on a quiet machine (:meth:`QuietGuard.run_quietly`)."""
     if bench.guard is None or not items:
         return _run_batch(bench, items, bounds)
-    return bench.guard.run_quietly(lambda: _run_batch(bench, items, bounds), _note,
+    return bench.guard.run_quietly(lambda: _run_batch(bench, items, bounds), log_note,
                                    lambda: bench.clock.stage("quiet-machine wait"))
 
 
 @dataclass
 class _Submitted:
-    """A batch whose builds are queued (:func:`_submit_batch`)."""
+    """A batch whose builds are queued (:func:`submit_batch`)."""
 
     fresh: list
     builds: list  # concurrent futures of BuilderResults, or the BuilderResults themselves
     bounds: dict
 
 
-def _submit_batch(bench: _Bench, fresh: list) -> _Submitted:
+def submit_batch(bench: _Bench, fresh: list) -> _Submitted:
     """Queue the builds of ``fresh`` ``(candidate, program_key)`` pairs (on the worker
     processes; a builder without ``submit`` builds them here and now)."""
     from ..tvm_compat import BuilderInput  # pylint: disable=import-outside-toplevel
@@ -293,7 +303,7 @@ def _submit_batch(bench: _Bench, fresh: list) -> _Submitted:
     return _Submitted(fresh, builds, bounds)
 
 
-def _finish_batch(bench: _Bench, batch: _Submitted) -> list[tuple]:
+def finish_batch(bench: _Bench, batch: _Submitted) -> list[tuple]:
     """Wait for a submitted batch's builds, then time its programs one at a time with the
     build workers paused (:meth:`PooledBuilder.paused`).
 
@@ -338,17 +348,17 @@ def _finish_batch(bench: _Bench, batch: _Submitted) -> list[tuple]:
     return out
 
 
-def _measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
+def measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
     """Build ``fresh`` ``(candidate, program_key)`` pairs in parallel, then time them one at
-    a time (:func:`_submit_batch`, then :func:`_finish_batch`).
+    a time (:func:`submit_batch`, then :func:`finish_batch`).
 
     Returns:
         ``(candidate, program_key, run_secs or None, stage, error)`` per program.
     """
-    return _finish_batch(bench, _submit_batch(bench, fresh))
+    return finish_batch(bench, submit_batch(bench, fresh))
 
 
-def _local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | None, probe_file: Path | None = None,
+def local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | None, probe_file: Path | None = None,
                  clock: StageClock | None = None) -> _Bench:
     """A builder on all cores, a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is
     ``None``, the quiet-machine guard."""
@@ -358,17 +368,17 @@ def _local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | N
     builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement,
                             f_export=export_shared_library if dev_type == "cpu" else None)
     runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config(),
-                         f_run_evaluator=m.run_evaluator())
+                         f_run_evaluator=run_evaluator(m))
     guard = QuietGuard(quiet) if quiet is not None else None
     return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file)
 
 
-def _make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: StageClock, tmp: Path) -> _Bench:
+def make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: StageClock, tmp: Path) -> _Bench:
     """The collection's builder and runner (local, or through an RPC tracker) and its guard."""
     from ..tvm_compat import RPCConfig, RPCRunner  # pylint: disable=import-outside-toplevel
 
     dev_type = "cuda" if device.kind == "gpu" else "cpu"
-    bench = _local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock)
+    bench = local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock)
     if cfg.rpc is not None:  # RPC boards are timed elsewhere: no guard on this host
         m, r = cfg.measure, cfg.rpc
         bench.runner = RPCRunner(
