@@ -44,7 +44,7 @@ _LAZY = {
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib  # pylint: disable=import-outside-toplevel
+        import importlib  # noqa: PLC0415  (only on the branch that needs it)
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cdmpp' has no attribute {name!r}")

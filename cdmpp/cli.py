@@ -11,6 +11,7 @@
     cdmpp adapt    -s DEVDIR -o OUT     teach a checkpoint this machine (or --measured-dir: a device measured elsewhere)
     cdmpp predict  --work-dir W         predicted latency (and interval, and error) of each program, as CSV
     cdmpp estimate NET|relax.json|module.py:function --device D   a whole network's per-task table and total
+    cdmpp tune     NET|relax.json|module.py:function --work-dir W   tune a network with the plugin, build it
     cdmpp serve                         HTTP prediction service
     cdmpp bench NAME ...                benchmarks and studies: tune, truth-check, calibrate, speed, serve-load,
                                         collect-rate, search-check, repeat-check, adapt-table, fit-study
@@ -21,14 +22,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
+from .bench.cli import add_bench_parser
+from .data_cli import add_parsers as add_data_parsers
 from .data_cli import expand_work_dir
+from .errors import CdmppError
+from .inference_cli import add_parsers as add_inference_parsers
+from .predictor import DEFAULT_CHECKPOINT
+from .train.config import TrainConfig, TrainData
 
 
 def _model_configs(args):
-    from .model import ModelConfig  # pylint: disable=import-outside-toplevel
-    from .train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+    from .model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
 
     def given(**kw):
         return {k: v for k, v in kw.items() if v is not None}
@@ -69,8 +76,7 @@ def _model_configs(args):
 
 
 def _cmd_train(args) -> int:
-    from .train.config import TrainData  # pylint: disable=import-outside-toplevel
-    from .train.train import train  # pylint: disable=import-outside-toplevel
+    from .train.train import train  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     mcfg, tcfg = _model_configs(args)
     data = TrainData(
@@ -91,9 +97,8 @@ def _cmd_train(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from .predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
-    from .train.evaluate import EvaluateOptions, evaluate  # pylint: disable=import-outside-toplevel
-    from .train.report import format_device_table, format_table, write_rows  # pylint: disable=import-outside-toplevel
+    from .train.evaluate import EvaluateOptions, evaluate  # noqa: PLC0415  (keeps torch off this module's import)
+    from .train.report import format_device_table, format_table, write_rows  # noqa: PLC0415  (keeps torch off this module's import)
 
     expand_work_dir(args)
     if args.benchmark:
@@ -118,9 +123,7 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_adapt(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from .predictor import DEFAULT_CHECKPOINT
-    from .train.adapt import AdaptConfig, adapt_local, adapt_measured
+    from .train.adapt import AdaptConfig, adapt_local, adapt_measured  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
 
     cfg = AdaptConfig(shots=args.shots, selection=args.selection, init=args.init, method=args.method, seed=args.seed)
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
@@ -155,8 +158,7 @@ def _cmd_adapt(args) -> int:
 
 
 def _benchmark(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from .train.benchmark import (
+    from .train.benchmark import (  # noqa: PLC0415  (keeps torch off this module's import)
         BenchmarkConfig,
         format_benchmark,
         run_benchmark,
@@ -188,9 +190,9 @@ def _benchmark(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    import uvicorn  # pylint: disable=import-outside-toplevel
+    import uvicorn  # noqa: PLC0415  (keeps uvicorn off this module's import)
 
-    from .serve.app import ServeConfig, create_app, is_loopback  # pylint: disable=import-outside-toplevel
+    from .serve.app import ServeConfig, create_app, is_loopback  # noqa: PLC0415  (keeps pydantic off this module's import)
 
     if args.unsafe_execute_client_tvmscript and not is_loopback(args.host):
         print(f"error: --unsafe-execute-client-tvmscript runs client code; it is allowed on a loopback address "
@@ -395,18 +397,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show the traceback of cdmpp's own errors too")
     sub = p.add_subparsers(dest="command", required=True)
 
-    from .data_cli import add_parsers as add_data_parsers  # pylint: disable=import-outside-toplevel
 
     add_data_parsers(sub)
     _add_learning_parsers(sub)
     _add_adaptation_parsers(sub)
     _add_serve_parser(sub)
-    from .bench.cli import add_bench_parser  # pylint: disable=import-outside-toplevel
-    from .inference_cli import add_parsers as add_inference_parsers  # pylint: disable=import-outside-toplevel
 
     add_inference_parsers(sub)
     add_bench_parser(sub)
     return p
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
+    print(f"cdmpp: warning: {message}", file=file or sys.stderr)
+
+
+def _quiet_warnings() -> None:
+    """The command line's warnings: cdmpp's own (a device chosen by a rule, say) as one line
+    each, and no library noise (deprecations and future changes inside torch or TVM)."""
+    warnings.showwarning = _one_line_warning
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown device, a busy machine) print as one line and exit 2; ``--debug`` shows
     their traceback too.  Any other exception is a bug and keeps its traceback.
     """
-    from .errors import CdmppError  # pylint: disable=import-outside-toplevel
 
     args = build_parser().parse_args(argv)
+    _quiet_warnings()
     try:
         return int(args.func(args) or 0)
     except CdmppError as err:

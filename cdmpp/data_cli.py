@@ -11,12 +11,24 @@ import signal
 import sys
 from pathlib import Path
 
+from . import dataset as ds
+from .collect import (
+    CollectConfig,
+    MachineBusyError,
+    MeasureConfig,
+    QuietConfig,
+    RPCSettings,
+    StageClock,
+    collect,
+    import_database,
+    remeasure,
+)
+from .dataset import RECORD_FILE, WORKLOAD_FILE, resolve
 from .errors import InputError
 
 
 def _cmd_networks(args) -> int:
-    from . import dataset as ds  # pylint: disable=import-outside-toplevel
-    from . import networks  # pylint: disable=import-outside-toplevel
+    from . import networks  # noqa: PLC0415  (keeps torch off this module's import)
 
     names = networks.network_names()
     known: dict[str, tuple[int, int]] = {}  # network -> (tasks, total task weight), from a dataset
@@ -28,15 +40,15 @@ def _cmd_networks(args) -> int:
                 known.setdefault(n, (int(info["tasks"]), weight))
     target = None
     if args.count_tasks:
-        from .device import local_cpu  # pylint: disable=import-outside-toplevel
-        from .tvm_compat import Target  # pylint: disable=import-outside-toplevel
+        from .device import local_cpu  # noqa: PLC0415  (only on the branch that needs it)
+        from .tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         target = Target(local_cpu().target)
     print(f"{'network':<26}{'family':<14}{'input':<20}{'tasks':>6}{'weight':>8}")
     for n in names:
         spec = networks.get_network(n)
         if n not in known and target is not None:
-            from .collect import extract_network_tasks  # pylint: disable=import-outside-toplevel
+            from .collect import extract_network_tasks  # noqa: PLC0415  (only on the branch that needs it)
 
             tasks = extract_network_tasks(n, target)
             known[n] = (len(tasks), sum(t.weight for t in tasks))
@@ -46,16 +58,6 @@ def _cmd_networks(args) -> int:
 
 
 def _cmd_collect(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from .collect import (
-        CollectConfig,
-        MachineBusyError,
-        MeasureConfig,
-        QuietConfig,
-        RPCSettings,
-        StageClock,
-        collect,
-    )
 
     rpc = None
     if args.rpc_tracker:
@@ -130,8 +132,6 @@ def _cmd_collect(args) -> int:
 
 
 def _cmd_remeasure(args) -> int:
-    from . import dataset as ds  # pylint: disable=import-outside-toplevel
-    from .collect import remeasure  # pylint: disable=import-outside-toplevel
 
     for d in ds.device_dirs(Path(args.dataset)):
         try:
@@ -145,7 +145,6 @@ def _cmd_remeasure(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from . import dataset as ds  # pylint: disable=import-outside-toplevel
 
     bad_total = 0
     for d in ds.device_dirs(Path(args.dataset)):
@@ -168,7 +167,6 @@ def expand_work_dir(args: argparse.Namespace) -> None:
     A file's gzipped form (``<name>.gz``, as a shipped dataset folder holds) is taken
     when the plain file is absent.
     """
-    from .dataset import RECORD_FILE, WORKLOAD_FILE, resolve  # pylint: disable=import-outside-toplevel
 
     if args.work_dir:
         wl, rec = Path(args.work_dir) / WORKLOAD_FILE, Path(args.work_dir) / RECORD_FILE
@@ -177,7 +175,6 @@ def expand_work_dir(args: argparse.Namespace) -> None:
 
 
 def _cmd_import(args) -> int:
-    from .collect import import_database  # pylint: disable=import-outside-toplevel
 
     expand_work_dir(args)
     if not args.record_db or not args.workload_db:
@@ -189,7 +186,6 @@ def _cmd_import(args) -> int:
 
 
 def _cmd_pack(args) -> int:
-    from . import dataset as ds  # pylint: disable=import-outside-toplevel
 
     for d in ds.device_dirs(Path(args.dataset)):
         for p in ds.pack(d):

@@ -15,6 +15,7 @@ the compressed form shipped in ``datasets/``.  Readers take either.
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import io
 import json
@@ -147,7 +148,7 @@ def load_database(
         DatasetError: a file is missing, or the database holds no measured record
             (with ``records``).
     """
-    from .tvm_compat import TuningRecord, Workload  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import TuningRecord, Workload  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     for p in (workload_path, record_path):
         if not Path(p).exists():
@@ -327,7 +328,6 @@ def drift_line(device_dir: Path) -> str:
 
 
 def _throughput_line(manifest: dict) -> str:
-    import datetime  # pylint: disable=import-outside-toplevel
 
     n = secs = 0.0
     for c in manifest.get("collections", []):

@@ -9,10 +9,13 @@ reports it and its compute capability (``gpu-<name>-sm<XY>``).
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
 from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from cdmpp.errors import CdmppError, InputError
 
@@ -93,7 +96,7 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False,
         The descriptor; its ``target`` pins ``mcpu`` to the host CPU so that the
         generated code uses the host's vector ISA.
     """
-    from tvm.target import codegen  # pylint: disable=import-outside-toplevel
+    from tvm.target import codegen  # noqa: PLC0415  (keeps tvm off this module's import)
 
     model, flags = cpu_info if cpu_info is not None else _cpu_info()
     cores = int(num_cores or os.cpu_count() or 1)
@@ -159,7 +162,7 @@ def local_gpu(index: int = 0, num_cores: int | None = None) -> DeviceDescriptor:
         DeviceUnavailableError: TVM sees no CUDA device ``index`` (no GPU, no driver, or a
             TVM built without CUDA).
     """
-    import tvm  # pylint: disable=import-outside-toplevel
+    import tvm  # noqa: PLC0415  (keeps tvm off this module's import)
 
     try:
         dev = tvm.cuda(index)
@@ -195,7 +198,7 @@ def gpu_from_tag(tag: str = "nvidia/nvidia-h100", num_cores: int | None = None) 
     Raises:
         ValueError: ``tag`` is not a CUDA target tag known to TVM.
     """
-    from tvm.target import Target  # pylint: disable=import-outside-toplevel
+    from tvm.target import Target  # noqa: PLC0415  (keeps tvm off this module's import)
 
     try:
         t = dict(Target(tag).export())
@@ -240,9 +243,7 @@ def descriptor_vector(device: DeviceDescriptor):
     Returns:
         float32 ``(DESCRIPTOR_DIM,)``, entries named by :data:`DESCRIPTOR_FEATURES`.
     """
-    import math  # pylint: disable=import-outside-toplevel
 
-    import numpy as np  # pylint: disable=import-outside-toplevel
 
     model = device.model.lower()
     flags = set(device.isa_flags)
@@ -270,10 +271,10 @@ def target_dict(target) -> dict:
     if isinstance(target, dict):
         return dict(target)
     if isinstance(target, str) and target.lstrip().startswith("{"):
-        import json  # pylint: disable=import-outside-toplevel
+        import json  # noqa: PLC0415  (only on the branch that needs it)
 
         return json.loads(target)
-    from tvm.target import Target  # pylint: disable=import-outside-toplevel
+    from tvm.target import Target  # noqa: PLC0415  (keeps tvm off this module's import)
 
     return {str(k): v for k, v in dict(Target(target).export()).items()}
 

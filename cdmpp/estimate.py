@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .collect import sample_schedules
 from .errors import InputError
+from .featurize import featurize_each
 
 if TYPE_CHECKING:  # annotations only: TVM loads when a function runs
     from tvm.ir import IRModule
@@ -128,8 +130,7 @@ def relax_tasks(mod: IRModule, target: Target) -> list[Task]:
     Raises:
         InputError: ``mod`` is not an IRModule, or TVM cannot extract tasks from it.
     """
-    # pylint: disable=import-outside-toplevel
-    from .tvm_compat import IRModule, Target, extract_tasks
+    from .tvm_compat import IRModule, Target, extract_tasks  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if not isinstance(mod, IRModule):
         raise InputError(f"relax: the JSON holds a {type(mod).__name__}, not an IRModule")
@@ -147,9 +148,8 @@ def zoo_tasks(network: str, target: TargetLike) -> list[Task]:
     Raises:
         UnknownNetworkError: not a zoo network.
     """
-    # pylint: disable=import-outside-toplevel
-    from . import networks as zoo
-    from .tvm_compat import Target, relax_module_from_torch
+    from . import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
+    from .tvm_compat import Target, relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     spec = zoo.get_network(network)
     target = target if isinstance(target, Target) else Target(target)
@@ -197,8 +197,7 @@ def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[ob
     Raises:
         InputError: a malformed line (the message names it).
     """
-    # pylint: disable=import-outside-toplevel
-    from .tvm_compat import Workload, structural_hash
+    from .tvm_compat import Workload, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     workloads = []
     for i, obj in enumerate(workload_lines):
@@ -224,7 +223,7 @@ def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float |
     Raises:
         InputError: a malformed line; the message starts with ``where``.
     """
-    from .tvm_compat import TuningRecord  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import TuningRecord  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     try:
         widx = int(obj[0])
@@ -239,7 +238,7 @@ def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float |
 
 
 def _scheduled(mod, trace):
-    from .tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import Schedule  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     sch = Schedule(mod)
     trace.apply_to_schedule(sch, remove_postproc=False)
@@ -269,10 +268,7 @@ def estimate_network(
         UnknownDeviceError: an unknown device.  InputError: more tasks than
             ``cfg.max_tasks``, or a task none of whose schedules can be featurized.
     """
-    # pylint: disable=import-outside-toplevel
-    from .collect import sample_schedules
-    from .featurize import featurize_each
-    from .tvm_compat import Target, structural_equal, structural_hash
+    from .tvm_compat import Target, structural_equal, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     cfg = cfg or EstimateConfig()
     if len(tasks) > cfg.max_tasks:

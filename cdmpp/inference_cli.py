@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import dataset as ds
 from .errors import InputError
+from .estimate import (
+    EstimateConfig,
+    best_records,
+    estimate_network,
+    format_estimate,
+    parse_record,
+)
+from .network_input import load_network
+from .predictor import LatencyPredictor
+from .train.metrics import summary
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -59,9 +70,7 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
     Raises:
         InputError: a missing file, or a malformed line (named).
     """
-    from . import dataset as ds  # pylint: disable=import-outside-toplevel
-    from .estimate import parse_record  # pylint: disable=import-outside-toplevel
-    from .tvm_compat import Workload  # pylint: disable=import-outside-toplevel
+    from .tvm_compat import Workload  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     wl_path, rec_path = ds.resolve(work / WORKLOAD_FILE), ds.resolve(work / RECORD_FILE)
     if wl_path is None or rec_path is None:
@@ -113,7 +122,7 @@ def predict_programs(predictor, source: Path, device: str | None = None) -> tupl
         records, keys, lines, measured = _records(source)
         target = records[0].target if device is None else None
     elif source.is_file():
-        from .tvm_compat import load_json  # pylint: disable=import-outside-toplevel
+        from .tvm_compat import load_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         try:
             records = [load_json(source.read_text(encoding="utf-8"))]
@@ -142,7 +151,6 @@ def write_csv(programs: list[PredictedProgram], stream) -> None:
 
 def accuracy_line(programs: list[PredictedProgram]) -> str | None:
     """MAPE, median APE, Kendall tau and the fast end over the measured programs, or ``None``."""
-    from .train.metrics import summary  # pylint: disable=import-outside-toplevel
 
     m = [p for p in programs if p.measured_s is not None and np.isfinite(p.predicted_s)]
     if not m:
@@ -155,60 +163,7 @@ def accuracy_line(programs: list[PredictedProgram]) -> str | None:
             f"within-task slope {r['slope']:.2f}")
 
 
-def load_network(spec: str, target) -> tuple[list, str]:
-    """The tuning tasks of a network given as a zoo name, a ``.json`` file of a Relax
-    IRModule in TVM JSON, or ``module.py:function``.
-
-    ``module.py:function`` is a Python file and a function in it that takes no argument
-    and returns ``(torch.nn.Module, tuple of example input tensors)``; the model goes
-    through the zoo's own torch -> Relax import (``torch.export``).
-
-    Returns:
-        ``(tasks, a name for the network)``.
-
-    Raises:
-        InputError: a file that is missing or malformed, or a function that does not
-            return a model and inputs.  UnknownNetworkError: an unknown zoo name.
-    """
-    # pylint: disable=import-outside-toplevel
-    from .estimate import relax_tasks, zoo_tasks
-    from .tvm_compat import Target, load_json, relax_module_from_torch
-
-    target = target if isinstance(target, Target) else Target(target)
-    if ".py:" in spec:
-        path, func = spec.rsplit(":", 1)
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such Python file")
-        mspec = importlib.util.spec_from_file_location(f"cdmpp_user_network_{Path(path).stem}", path)
-        module = importlib.util.module_from_spec(mspec)
-        try:
-            mspec.loader.exec_module(module)
-        except Exception as err:  # noqa: BLE001  the user's code
-            raise InputError(f"{path}: importing it failed: {type(err).__name__}: {err}") from err
-        fn = getattr(module, func, None)
-        if not callable(fn):
-            raise InputError(f"{path} has no function {func!r}")
-        got = fn()
-        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], tuple)):
-            raise InputError(f"{spec} must return (torch.nn.Module, tuple of example inputs), got {type(got).__name__}")
-        try:
-            mod = relax_module_from_torch(got[0], got[1], target)
-        except Exception as err:  # noqa: BLE001  torch.export and TVM raise their own types
-            raise InputError(f"{spec}: the torch -> Relax import failed: {str(err).strip()[:300]}") from err
-        return relax_tasks(mod, target), spec
-    if spec.endswith(".json"):
-        if not Path(spec).is_file():
-            raise InputError(f"{spec}: no such file")
-        try:
-            mod = load_json(Path(spec).read_text(encoding="utf-8"))
-        except Exception as err:  # noqa: BLE001
-            raise InputError(f"{spec}: malformed TVM JSON: {str(err).strip()[:300]}") from err
-        return relax_tasks(mod, target), spec
-    return zoo_tasks(spec, target), spec
-
-
 def _cmd_predict(args) -> int:
-    from .predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
 
     predictor = LatencyPredictor.load(args.checkpoint)
     programs, dev = predict_programs(predictor, Path(args.work_dir), args.device)
@@ -228,18 +183,8 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_estimate(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    import warnings
 
-    from . import dataset as ds
-    from .estimate import (
-        EstimateConfig,
-        best_records,
-        estimate_network,
-        format_estimate,
-    )
-    from .predictor import LatencyPredictor
-    from .tvm_compat import Target
+    from .tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     predictor = LatencyPredictor.load(args.checkpoint)
     with warnings.catch_warnings():
@@ -266,8 +211,30 @@ def _cmd_estimate(args) -> int:
     return 0
 
 
+def _cmd_tune(args) -> int:
+    from .device import local_cpu  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tune import TuneConfig, format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
+
+    cfg = TuneConfig(trials=args.trials, trials_per_iter=args.trials_per_iter, cost_model=args.cost_model,
+                     checkpoint=Path(args.checkpoint) if args.checkpoint else None, seed=args.seed)
+    if args.target:
+        target = json.loads(args.target)
+    elif args.device:
+        target = LatencyPredictor.load(args.checkpoint).device(args.device).target
+    else:
+        target = local_cpu().target
+    result = tune_network(args.network, Path(args.work_dir), target, cfg, args.device, progress=not args.no_progress)
+    print(format_tasks(result))
+    print(f"per-task table: {result.work_dir / 'tasks.csv'}")
+    if result.interrupted:
+        return 130
+    print(f"compiled network: {result.library} (Relax VM; main takes the inputs, then the weights in "
+          f"{result.work_dir / 'weights.npz'})")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Add ``predict`` and ``estimate`` to the ``cdmpp`` subcommands ``sub``."""
+    """Add ``predict``, ``estimate`` and ``tune`` to the ``cdmpp`` subcommands ``sub``."""
     s = sub.add_parser("predict", help="predicted latency of every program of a JSONDatabase (or a TVM-JSON program)")
     s.add_argument("--work-dir", required=True,
                    help="a MetaSchedule JSONDatabase folder (database_*.json), or a TVM-JSON file of a scheduled program")
@@ -287,3 +254,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("--json", default=None, help="also write the estimate as JSON here")
     s.set_defaults(func=_cmd_estimate)
+
+    s = sub.add_parser("tune", help="tune a whole network with MetaSchedule and the cdmpp cost model, and build it")
+    s.add_argument("network", help="a zoo name (cdmpp networks), a Relax IRModule as TVM JSON (.json), or "
+                   "module.py:function returning (torch model, example inputs)")
+    s.add_argument("--work-dir", required=True, help="the JSONDatabase folder (an existing one is resumed)")
+    s.add_argument("--trials", type=int, default=1000, help="global trial budget over all tasks (kept trials count)")
+    s.add_argument("--trials-per-iter", type=int, default=32, help="trials measured per search iteration of a task")
+    s.add_argument("--cost-model", choices=["cdmpp", "xgb"], default="cdmpp",
+                   help="cdmpp (this package's plugin) or xgb (TVM's XGBModel)")
+    s.add_argument("--device", default=None, help="a device id the checkpoint knows: the plugin predicts for it, and "
+                   "without --target its target is tuned for")
+    s.add_argument("--target", default=None, help="a TVM target as JSON (default: this machine's CPU)")
+    s.add_argument("-c", "--checkpoint", default=None, help="the plugin's checkpoint (default: the shipped one)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the search")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.set_defaults(func=_cmd_tune)

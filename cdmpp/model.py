@@ -30,6 +30,7 @@ from cdmpp.device import DESCRIPTOR_DIM
 from cdmpp.errors import CheckpointError, InputError
 from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.ast import FEATURIZER_VERSION
+from cdmpp.featurize.batch import dense_programs, stack_leaves
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -247,7 +248,7 @@ class LatencyTransformer(nn.Module):
 
 def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | None = None) -> Path:
     """Write ``model.safetensors`` and ``config.json`` (model config + metadata) to ``folder``."""
-    from safetensors.torch import save_file  # pylint: disable=import-outside-toplevel
+    from safetensors.torch import save_file  # noqa: PLC0415  (keeps safetensors off this module's import)
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -272,8 +273,8 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
         CheckpointError: a missing file, corrupt JSON or weights, weights that do
             not fit the config, or features of another featurizer version.
     """
-    from safetensors import SafetensorError  # pylint: disable=import-outside-toplevel
-    from safetensors.torch import load_file  # pylint: disable=import-outside-toplevel
+    from safetensors import SafetensorError  # noqa: PLC0415  (keeps safetensors off this module's import)
+    from safetensors.torch import load_file  # noqa: PLC0415  (keeps safetensors off this module's import)
 
     folder = Path(folder)
     for name in (WEIGHTS_FILE, CONFIG_FILE):
@@ -336,7 +337,6 @@ def predict_latency_array(
 
     Torch only (no Lightning, no PyG), so that prediction imports neither.
     """
-    from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
 
     check_inputs(model, data)
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
@@ -384,7 +384,6 @@ class ProgramLeaves:
     @staticmethod
     def from_trees(trees) -> "ProgramLeaves":
         """Stack :class:`cdmpp.featurize.ProgramAST` trees (``featurize_many``'s output)."""
-        from cdmpp.featurize.batch import stack_leaves  # pylint: disable=import-outside-toplevel
 
         return ProgramLeaves(*stack_leaves(trees))
 
@@ -433,7 +432,6 @@ def mc_log_latency(model, data, index=None, device=None, cfg: IntervalConfig | N
         ``(point, passes)``: float64 ``(K,)`` natural log of seconds with dropout off,
         and float64 ``(P, K)`` with dropout on, one row per pass.
     """
-    from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
 
     cfg = cfg or IntervalConfig()
     check_inputs(model, data)

@@ -371,7 +371,7 @@ class ViT(nn.Module):
 
 
 def _bert(hidden: int, layers: int, heads: int):
-    from transformers import BertConfig, BertModel  # pylint: disable=import-outside-toplevel
+    from transformers import BertConfig, BertModel  # noqa: PLC0415  (keeps transformers off this module's import)
 
     cfg = BertConfig(
         hidden_size=hidden,

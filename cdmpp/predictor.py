@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
+from cdmpp.featurize import featurize_each, featurize_many
+from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
+
+from .device import DeviceDescriptor, devices_for_target, local_cpu, local_gpu, nearest_device
 from .errors import InputError, UnknownDeviceError
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
@@ -55,7 +59,6 @@ def known_devices(metadata: dict) -> list[tuple[int, "DeviceDescriptor"]]:  # no
     A checkpoint trained on one device folder (no device table) lists that device
     with row 0.
     """
-    from .device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
 
     if metadata.get("devices"):
         return [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in metadata["devices"]]
@@ -90,7 +93,7 @@ class LatencyPredictor:
         Raises:
             CheckpointError: a missing or corrupt file.
         """
-        from cdmpp.model import load_checkpoint  # pylint: disable=import-outside-toplevel
+        from cdmpp.model import load_checkpoint  # noqa: PLC0415  (keeps torch off this module's import)
 
         model, meta = load_checkpoint(Path(path) if path is not None else DEFAULT_CHECKPOINT)
         return cls(model, meta)
@@ -137,8 +140,6 @@ class LatencyPredictor:
         Raises:
             UnknownDeviceError: ``device`` is not known, or the checkpoint lists no device.
         """
-        # pylint: disable=import-outside-toplevel
-        from .device import devices_for_target, local_cpu, nearest_device
 
         if device is not None:
             return self.device(device)
@@ -152,7 +153,7 @@ class LatencyPredictor:
                 return matches[0]
             if matches:
                 return self._one_of(matches)
-            from .device import target_dict  # pylint: disable=import-outside-toplevel
+            from .device import target_dict  # noqa: PLC0415  (only on the branch that needs it)
 
             kind = "gpu" if str(target_dict(target).get("kind")) == "cuda" else "cpu"
         local = local_cpu()
@@ -189,7 +190,6 @@ class LatencyPredictor:
         """One of several known devices a target matches (two GPUs of one CUDA arch):
         this host's GPU where it is among them, else the first, with a warning naming
         the others."""
-        from .device import local_gpu  # pylint: disable=import-outside-toplevel
 
         if self._local_gpu is None:
             try:
@@ -253,15 +253,12 @@ class LatencyPredictor:
         """
         if not self.reads_traces:
             return None
-        from cdmpp.featurize.trace import schedule_trace_vectors  # pylint: disable=import-outside-toplevel
 
         return schedule_trace_vectors(list(programs), allow_missing=self.model.config.trace_optional)
 
     def _featurized(self, mods, target, device: str | None) -> tuple[list, str | None, np.ndarray | None]:
         """The programs featurized for the device the rule picks, its id, and the trace
         vectors when the checkpoint reads them."""
-        # pylint: disable=import-outside-toplevel
-        from cdmpp.featurize import featurize_many
 
         if not isinstance(mods, (list, tuple)):
             mods = [mods]
@@ -275,9 +272,7 @@ class LatencyPredictor:
 
     def _leaves(self, trees: Sequence[ProgramAST], traces: np.ndarray | None):
         """The stacked leaves of ``trees``, with their trace tokens when the checkpoint reads them."""
-        # pylint: disable=import-outside-toplevel
-        from cdmpp.featurize.trace import with_trace_tokens
-        from cdmpp.model import ProgramLeaves
+        from cdmpp.model import ProgramLeaves  # noqa: PLC0415  (keeps torch off this module's import)
 
         leaves = ProgramLeaves.from_trees(trees)
         if not self.reads_traces:
@@ -303,7 +298,7 @@ class LatencyPredictor:
             InputError: :attr:`reads_traces`, not ``trace_optional`` and no ``traces``, or
                 ``traces`` of another shape.
         """
-        from cdmpp.model import predict_latency_array  # pylint: disable=import-outside-toplevel
+        from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
 
         row = 0
         if self._known:
@@ -333,7 +328,7 @@ class LatencyPredictor:
     def predict_trees_interval(self, trees: Sequence[ProgramAST], device: str | None = None,
                                traces: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
-        from cdmpp.model import IntervalConfig, interval, mc_log_latency  # pylint: disable=import-outside-toplevel
+        from cdmpp.model import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
 
         row = self._row(self.resolve_device(device).device_id) if self._known else 0
         n = len(trees)
@@ -366,7 +361,6 @@ class LatencyPredictor:
             UnknownDeviceError: an unknown device.  InputError: a program without a trace
                 for a checkpoint that needs one.
         """
-        from cdmpp.featurize import featurize_each  # pylint: disable=import-outside-toplevel  (TVM)
 
         programs = list(programs)
         dev = self.resolve_device(device, target) if self._known else None

@@ -12,19 +12,32 @@ imports on demand (about 1 s for a CPU target).
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
 import tvm
-from tvm import IRModule
-from tvm import tirx
+import tvm.s_tir
+from tvm import IRModule, relax, tirx
+from tvm.driver import build as tvm_build
 from tvm.ir import load_json, save_json
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.s_tir.meta_schedule import _ffi_api
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
+from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
+from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner, RunnerInput
+from tvm.s_tir.schedule import Trace
 from tvm.s_tir.stmt import SBlock, SBlockRealize
+from tvm.s_tir.transform import LowerCrossThreadReduction, LowerInitBlock, RemoveWeightLayoutRewriteBlock
+from tvm.support.popen_pool import PopenWorker
 from tvm.target import Target
 from tvm.tirx import PrimFunc
 from tvm_ffi import structural_equal, structural_hash
@@ -99,11 +112,9 @@ def load_tensor_intrinsics(target: Target | dict | str | None = None) -> None:
     Args:
         target: the target the design spaces are generated for (``None``: all targets).
     """
-    import importlib  # pylint: disable=import-outside-toplevel
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    import sys  # pylint: disable=import-outside-toplevel
+    import importlib  # noqa: PLC0415  (its name is taken at module level)
+    import importlib.util  # noqa: PLC0415  (its name is taken at module level)
 
-    import tvm.s_tir  # pylint: disable=import-outside-toplevel
 
     kind = "all"
     if target is not None:
@@ -129,8 +140,6 @@ def build_for_measurement(mod: IRModule, target: Target, _params=None):
     (see ``shared/notes/tvm-0.27.md``).  Returns the runtime module of
     ``tvm.driver.build`` (``tvm.compile``'s Executable breaks ``export_library``).
     """
-    from tvm.driver import build as tvm_build  # pylint: disable=import-outside-toplevel
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # pylint: disable=import-outside-toplevel
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm_build(mod, target=target)
@@ -139,7 +148,6 @@ def build_for_measurement(mod: IRModule, target: Target, _params=None):
 def popen_worker(maximum_uses: int | None = None):
     """A TVM ``PopenWorker``: one long-lived Python process that runs the functions sent
     to it (``send`` then ``recv``), restarted after ``maximum_uses`` of them."""
-    from tvm.support.popen_pool import PopenWorker  # pylint: disable=import-outside-toplevel
 
     return PopenWorker(maximum_uses=maximum_uses)
 
@@ -155,14 +163,12 @@ def build_worker_function(args: tuple) -> str:
     """MetaSchedule ``LocalBuilder``'s build-and-export of one program, as its workers run
     it: ``args`` = ``(f_build, f_export, mod, target, serialized params)``; returns the
     artifact path."""
-    from tvm.s_tir.meta_schedule.builder.local_builder import _worker_func  # pylint: disable=import-outside-toplevel
 
     return _worker_func(*args)
 
 
 def serialize_build_params(params):
     """``BuilderInput.params`` in the form :func:`build_worker_function` takes."""
-    from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params  # pylint: disable=import-outside-toplevel
 
     return _serialize_params(params)
 
@@ -176,8 +182,6 @@ def export_shared_library(mod) -> str:
     Returns:
         The path of the ``.so`` file, in a fresh temporary folder.
     """
-    import os  # pylint: disable=import-outside-toplevel
-    import tempfile  # pylint: disable=import-outside-toplevel
 
     path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
     mod.export_library(path)
@@ -198,9 +202,7 @@ def configure_cuda_compiler() -> str:
     Raises:
         RuntimeError: neither ``cuda-bindings`` nor ``nvcc`` is available.
     """
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    import os  # pylint: disable=import-outside-toplevel
-    import shutil  # pylint: disable=import-outside-toplevel
+    import importlib.util  # noqa: PLC0415  (its name is taken at module level)
 
     mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
     if mode:
@@ -239,7 +241,6 @@ def lower_gpu_reductions(mod: IRModule) -> IRModule:
     CUDA program's leaves find their row; the final store of a cross-thread reduction
     may not).
     """
-    from tvm.s_tir.transform import LowerCrossThreadReduction, LowerInitBlock  # pylint: disable=import-outside-toplevel
 
     return LowerInitBlock()(LowerCrossThreadReduction()(mod))
 
@@ -269,9 +270,8 @@ def relax_module_and_params_from_torch(
     module fused twice carries an ``op_pattern`` attribute that no tuning record's
     workload has, so no record would apply).
     """
-    import torch  # pylint: disable=import-outside-toplevel
-    from tvm import relax  # pylint: disable=import-outside-toplevel
-    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+    import torch  # noqa: PLC0415  (keeps torch off this module's import)
+    from tvm.relax.frontend.torch import from_exported_program  # noqa: PLC0415  (keeps torch off this module's import)
 
     with torch.no_grad():
         exported = torch.export.export(model.eval(), example_inputs)
@@ -291,10 +291,7 @@ def feature_context(target: Target, num_threads: int | None = None):
     ``PerStoreFeature`` extracts the candidates in parallel on the context's
     ``num_threads`` (default: all cores).
     """
-    import os  # pylint: disable=import-outside-toplevel
 
-    from tvm.s_tir.meta_schedule import _ffi_api  # pylint: disable=import-outside-toplevel
-    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func  # pylint: disable=import-outside-toplevel
 
     threads = int(num_threads or os.cpu_count() or 1)
     return _ffi_api.TuneContext(None, target, None, None, "main", threads, -1, get_logging_func(get_logger(__name__)))
@@ -321,7 +318,6 @@ def program_from_record(record) -> IRModule:
 
 
 def _fill_index_arguments(repeated_args: list, args_info, index_bounds, seed: int) -> list:
-    import numpy as np  # pylint: disable=import-outside-toplevel
 
     rng = np.random.default_rng(seed)
     for args in repeated_args:
@@ -344,7 +340,7 @@ def alloc_arguments_in_bounds(device, args_info, alloc_repeat: int, index_bounds
     Returns:
         ``alloc_repeat`` lists of argument tensors on ``device``.
     """
-    from tvm.s_tir.meta_schedule.runner.local_runner import (  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner.local_runner import (  # noqa: PLC0415  (its name is taken at module level)
         default_alloc_argument,
     )
 
@@ -353,7 +349,7 @@ def alloc_arguments_in_bounds(device, args_info, alloc_repeat: int, index_bounds
 
 def rpc_alloc_arguments_in_bounds(session, device, args_info, alloc_repeat: int, index_bounds=(), seed: int = 0) -> list:
     """:func:`alloc_arguments_in_bounds` for :class:`RPCRunner` (tensors on the remote ``device``)."""
-    from tvm.s_tir.meta_schedule.runner.rpc_runner import (  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import (  # noqa: PLC0415  (its name is taken at module level)
         default_alloc_argument,
     )
 
@@ -363,7 +359,7 @@ def rpc_alloc_arguments_in_bounds(session, device, args_info, alloc_repeat: int,
 
 def default_alloc_argument(device, args_info, alloc_repeat: int) -> list:
     """MetaSchedule's ``LocalRunner`` argument allocation (TVM's random fill), for wrappers."""
-    from tvm.s_tir.meta_schedule.runner.local_runner import (  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner.local_runner import (  # noqa: PLC0415  (its name is taken at module level)
         default_alloc_argument as inner,
     )
 
@@ -372,7 +368,7 @@ def default_alloc_argument(device, args_info, alloc_repeat: int) -> list:
 
 def run_evaluator_common(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """MetaSchedule's time evaluator: seconds per repeat, one float per repeat."""
-    from tvm.s_tir.meta_schedule.runner.utils import (  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner.utils import (  # noqa: PLC0415  (its name is taken at module level)
         run_evaluator_common as inner,
     )
 
@@ -381,6 +377,5 @@ def run_evaluator_common(rt_mod, device, evaluator_config, repeated_args) -> lis
 
 def apply_trace_json(trace_json, sch: Schedule) -> None:
     """Replay a schedule trace in its JSON form (a tuning record's ``trace``) on ``sch``."""
-    from tvm.s_tir.schedule import Trace  # pylint: disable=import-outside-toplevel
 
     Trace.apply_json_to_schedule(trace_json, sch)

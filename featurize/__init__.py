@@ -25,8 +25,8 @@ from .ast import (
     ProgramAST,
     UnsupportedProgramError,
     build_tree,
+    single_func,
 )
-from .ast import single_func
 
 __all__ = [
     "FEATURE_DIM",
@@ -54,8 +54,7 @@ def as_module(program):
     Raises:
         UnsupportedProgramError: any other input type, or a trace that does not replay.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule, TuningRecord, program_from_record
+    from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule, TuningRecord, program_from_record  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if isinstance(program, TuningRecord):
         try:
@@ -75,7 +74,7 @@ def as_module(program):
 
 
 def _default_target(target):
-    from cdmpp.tvm_compat import Target  # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if target is None:
         return Target({"kind": "llvm", "num-cores": 1})
@@ -115,9 +114,11 @@ def featurize_many(programs, target=None, psf: bool = False) -> list[ProgramAST]
     Raises:
         UnsupportedProgramError: naming the index of the first program that failed.
     """
-    from cdmpp.tvm_compat import lower_gpu_reductions, per_store_features  # pylint: disable=import-outside-toplevel
-
-    from cdmpp.tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+        Schedule,  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+        lower_gpu_reductions,
+        per_store_features,
+    )
 
     target = _default_target(target)
     mods = []

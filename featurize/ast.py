@@ -202,7 +202,7 @@ class _Builder:
 
 def single_func(program):
     """The PrimFunc of a PrimFunc, a Schedule or a one-function IRModule."""
-    from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule  # pylint: disable=import-outside-toplevel
+    from cdmpp.tvm_compat import IRModule, PrimFunc, Schedule  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if isinstance(program, Schedule):
         program = program.mod

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 
+from . import featurize_many
 from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, ProgramAST
 
 
@@ -266,7 +268,6 @@ def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.nd
     measured records, in file order, read as plain JSON (no TVM objects); the records
     :func:`cdmpp.dataset.load_database` keeps, unless TVM rejects one.  ``None`` when a
     file is missing or a line is not a JSONDatabase line."""
-    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
 
     wl, rec = ds.resolve(Path(device_dir) / ds.WORKLOAD_FILE), ds.resolve(Path(device_dir) / ds.RECORD_FILE)
     if wl is None or rec is None:
@@ -288,7 +289,6 @@ def measured_record_lines(record_file: Path, workloads: int):
     Raises:
         TypeError, ValueError, IndexError, KeyError: a line is not a JSONDatabase line.
     """
-    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
 
     for _, obj in ds.iter_json_lines(record_file, []):
         widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
@@ -310,7 +310,6 @@ def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> Featu
     the caller then loads the folder and featurizes it.  ``light`` is
     :func:`measured_repeats`'s result when the caller has it already.
     """
-    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
 
     device_dir = Path(device_dir)
     light = light if light is not None else measured_repeats(device_dir)
@@ -339,10 +338,8 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
     Raises:
         UnsupportedProgramError: a program that cannot be featurized.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.tvm_compat import Target
+    from cdmpp.tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
-    from . import featurize_many
 
     key, prefix = None, None
     if cache_dir is not None:
@@ -365,7 +362,7 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
     chunk = 256
     rng = range(done, len(db.programs), chunk)
     if progress:
-        from tqdm import tqdm
+        from tqdm import tqdm  # noqa: PLC0415  (only on the branch that needs it)
 
         rng = tqdm(rng, desc="featurize", unit="chunk")
     for s in rng:
@@ -424,7 +421,7 @@ def dense(x: np.ndarray, pos: np.ndarray, ptr: np.ndarray):
         ``(B, L_max)`` (True on real leaves), padded as ``torch_geometric.utils.to_dense_batch`` pads
         (done here with two index assignments, so that prediction needs no PyG).
     """
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch  # noqa: PLC0415  (keeps torch off this module's import)
 
     lens = np.diff(np.asarray(ptr, dtype=np.int64))
     b, width = len(lens), int(lens.max()) if len(lens) else 0

@@ -22,6 +22,7 @@ The vector (float32, :data:`TRACE_DIM` values) of one trace:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
+from cdmpp.featurize.batch import measured_record_lines
 
 TILES = 8
 """``SamplePerfectTile`` decisions kept per trace."""
@@ -108,7 +110,6 @@ def database_traces(workload_file: Path, record_file: Path) -> tuple[np.ndarray,
     Raises:
         InputError: a record's trace is malformed.
     """
-    from cdmpp.featurize.batch import measured_record_lines  # pylint: disable=import-outside-toplevel
 
     wl, rec = Path(workload_file), Path(record_file)
 
@@ -180,7 +181,6 @@ def with_trace_tokens(data, traces: np.ndarray | None):
     Raises:
         InputError: ``traces`` is not ``(P, TRACE_DIM)``.
     """
-    import dataclasses  # pylint: disable=import-outside-toplevel
 
     p, n, f = len(data), data.x.shape[0], data.x.shape[1]
     if traces is None:

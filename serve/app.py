@@ -28,7 +28,10 @@ message naming the program and the problem.
 from __future__ import annotations
 
 import ipaddress
+import json
+import multiprocessing
 import threading
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -36,6 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
+from cdmpp.featurize import UnsupportedProgramError
+from cdmpp.predictor import LatencyPredictor
 
 
 @dataclass
@@ -184,11 +191,10 @@ def parse_program(program: dict):
         ProgramError: malformed JSON, a JSON that is no IRModule, or a trace that does not
             replay on its workload.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.tvm_compat import IRModule, Schedule, apply_trace_json, load_json
+    from cdmpp.tvm_compat import IRModule, Schedule, apply_trace_json, load_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if program.get("tvmscript") is not None:
-        from tvm.script import from_source
+        from tvm.script import from_source  # noqa: PLC0415  (keeps tvm off this module's import)
 
         try:
             return from_source(program["tvmscript"])
@@ -216,7 +222,6 @@ _WORKER_PREDICTOR = None
 
 def _worker_init(checkpoint: str | None) -> None:
     global _WORKER_PREDICTOR  # pylint: disable=global-statement  one predictor per worker process
-    from cdmpp.predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
 
     _WORKER_PREDICTOR = LatencyPredictor.load(checkpoint)
 
@@ -226,11 +231,9 @@ def _worker_predict(
 ) -> tuple[list[float], str | None] | tuple[int, str]:
     """In the worker: parse, featurize and predict; ``(latencies, device id)``, or
     ``(status, message)`` for a bad request."""
-    import warnings  # pylint: disable=import-outside-toplevel
 
-    from cdmpp.errors import UnknownDeviceError  # pylint: disable=import-outside-toplevel
-    from cdmpp.featurize import UnsupportedProgramError  # pylint: disable=import-outside-toplevel
-    from cdmpp.tvm_compat import Target  # pylint: disable=import-outside-toplevel
+    from cdmpp.errors import UnknownDeviceError  # noqa: PLC0415  (its name is taken at module level)
+    from cdmpp.tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     try:
         with warnings.catch_warnings():
@@ -266,13 +269,9 @@ _WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), 
 
 def _worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
     """In the worker: a whole-network estimate (see :mod:`cdmpp.estimate`), or ``(status, message)``."""
-    # pylint: disable=import-outside-toplevel
-    import json
-    import warnings
 
-    from cdmpp.errors import CdmppError, UnknownDeviceError
-    from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
-    from cdmpp.tvm_compat import Target, load_json
+    from cdmpp.errors import CdmppError, UnknownDeviceError  # noqa: PLC0415  (its name is taken at module level)
+    from cdmpp.tvm_compat import Target, load_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     pred = _WORKER_PREDICTOR
     try:
@@ -313,7 +312,6 @@ class _Workers:
     """A process pool that is replaced when a worker dies or a request runs out of time."""
 
     def __init__(self, checkpoint: str | None, workers: int):
-        import multiprocessing  # pylint: disable=import-outside-toplevel
 
         self._args = (checkpoint, workers)
         self._ctx = multiprocessing.get_context("spawn")
@@ -377,11 +375,9 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
     Raises:
         CheckpointError: a missing or corrupt checkpoint (checked here, before serving).
     """
-    # pylint: disable=import-outside-toplevel
-    from fastapi import FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse
+    from fastapi import FastAPI, HTTPException, Request  # noqa: PLC0415  (keeps fastapi off this module's import)
+    from fastapi.responses import JSONResponse  # noqa: PLC0415  (keeps fastapi off this module's import)
 
-    from cdmpp.predictor import LatencyPredictor
 
     cfg = config or ServeConfig()
     loaded = LatencyPredictor.load(checkpoint)  # fail before serving on a bad checkpoint
@@ -439,7 +435,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
                 422, f"device: unknown device {req.device!r}; this server knows {', '.join(d.device_id for d in known)}"
             )
         if req.network is not None:
-            from cdmpp.networks import network_names
+            from cdmpp.networks import network_names  # noqa: PLC0415  (keeps torch off this module's import)
 
             if req.network not in network_names():
                 raise HTTPException(422, f"network: unknown zoo network {req.network!r}; GET /networks lists them")
@@ -450,7 +446,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
 
     @app.get("/networks")
     def networks() -> list[str]:
-        from cdmpp.networks import network_names
+        from cdmpp.networks import network_names  # noqa: PLC0415  (keeps torch off this module's import)
 
         return network_names()
 

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.errors import CheckpointError
+from cdmpp.featurize import FEATURE_DIM, featurize_each
+from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
 
 logger = logging.getLogger(__name__)
@@ -112,7 +114,6 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
 
     # -- persistence -------------------------------------------------------------------------
     def _load_predictor(self, path: str | None) -> None:
-        from cdmpp.predictor import LatencyPredictor  # pylint: disable=import-outside-toplevel
 
         self.predictor = LatencyPredictor.load(path)
 
@@ -131,7 +132,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         if (folder / ONLINE_CONFIG_FILE).exists():
             self.online = OnlineConfig(**json.loads((folder / ONLINE_CONFIG_FILE).read_text(encoding="utf-8")))
         if (folder / ONLINE_FILE).exists():
-            from cdmpp.featurize import FEATURE_DIM  # pylint: disable=import-outside-toplevel
+            from cdmpp.featurize import FEATURE_DIM  # noqa: PLC0415  (only on the branch that needs it)
 
             try:
                 with np.load(folder / ONLINE_FILE, allow_pickle=False) as z:
@@ -150,8 +151,6 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
 
     def save(self, path: str) -> None:
         """Write the checkpoint in use and the adapted state (the measured trials) to ``path``."""
-        from cdmpp.featurize import FEATURE_DIM  # pylint: disable=import-outside-toplevel
-        from cdmpp.predictor import DEFAULT_CHECKPOINT  # pylint: disable=import-outside-toplevel
 
         folder = Path(path)
         src = Path(self.checkpoint or DEFAULT_CHECKPOINT)
@@ -182,7 +181,6 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         return [self._cache[k] for k in keys]
 
     def _featurize(self, keys: list[str], schedules: list, target) -> None:
-        from cdmpp.featurize import featurize_each  # pylint: disable=import-outside-toplevel
 
         trees, _ = featurize_each(schedules, target, [f"candidate {k}" for k in keys])  # unknown: scored 0
         ok = [i for i, t in enumerate(trees) if t is not None]
@@ -202,7 +200,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         base = np.asarray([e.base for e in entries], dtype=np.float64) + self._offset
         if self._booster is None or not entries:
             return base
-        import xgboost as xgb  # pylint: disable=import-outside-toplevel
+        import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
         d = xgb.DMatrix(np.stack([e.leaf_sum for e in entries]), base_margin=base)
         return self._booster.predict(d, output_margin=True).astype(np.float64)
@@ -265,7 +263,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         self._offset = float(np.mean(y - base))
         if len(keys) < self.online.min_trials:
             return
-        import xgboost as xgb  # pylint: disable=import-outside-toplevel
+        import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
         o = self.online
         d = xgb.DMatrix(np.stack([self._cache[k].leaf_sum for k in keys]), label=y, base_margin=base + self._offset)

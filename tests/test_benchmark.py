@@ -3,9 +3,9 @@ import csv
 import numpy as np
 import pytest
 
+from cdmpp.model import ModelConfig
 from cdmpp.train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
 from cdmpp.train.lightning import TrainConfig
-from cdmpp.model import ModelConfig
 from cdmpp.train.splits import random_programs
 
 

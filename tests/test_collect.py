@@ -10,9 +10,8 @@ from cdmpp.errors import InputError
 
 
 def _program_keys(device_dir):
-    from cdmpp.featurize import as_module
-
     from cdmpp.collect.store import program_hash_key
+    from cdmpp.featurize import as_module
 
     db = ds.load_device_dir(device_dir)
     return [(db.workload_keys[p.workload_index], program_hash_key(as_module(p.record))) for p in db.programs], db
@@ -148,7 +147,7 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
     # two rounds in one run: the second visit neither replays the measured programs for
     # their structural hashes nor retrains a new XGBModel on them, it reuses the first's
     misses, models = [], []
-    keys_of, tune_context = store_mod._Store.measured_program_keys, loop_mod._tune_context
+    keys_of, tune_context = store_mod.DatasetStore.measured_program_keys, loop_mod.make_tune_context
 
     def counted_keys(self, wl, key=None):
         misses.append(key not in self._program_keys)
@@ -159,8 +158,8 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
         models.append(model)
         return ctx, model
 
-    monkeypatch.setattr(store_mod._Store, "measured_program_keys", counted_keys)
-    monkeypatch.setattr(loop_mod, "_tune_context", kept_models)
+    monkeypatch.setattr(store_mod.DatasetStore, "measured_program_keys", counted_keys)
+    monkeypatch.setattr(loop_mod, "make_tune_context", kept_models)
     again = collect(dataclasses.replace(cfg, rounds=(5, 6)), progress=False)
     assert misses == [True, False]
     evo = [m for m in models if m is not None]
@@ -314,7 +313,7 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import loop as loop_mod
 
-    real = loop_mod._tune_context
+    real = loop_mod.make_tune_context
     calls = []
 
     def failing_first(task, *args, **kwargs):
@@ -323,7 +322,7 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
             raise RuntimeError("ScheduleError: boom in the first task")
         return real(task, *args, **kwargs)
 
-    monkeypatch.setattr(loop_mod, "_tune_context", failing_first)
+    monkeypatch.setattr(loop_mod, "make_tune_context", failing_first)
     cfg = CollectConfig(
         networks=["dcgan-b1"],
         out_dir=tmp_path,
@@ -339,7 +338,7 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
     (err,) = entry["task_errors"]
     assert err["task_name"] == calls[0] and "boom in the first task" in err["error"]
     assert entry["ended"] and entry["measured"] == first.measured == 2  # the second task was measured
-    monkeypatch.setattr(loop_mod, "_tune_context", real)
+    monkeypatch.setattr(loop_mod, "make_tune_context", real)
     again = collect(cfg, progress=False)  # the next collection tries the skipped task again
     assert again.task_errors == 0 and again.measured == 2
     keys, db = _program_keys(first.device_dir)
@@ -516,8 +515,8 @@ def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, 
     assert first.measured == 1  # the space has one program
     (task,) = ds.read_manifest(first.device_dir)["tasks"]
     assert task["space_exhausted_at"] == 1
-    real, visits = loop_mod._tune_context, []
-    monkeypatch.setattr(loop_mod, "_tune_context", lambda *a, **k: visits.append(a[0]) or real(*a, **k))
+    real, visits = loop_mod.make_tune_context, []
+    monkeypatch.setattr(loop_mod, "make_tune_context", lambda *a, **k: visits.append(a[0]) or real(*a, **k))
     later = collect(_tiny_cfg(tmp_path, rounds=(8, 16)), progress=False)
     assert later.measured == 0 and later.skipped_duplicates == 0 and visits == []
     again = collect(_tiny_cfg(tmp_path, programs_per_task=8, retry_exhausted=True), progress=False)
@@ -563,7 +562,7 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     busy_s = 6.0
     # started through a shell that exits at once, so the loop is no descendant of this process
     loop = f"import time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass"
-    real_finish, started = loop_mod._finish_batch, []
+    real_finish, started = loop_mod.finish_batch, []
 
     def finish_beside_a_busy_loop(bench, batch):  # the loop starts once the first batch is built
         if not started:
@@ -574,7 +573,7 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
             assert pid.isdigit()
         return real_finish(bench, batch)
 
-    monkeypatch.setattr(loop_mod, "_finish_batch", finish_beside_a_busy_loop)
+    monkeypatch.setattr(loop_mod, "finish_batch", finish_beside_a_busy_loop)
     summary = collect(_tiny_cfg(tmp_path, quiet=QuietConfig(settle_s=0.5, max_wait_s=120)), progress=False)
     start = started[0]
     ended = start + busy_s
@@ -753,7 +752,7 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
     from cdmpp.collect import timing as timing_mod
 
     events = []
-    real_submit, real_finish, real_run = loop_mod._submit_batch, loop_mod._finish_batch, timing_mod._run_batch
+    real_submit, real_finish, real_run = loop_mod.submit_batch, loop_mod.finish_batch, timing_mod._run_batch
 
     def submit(bench, fresh):
         events.append(("submit", len(fresh)))
@@ -776,8 +775,8 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
         assert all(s in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) for s in states), states
         return real_run(bench, items, bounds)
 
-    monkeypatch.setattr(loop_mod, "_submit_batch", submit)
-    monkeypatch.setattr(loop_mod, "_finish_batch", finish)
+    monkeypatch.setattr(loop_mod, "submit_batch", submit)
+    monkeypatch.setattr(loop_mod, "finish_batch", finish)
     monkeypatch.setattr(timing_mod, "_run_batch", run)
     summary = collect(_tiny_cfg(tmp_path, max_tasks_per_network=2), progress=False)
     assert summary.measured == 4 and summary.failed == 0

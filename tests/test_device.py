@@ -2,7 +2,6 @@ import pytest
 
 from cdmpp.device import DeviceDescriptor, DeviceUnavailableError, gpu_from_tag, local_cpu, local_gpu
 
-
 AVX512_HOST = ("AMD EPYC 9R14", {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"})
 AVX2_HOST = ("Intel Xeon Processor", {"sse4_2", "avx", "avx2", "fma"})
 

@@ -137,9 +137,9 @@ def test_checkpoint_knows_its_devices_and_predicts_for_the_chosen_one(device_che
 
 def test_a_new_device_row_learns_its_shots_and_leaves_the_others(device_checkpoint, two_device_dataset):
     from cdmpp.device import DeviceDescriptor, descriptor_vector
+    from cdmpp.model import load_checkpoint, predict_latency_array, save_checkpoint
     from cdmpp.train.adapt import fit_device_row, with_new_device
     from cdmpp.train.devices import load_corpus
-    from cdmpp.model import load_checkpoint, predict_latency_array, save_checkpoint
 
     model, _ = load_checkpoint(device_checkpoint[0])
     corpus = load_corpus(two_device_dataset, None, progress=False)

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from programs import matmul_relu, vector_add, with_while
 
 from cdmpp.errors import InputError
 from cdmpp.featurize import (
@@ -14,8 +15,6 @@ from cdmpp.featurize import (
 )
 from cdmpp.featurize.ast import PARALLEL, SERIAL, UNROLLED, VECTORIZED
 from cdmpp.featurize.batch import dense, from_trees
-
-from programs import matmul_relu, vector_add, with_while
 
 COL = {name: i for i, name in enumerate(OWN_FEATURES)}
 OWN = len(OWN_FEATURES)
@@ -155,9 +154,10 @@ def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
     """The leaves' buffer-access features (``access_features``) are PerStoreFeature's
     buffer-access group (its columns 57-146) computed from the loop nest; where TVM's
     lowering changes nothing, they are equal."""
+    from programs import matmul_rowsum_exp
+
     from cdmpp.featurize.access import ACCESS_DIM
     from cdmpp.featurize.ast import access_features
-    from programs import matmul_rowsum_exp
 
     for func in (vector_add, matmul_relu, matmul_rowsum_exp):
         tree, walk = featurize(func, psf=True), access_features(func)
@@ -184,7 +184,7 @@ def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_pa
 
     import numpy as np
 
-    import cdmpp.featurize as featurize_pkg
+    import cdmpp.featurize.batch as featurize_pkg
     from cdmpp import dataset as ds
     from cdmpp.featurize.batch import featurize_database
 

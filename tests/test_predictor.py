@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
+from programs import matmul_relu, vector_add
 
 import cdmpp
 from cdmpp.featurize import UnsupportedProgramError
-
-from programs import matmul_relu, vector_add
 
 
 def test_predict_latency_round_trip():

@@ -3,10 +3,9 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
+from programs import vector_add
 
 from cdmpp.serve.app import ServeConfig, create_app
-
-from programs import vector_add
 
 
 def _mod_json(func=vector_add):

@@ -18,9 +18,9 @@ def _free_port() -> int:
 
 def test_sigterm_stops_the_server_and_every_worker():
     import httpx
+    from programs import vector_add
 
     from cdmpp.tvm_compat import IRModule, save_json
-    from programs import vector_add
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "cdmpp.cli", "serve", "--port", str(port), "--workers", "2"],

@@ -5,11 +5,11 @@ import pytest
 
 from cdmpp.bench.tune import (
     TuneBenchmarkConfig,
-    run_trials,
     best_so_far,
     choose_tasks,
     format_tune_benchmark,
     reach_table,
+    run_trials,
     trials_to_reach,
     tuning_curves,
 )
@@ -205,9 +205,9 @@ def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monk
     kept.mkdir(parents=True)
     (kept / "database_tuning_record.json.gz").write_bytes(b"kept")
     monkeypatch.setattr(tune, "run_trials", lambda d: [[1e-3]] * 64 if d == kept else [])
-    assert tune._run_dir(model_dir, 0, 64) == kept  # the finished run is read back
-    assert tune._run_dir(model_dir, 0, 512) == tmp_path / "00-fused_dense" / "xgb-512trials" / "seed0"
-    assert tune._run_dir(model_dir, 1, 512) == model_dir / "seed1"  # nothing kept there
+    assert tune.run_dir(model_dir, 0, 64) == kept  # the finished run is read back
+    assert tune.run_dir(model_dir, 0, 512) == tmp_path / "00-fused_dense" / "xgb-512trials" / "seed0"
+    assert tune.run_dir(model_dir, 1, 512) == model_dir / "seed1"  # nothing kept there
     with pytest.raises(InputError, match="not overwritten"):
         tune._start_run(kept, guard=None, progress=False, message="")
     assert (kept / "database_tuning_record.json.gz").read_bytes() == b"kept"

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from cdmpp.featurize.trace import TILES, TRACE_DIM, trace_vector
 from cdmpp.errors import InputError
+from cdmpp.featurize.trace import TILES, TRACE_DIM, trace_vector
 
 TRACE = [
     [
@@ -52,9 +52,8 @@ def test_input_check_lines_up_with_the_featurized_programs_and_fits_the_residual
 
 
 def test_trace_tokens_go_before_each_programs_leaves(tiny_collection, tiny_featurized):
-    from cdmpp.featurize.trace import folder_traces
-    from cdmpp.featurize.trace import with_trace_tokens
     from cdmpp.featurize.batch import dense_programs
+    from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 
     _, data = tiny_featurized
     traces = folder_traces([tiny_collection[1].device_dir], data.latency)

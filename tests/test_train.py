@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
+from cdmpp.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint, sinusoidal_encoding
 from cdmpp.train.fit import fit_transformer, predict_latency_array
 from cdmpp.train.lightning import ProgramDataModule, TrainConfig
-from cdmpp.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint, sinusoidal_encoding
 from cdmpp.train.splits import holdout_network
 
 
@@ -207,8 +207,8 @@ def test_history_holds_each_epochs_training_and_validation_loss(tiny_featurized)
 
 
 def test_thin_training_keeps_a_share_of_each_task_and_leaves_validation_and_test():
-    from cdmpp.train.lightning import TrainConfig
     from cdmpp.errors import InputError
+    from cdmpp.train.lightning import TrainConfig
     from cdmpp.train.splits import Split, thin_training
 
     workload = np.array([0] * 10 + [1] * 4 + [2] + [0, 1])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,11 +35,16 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 
+from cdmpp import dataset as ds
+from cdmpp.collect import measure_programs
+from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
-from cdmpp.featurize.batch import FeaturizedPrograms
+from cdmpp.featurize import featurize_many
+from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, featurize_database, from_trees
+from cdmpp.featurize.trace import model_inputs, schedule_trace_vectors, with_trace_tokens
+from cdmpp.model import LatencyTransformer, load_checkpoint, predict_latency_array, save_checkpoint
 
 from .metrics import summary
-from cdmpp.model import LatencyTransformer, predict_latency_array
 
 
 @dataclass
@@ -81,7 +87,6 @@ class AdaptConfig:
 
 @torch.no_grad()
 def _pooled(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray) -> torch.Tensor:
-    from cdmpp.featurize.batch import dense_programs  # pylint: disable=import-outside-toplevel
 
     model.eval()
     out = [model.pooled(*dense_programs(data, index[s : s + 512])) for s in range(0, len(index), 512)]
@@ -174,7 +179,7 @@ def new_device_row(model: LatencyTransformer, meta: dict, device, init: str) -> 
     exactly as that device.  ``"descriptor"``: the unknown-device row with the new
     device's own descriptor; also where no known device is of the new one's kind
     (a first GPU)."""
-    from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device  # pylint: disable=import-outside-toplevel
+    from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device  # noqa: PLC0415  (its name is taken at module level)
 
     known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
     known = [(r, d) for r, d in known if d.kind == device.kind]  # a GPU never starts from a CPU's row
@@ -196,7 +201,7 @@ def program_embeddings(
     model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray, batch_size: int = 512
 ) -> np.ndarray:
     """Pooled program embeddings, float32 ``(len(index), d_model)``."""
-    from .lightning import ProgramDataModule  # pylint: disable=import-outside-toplevel  (Lightning)
+    from .lightning import ProgramDataModule  # noqa: PLC0415  (Lightning)
 
     dm = ProgramDataModule(data, [], [], np.asarray(index, dtype=np.int64), batch_size)
     model.eval()
@@ -269,7 +274,7 @@ def adapt_table(
     Returns:
         Metric rows by name (:func:`cdmpp.train.metrics.summary`).
     """
-    from cdmpp.device import DeviceDescriptor, nearest_device  # pylint: disable=import-outside-toplevel
+    from cdmpp.device import DeviceDescriptor, nearest_device  # noqa: PLC0415  (its name is taken at module level)
 
     by_desc, row = new_device_row(model, meta, device, "descriptor")
     by_near, _ = new_device_row(model, meta, device, "nearest")
@@ -352,13 +357,6 @@ def adapt_local(
         ValueError: a checkpoint without a device table.
         MachineBusyError: the machine stayed busy past the guard's limit.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp import dataset as ds
-    from cdmpp.collect import measure_programs
-    from cdmpp.device import local_cpu
-    from cdmpp.featurize import featurize_many
-    from cdmpp.featurize.batch import from_trees
-    from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
 
     config = config or AdaptConfig()
     model, meta = _device_table_checkpoint(Path(checkpoint))
@@ -411,8 +409,7 @@ def adapt_measured(
         InputError: a checkpoint without a device table, or a folder whose manifest
             names no device.
     """
-    from cdmpp import dataset as ds  # pylint: disable=import-outside-toplevel
-    from cdmpp.device import DeviceDescriptor  # pylint: disable=import-outside-toplevel
+    from cdmpp.device import DeviceDescriptor  # noqa: PLC0415  (its name is taken at module level)
 
     config = config or AdaptConfig()
     model, meta = _device_table_checkpoint(Path(checkpoint))
@@ -430,7 +427,6 @@ def adapt_measured(
 
 def _device_table_checkpoint(checkpoint: Path):
     """``(model, meta)`` of a checkpoint with a device table; InputError for one without."""
-    from cdmpp.model import load_checkpoint  # pylint: disable=import-outside-toplevel
 
     model, meta = load_checkpoint(checkpoint)
     if model.config.num_devices <= 0 or not meta.get("devices"):
@@ -441,14 +437,9 @@ def _device_table_checkpoint(checkpoint: Path):
 def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: Path, config: AdaptConfig, cache_dir,
                   seconds: dict, source: Path, how: str) -> AdaptResult:
     """Fit ``device``'s row (new, or the known one) to every program of ``db`` and write the checkpoint."""
-    # pylint: disable=import-outside-toplevel
-    import shutil
 
-    from cdmpp.featurize.batch import featurize_database
 
-    from cdmpp.model import save_checkpoint
 
-    from cdmpp.featurize.trace import model_inputs
 
     t0 = time.time()
     data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False), [folder])

@@ -21,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
-from .evaluate import load_featurized
-from .report import task_weights
+from cdmpp.featurize.ast import OWN_FEATURES
 from cdmpp.model import ModelConfig, predict_latency_array
 
+from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
 from .config import TrainConfig
+from .evaluate import load_featurized
 from .metrics import summary
+from .report import task_weights
 from .splits import Split, holdout_network, networks_of, random_programs
 
 METRICS = ("mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5", "best_ratio", "slope", "best_speed")
@@ -71,8 +72,8 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
     """``(name, fit() -> predictor, predict(predictor, index) -> seconds)`` of every model."""
     # every model learns from the same programs: the transformer's training split (its
     # validation programs only watch its loss, so the baselines do not fit them either)
-    from .fit import fit_transformer  # pylint: disable=import-outside-toplevel  (Lightning: off the table path)
-    from .lightning import cmd_domain_programs  # pylint: disable=import-outside-toplevel
+    from .fit import fit_transformer  # noqa: PLC0415  (Lightning: off the table path)
+    from .lightning import cmd_domain_programs  # noqa: PLC0415  (keeps lightning off this module's import)
 
     fit_index = np.asarray(split.train)
     seed = cfg.train.seed
@@ -116,7 +117,6 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
 def own_features_only(data):
     """A copy of ``data`` whose leaf rows keep only ``OWN_FEATURES`` (the buffer-access
     columns set to 0)."""
-    from cdmpp.featurize.ast import OWN_FEATURES  # pylint: disable=import-outside-toplevel
 
     x = data.x.copy()
     x[:, len(OWN_FEATURES):] = 0.0

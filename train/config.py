@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdmpp.dataset import device_dirs
 from cdmpp.errors import InputError
-
 
 SPLITS = ("network", "within-task", "cdmpp")
 
@@ -70,7 +70,6 @@ class TrainData:
         several dataset folders, a dataset folder of several device folders, or a dataset
         folder of one device folder without ``pool`` or ``benchmark_table``.  A device
         folder named directly, or ``pool`` / ``benchmark_table``, trains a one-device model."""
-        from cdmpp.dataset import device_dirs  # pylint: disable=import-outside-toplevel  (TVM)
 
         if len(self.datasets) > 1:
             return True
@@ -206,7 +205,7 @@ def resolve_precision(precision: str) -> str:
     ``"32-true"``; the others are returned as they are."""
     if precision != "auto":
         return precision
-    import torch  # pylint: disable=import-outside-toplevel  (keeps this module free of torch)
+    import torch  # noqa: PLC0415  (keeps this module free of torch)
 
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"

@@ -19,17 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from cdmpp import dataset as ds
+from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
+from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.featurize.batch import (
     FeaturizedPrograms,
     cached_device_folder,
     featurize_database,
     measured_repeats,
 )
-
-from cdmpp import dataset as ds
-from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
-from cdmpp.errors import InputError, UnknownNetworkError
-from cdmpp.model import predict_latency_array
+from cdmpp.featurize.trace import model_inputs
+from cdmpp.model import load_checkpoint, predict_latency_array
 
 from .baselines import TreeBaseline
 from .metrics import summary
@@ -72,7 +73,6 @@ class DeviceCorpus:
         """This corpus in the input columns of a model with ``config``
         (:func:`cdmpp.featurize.trace.model_inputs`: each program's trace token for a
         trace-token model, none with ``traces=False``)."""
-        from cdmpp.featurize.trace import model_inputs  # pylint: disable=import-outside-toplevel
 
         folders = [self.folders[d.device_id] for d in self.devices]
         return dataclasses.replace(self, data=model_inputs(config, self.data, folders, traces))
@@ -364,7 +364,6 @@ def evaluate_devices(
         CheckpointError, DatasetError, ValueError: a bad checkpoint, bad data, a
             checkpoint without a device table, or no device folder it knows.
     """
-    from cdmpp.model import load_checkpoint  # pylint: disable=import-outside-toplevel
 
     model, meta = load_checkpoint(Path(checkpoint))
     if not meta.get("devices"):
@@ -395,7 +394,7 @@ def evaluate_devices(
     if worst:
         title += "\n\nWorst tasks (median predicted / measured latency, per device):\n" + "\n".join(worst)
     if plot is not None:
-        from .plots import plot_predicted_vs_measured  # pylint: disable=import-outside-toplevel
+        from .plots import plot_predicted_vs_measured  # noqa: PLC0415  (only on the branch that needs it)
 
         plot_predicted_vs_measured(panels, f"cdmpp transformer, {what}", Path(plot))
     return rows, title

@@ -12,11 +12,12 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
-from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 
 from cdmpp import dataset as ds
+from cdmpp.device import DeviceDescriptor, descriptor_vector
 from cdmpp.errors import InputError
+from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
+from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 from cdmpp.model import load_checkpoint, predict_latency_array
 
 from .baselines import FlopsBaseline, TreeBaseline
@@ -162,7 +163,7 @@ def evaluate(checkpoint: Path, datasets: list[Path] | None = None, workload_db: 
     meta = load_checkpoint(Path(checkpoint))[1]
     known = {d["device_id"] for d in meta.get("devices", [])}
     if datasets and any(d.name in known for root in datasets for d in ds.device_dirs(root)):
-        from .devices import evaluate_devices  # pylint: disable=import-outside-toplevel  (import circle)
+        from .devices import evaluate_devices  # noqa: PLC0415  (import circle)
 
         root = datasets if len(datasets) > 1 else datasets[0]
         rows, title = evaluate_devices(Path(checkpoint), root, opt.holdout, opt.cache_dir, opt.progress, opt.plot,
@@ -191,14 +192,13 @@ def _for_device(model, meta: dict, db, data: FeaturizedPrograms):
     a known one)."""
     if model.config.num_devices <= 0:
         return model, data, ""
-    from cdmpp.device import DeviceDescriptor, descriptor_vector  # pylint: disable=import-outside-toplevel
 
     rows = {d["device_id"]: int(d["row"]) for d in meta.get("devices", [])}
     note = ""
     if db.device_id in rows:
         row = rows[db.device_id]
     elif db.manifest.get("device"):
-        from .adapt import with_new_device  # pylint: disable=import-outside-toplevel
+        from .adapt import with_new_device  # noqa: PLC0415  (keeps sklearn off this module's import)
 
         model, row = with_new_device(model, descriptor_vector(DeviceDescriptor.from_json(db.manifest["device"])))
         note = f"; device {db.device_id} is not in this checkpoint: zero-shot from its descriptor"

@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import torch
 
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
+from cdmpp.model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 
 from .config import resolve_precision
 from .lightning import EpochHistory, LatencyModule, ProgramDataModule, TrainConfig, make_trainer
-from cdmpp.model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 from .splits import Split
 
 
@@ -53,8 +54,6 @@ def fit_transformer(
     Raises:
         ValueError: an empty training split, or ``cmd_weight > 0`` without target programs.
     """
-    # pylint: disable=import-outside-toplevel
-    import lightning as L
 
     model_config = model_config or ModelConfig()
     train_config = train_config or TrainConfig()
@@ -86,7 +85,7 @@ def fit_transformer(
     )
     logger = False
     if use_wandb and not fast_dev_run:
-        from lightning.pytorch.loggers import WandbLogger
+        from lightning.pytorch.loggers import WandbLogger  # noqa: PLC0415  (only on the branch that needs it)
 
         os.environ.setdefault("WANDB_MODE", "offline")
         os.environ.setdefault("WANDB_SILENT", "true")

@@ -11,7 +11,6 @@ term.
 
 from __future__ import annotations
 
-
 import lightning as L
 import numpy as np
 import torch
@@ -19,7 +18,6 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
-
 from cdmpp.model import LatencyTransformer, ModelConfig
 
 from .config import CMD_DOMAINS, TrainConfig, describe_loss, no_cmd_target  # noqa: F401  (re-exported)

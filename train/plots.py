@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.errors import InputError
+
 
 def _pyplot():
-    import matplotlib  # pylint: disable=import-outside-toplevel
+    import matplotlib  # noqa: PLC0415  (keeps matplotlib off this module's import)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (keeps matplotlib off this module's import)
 
     return plt
 
@@ -49,7 +51,6 @@ def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]],
         InputError: no panel, or a panel whose arrays differ in shape or hold a
             non-positive latency.
     """
-    from cdmpp.errors import InputError  # pylint: disable=import-outside-toplevel
 
     if not panels:
         raise InputError("nothing to plot: no panel")

@@ -17,11 +17,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from cdmpp.featurize.batch import FeaturizedPrograms
-from cdmpp.featurize.trace import model_inputs
+import torch
 
 from cdmpp import dataset as ds
+from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
+from cdmpp.featurize.batch import FeaturizedPrograms
+from cdmpp.featurize.trace import model_inputs
 from cdmpp.model import ModelConfig, save_checkpoint
 
 from .baselines import FlopsBaseline, TreeBaseline
@@ -37,6 +39,7 @@ from .devices import (
     tree_inputs,
 )
 from .evaluate import load_featurized, network_program_counts, score_models
+from .fit import fit_transformer
 from .lightning import cmd_domain_programs
 from .report import (
     BASELINE_FILE,
@@ -132,9 +135,7 @@ def train(
 def training_machine() -> dict:
     """The machine that trains: this CPU's device id, model and cores, and the GPU's name
     when torch sees one (the wall times in a model card are this machine's)."""
-    import torch  # pylint: disable=import-outside-toplevel
 
-    from cdmpp.device import local_cpu  # pylint: disable=import-outside-toplevel
 
     cpu = local_cpu()
     return {"device_id": cpu.device_id, "model": cpu.model, "cores": cpu.cores,
@@ -144,7 +145,6 @@ def training_machine() -> dict:
 def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wandb, progress, target,
          descriptors=None):
     """The transformer fitted on ``split.train``, its loss history and its wall seconds."""
-    from .fit import fit_transformer  # pylint: disable=import-outside-toplevel
 
     t0 = time.time()
     history: list[dict] = []

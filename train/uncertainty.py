@@ -31,14 +31,20 @@ import numpy as np
 from cdmpp.errors import CheckpointError, InputError
 from cdmpp.model import (  # noqa: F401  (the inference half of the intervals lives with the model)
     ALPHAS,
+    CONFIG_FILE,
     METHODS,
     MIN_STD,
     IntervalConfig,
     interval,
     interval_methods,
+    load_checkpoint,
     mc_log_latency,
     mc_std,
 )
+
+from .devices import checkpoint_corpus, dataset_label, split_corpus
+from .report import CARD_FILE, model_card
+
 
 def calibrate(point: np.ndarray, passes: np.ndarray, true_s: np.ndarray, cfg: IntervalConfig) -> dict:
     """Calibration of every method on programs with measured latencies ``true_s`` (seconds, ``(K,)``).
@@ -123,10 +129,6 @@ def calibrate_checkpoint(
         CheckpointError: no device table.  InputError: an unknown method.
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
-    # pylint: disable=import-outside-toplevel
-    from .devices import checkpoint_corpus, dataset_label, split_corpus
-    from .report import CARD_FILE, model_card
-    from cdmpp.model import CONFIG_FILE, load_checkpoint
 
     if method not in METHODS:
         raise InputError(f"unknown interval method {method!r}; choose from {METHODS}")

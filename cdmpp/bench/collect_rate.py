@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.collect import remeasure, stops_early
+from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 
 PATHS = {
@@ -77,10 +79,8 @@ class CollectBenchmarkConfig:
 def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None:
     """In a fresh process: ReplayTrace + LocalBuilder + LocalRunner until ``seconds`` pass;
     writes ``{"measured": n, "cv": [...]}`` to ``out``."""
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import MeasureConfig, extract_network_tasks
-    from cdmpp.device import local_cpu
-    from cdmpp.tvm_compat import (
+    from cdmpp.collect import MeasureConfig, extract_network_tasks  # noqa: PLC0415  (its name is taken at module level)
+    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         LocalBuilder,
         LocalRunner,
         Target,
@@ -151,7 +151,6 @@ def _run_collector(python_path: str | None, network: str, out_dir: Path, seconds
 
 def _noise(device_dir: Path, sample: int) -> dict:
     """Repeat CV (median, p90) of a folder's programs and the drift of ``sample`` of them timed again."""
-    from cdmpp.collect import remeasure  # pylint: disable=import-outside-toplevel
 
     db = ds.load_device_dir(device_dir)
     cv = np.asarray([p.run_secs.std() / p.run_secs.mean() for p in db.programs]) if db.programs else np.zeros(0)
@@ -238,7 +237,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
 
 def format_collect_benchmark(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table: programs per minute, the ratio to each other path, and the noise."""
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     def pct(r, k):
         v = r.get(k)
@@ -297,19 +296,17 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
         InputError: this CPU has no device folder in ``cfg.dataset``, or none of its
             tasks has measured programs.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import (
+    from cdmpp.collect import (  # noqa: PLC0415  (its name is taken at module level)
+        DatasetStore,
         MeasureConfig,
         QuietConfig,
+        extract_network_tasks,
         local_bench,
+        make_tune_context,
         measure_batch,
         program_hash_key,
-        DatasetStore,
-        make_tune_context,
-        extract_network_tasks,
     )
-    from cdmpp.device import local_cpu
-    from cdmpp.tvm_compat import Target, load_tensor_intrinsics
+    from cdmpp.tvm_compat import Target, load_tensor_intrinsics  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     device = local_cpu()
     device_dir = Path(cfg.dataset) / device.device_id
@@ -360,7 +357,7 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
 def format_search_check(rows: list[dict], markdown: bool = False) -> str:
     """Per population: search seconds per call and, against the first population, the
     geometric mean over tasks of the batch's median and fastest label."""
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     pops = list(dict.fromkeys(r["population"] for r in rows))
     by = {(r["network"], r["task"], r["population"]): r for r in rows}
@@ -429,7 +426,6 @@ def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.00
                                     if isinstance(r, list) and len(r) > 1 and r[1][1] and len(r[1][1]) == repeat]
     if not secs:
         raise InputError(f"{device_dir}: no tuning records with {repeat} repeats to check the rule on")
-    from cdmpp.collect import stops_early  # pylint: disable=import-outside-toplevel  the collector's own rule
 
     a = np.asarray(secs, dtype=np.float64)
     stop = np.asarray([stops_early(list(row[:first]), min_s, max_spread) for row in a], dtype=bool)
@@ -455,7 +451,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_collect_benchmark(args) -> int:
-    import json  # pylint: disable=import-outside-toplevel
 
     paths = tuple(p for p in args.paths if p != "baseline" or args.baseline_rev)
     cfg = CollectBenchmarkConfig(network=args.network, minutes=args.minutes, baseline_rev=args.baseline_rev,

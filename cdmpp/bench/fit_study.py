@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,11 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
+from cdmpp.featurize.trace import folder_traces, with_trace_tokens
+from cdmpp.train.baselines import TreeBaseline
+from cdmpp.train.config import TrainConfig
+from cdmpp.train.metrics import summary
+from cdmpp.train.splits import drop_unstable_labels, thin_training
 
 STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slope",
                  "best_speed")
@@ -232,7 +238,6 @@ def feature_ambiguity(data, index: np.ndarray, decimals: int = 3) -> dict:
 
 
 def _score(pred: np.ndarray, data, index: np.ndarray) -> dict:
-    from cdmpp.train.metrics import summary  # pylint: disable=import-outside-toplevel
 
     row = summary(pred, data.latency[index], data.workload[index])
     return {k: row[k] for k in STUDY_COLUMNS}
@@ -253,7 +258,7 @@ def residual_rows(pred: dict[str, np.ndarray], data, inputs: dict[str, np.ndarra
         ``{input name: {part: corrected predicted latency (s)}}``: ``pred`` times the
         exponential of the trees' predicted residual.
     """
-    import xgboost as xgb  # pylint: disable=import-outside-toplevel
+    import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
     resid = np.log(data.latency[index["fit"]]) - np.log(pred["fit"])
     out = {}
@@ -266,8 +271,7 @@ def residual_rows(pred: dict[str, np.ndarray], data, inputs: dict[str, np.ndarra
 
 
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
-    from cdmpp.model import ModelConfig  # pylint: disable=import-outside-toplevel
-    from cdmpp.train.config import TrainConfig  # pylint: disable=import-outside-toplevel
+    from cdmpp.model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
 
     # the levers add the trace token themselves (``Lever.trace_token``); "current" is the MSE recipe
     model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
@@ -292,13 +296,9 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     Raises:
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.featurize.trace import folder_traces, with_trace_tokens
-    from cdmpp.model import predict_latency_array
-    from cdmpp.train.baselines import TreeBaseline
-    from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs
-    from cdmpp.train.fit import fit_transformer
-    from cdmpp.train.splits import drop_unstable_labels, thin_training
+    from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress)
     base = split_corpus(corpus, None, seed=cfg.seed)
@@ -408,7 +408,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the study from parsed arguments; writes ``--out`` and ``--out`` with ``.md``."""
-    import json  # pylint: disable=import-outside-toplevel
 
     cfg = StudyConfig([Path(d) for d in args.dataset], list(args.levers), tuple(args.exclude_device or ()),
                       epochs=args.epochs, train_share=args.train_share, seed=args.seed, trees=not args.no_trees,

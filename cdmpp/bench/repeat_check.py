@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cdmpp.bench.collect_rate import check_adaptive_repeats
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench repeat-check``'s arguments."""
@@ -16,8 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_repeat_check(args) -> int:
-    from cdmpp.bench.collect_rate import check_adaptive_repeats  # pylint: disable=import-outside-toplevel
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     def pct(x: float) -> str:
         return f"{100 * x:.2f}%"

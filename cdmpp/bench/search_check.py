@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+
+from cdmpp.bench.collect_rate import (
+    SearchCheckConfig,
+    format_search_check,
+    run_search_check,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,13 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_search_check(args) -> int:
-    import json  # pylint: disable=import-outside-toplevel
 
-    from cdmpp.bench.collect_rate import (  # pylint: disable=import-outside-toplevel
-        SearchCheckConfig,
-        format_search_check,
-        run_search_check,
-    )
 
     cfg = SearchCheckConfig(dataset=Path(args.dataset), networks=args.networks,
                             tasks_per_network=args.tasks_per_network, populations=tuple(args.populations),

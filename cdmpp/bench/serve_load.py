@@ -11,6 +11,7 @@ server's workers, as they would on one host.
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import threading
 import time
@@ -18,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from cdmpp import dataset as ds
 
 
 @dataclass
@@ -40,9 +43,7 @@ class LoadResult:
 
 def _programs(dataset: Path, count: int) -> list[dict]:
     """``count`` programs of a device folder as ``{"mod": TVM JSON}`` bodies."""
-    # pylint: disable=import-outside-toplevel
-    from cdmpp import dataset as ds
-    from cdmpp.tvm_compat import program_from_record, save_json
+    from cdmpp.tvm_compat import program_from_record, save_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     db = ds.load_device_dir(ds.device_dirs(Path(dataset))[0])
     out = []
@@ -56,11 +57,10 @@ def run_load_test(
     interval: bool = True,
 ) -> LoadResult:
     """Start a server, load it, stop it; see the module docstring."""
-    # pylint: disable=import-outside-toplevel
-    import httpx
-    import uvicorn
+    import httpx  # noqa: PLC0415  (keeps httpx off this module's import)
+    import uvicorn  # noqa: PLC0415  (keeps uvicorn off this module's import)
 
-    from cdmpp.serve.app import ServeConfig, create_app
+    from cdmpp.serve.app import ServeConfig, create_app  # noqa: PLC0415  (keeps pydantic off this module's import)
 
     body = {"programs": _programs(dataset, programs), "interval": interval}
     with socket.socket() as s:
@@ -147,7 +147,6 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench serve-load``."""
-    import json  # pylint: disable=import-outside-toplevel
 
     res = run_load_test(
         Path(args.dataset), args.clients, args.seconds, args.programs, args.workers, args.checkpoint,

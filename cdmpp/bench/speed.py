@@ -32,12 +32,19 @@ still fitted on measured programs of ``-d``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from cdmpp import dataset as ds
+from cdmpp.bench.tune import pick_tasks
+from cdmpp.collect.sampling import sample_schedules
+from cdmpp.featurize import as_module, build_tree
+from cdmpp.predictor import LatencyPredictor
 
 
 def _best_of(fn, repeats: int, setup=None) -> float:
@@ -71,10 +78,7 @@ def task_candidates(network: str, task: str | None, target, count: int, seed: in
         UnknownNetworkError: no such network.
         InputError: ``task`` matches none of its tasks.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.bench.tune import pick_tasks
-    from cdmpp.bench.unseen import network_tasks
-    from cdmpp.collect.sampling import sample_schedules
+    from cdmpp.bench.unseen import network_tasks  # noqa: PLC0415  (keeps torch off this module's import)
 
     ranked = network_tasks(network, target)
     name, _, mod, _ = pick_tasks(ranked, network, 1 if task is None else 0, () if task is None else (task,))[0]
@@ -106,14 +110,10 @@ def predict_call_seconds(
         DatasetError: no device folder or no measured program there.
         UnknownNetworkError, InputError: no such network or task.
     """
-    # pylint: disable=import-outside-toplevel
-    import torch
+    import torch  # noqa: PLC0415  (keeps torch off this module's import)
 
-    from cdmpp import dataset as ds
-    from cdmpp.featurize import as_module, build_tree
-    from cdmpp.predictor import LatencyPredictor
-    from cdmpp.serve.cost_model import CdmppCostModel
-    from cdmpp.tvm_compat import (
+    from cdmpp.serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         ArgInfo,
         Schedule,
         Target,
@@ -174,6 +174,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", default=None,
                    help="candidates: new schedules of a task of this network (zoo or outside it, e.g. convnext_tiny-b1)")
     p.add_argument("--task", default=None, help="with --network: the task (name or prefix; default: its largest)")
+    p.add_argument("--output", default=None, help="also write the timings (seconds per call) as JSON here")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -191,4 +192,12 @@ def main(args: argparse.Namespace) -> int:
     xgb, new = secs["XGBModel.predict (TVM)"], secs["CdmppCostModel.predict, new candidates"]
     print(f"plugin / XGBModel: {new / xgb:.2f}x on new candidates, "
           f"{secs['CdmppCostModel.predict, seen candidates'] / xgb:.2f}x on seen ones")
+    if args.output:
+        from cdmpp.device import local_cpu  # noqa: PLC0415  (keeps tvm off this module's import)
+
+        cpu = local_cpu()
+        record = {"candidates": n, "where": where, "repeats": args.repeats, "cpu": cpu.model,
+                  "device_id": cpu.device_id, "cores": os.cpu_count(), "checkpoint": args.checkpoint or "shipped",
+                  "seconds_per_call": secs}
+        Path(args.output).write_text(json.dumps(record, indent=1), encoding="utf-8")
     return 0

@@ -19,6 +19,7 @@ same schedules.  Timings wait for a quiet machine (the collector's guard).
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.collect import QuietConfig, QuietGuard
+from cdmpp.device import local_cpu
+from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks
+from cdmpp.predictor import LatencyPredictor
 
 
 @dataclass
@@ -48,9 +53,7 @@ class TruthCheckConfig:
 def _best_database(db: ds.DeviceDatabase):
     """A MetaSchedule ``MemoryDatabase`` with each workload's fastest measured record, and
     ``{structural hash: (workload IRModule, best)}`` for :func:`cdmpp.estimate.estimate_network`."""
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.estimate import keep_fastest
-    from cdmpp.tvm_compat import ms, structural_hash
+    from cdmpp.tvm_compat import ms, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     best: dict = {}
     for p in db.programs:
@@ -82,11 +85,10 @@ def compile_and_time(database, unfused, params: list, example_inputs: tuple, tar
     Returns:
         ``(median seconds of one inference, compile seconds)``.
     """
-    # pylint: disable=import-outside-toplevel
-    import tvm
-    from tvm import relax
+    import tvm  # noqa: PLC0415  (keeps tvm off this module's import)
+    from tvm import relax  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    from cdmpp.tvm_compat import ms
+    from cdmpp.tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     t0 = time.perf_counter()
     ex = ms.relax_integration.compile_relax(database, unfused, target, params=None)
@@ -117,13 +119,8 @@ def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) 
     Raises:
         DatasetError: the folder was measured on another CPU, or a task has no record.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp import networks as zoo
-    from cdmpp.collect import QuietConfig, QuietGuard
-    from cdmpp.device import local_cpu
-    from cdmpp.estimate import estimate_network, relax_tasks
-    from cdmpp.predictor import LatencyPredictor
-    from cdmpp.tvm_compat import (
+    from cdmpp import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         Target,
         relax_module_and_params_from_torch,
         structural_hash,
@@ -178,7 +175,7 @@ def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) 
 
 def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table (milliseconds), with the ratios of the sums to the end-to-end latency."""
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "estimate ms",
             "10-90% ms", "estimate / e2e", "estimate / sum"]
@@ -204,8 +201,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_truth_check(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    import json
 
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
                            args.device)

@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
+from cdmpp.collect.machine import build_tmpdir
+from cdmpp.device import local_cpu
 from cdmpp.errors import InputError, UnknownNetworkError
 
 COST_MODELS = ("xgb", "cdmpp", "random")
@@ -122,7 +125,6 @@ def tuned_run(guard, work_dir: Path, tune) -> dict:
         whole run, in cores, building and search included) and ``retimed_batches``
         (timing batches the guard timed again because another process was busy).
     """
-    from cdmpp.collect.machine import build_tmpdir  # pylint: disable=import-outside-toplevel
 
     retimed, t0, start = guard.retimed, time.perf_counter(), guard.snapshot()
     with build_tmpdir(work_dir / "tmp"):
@@ -137,10 +139,8 @@ def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
     points: the collector's measurement protocol, every batch timed on a quiet machine
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import MeasureConfig, quiet_runner
-    from cdmpp.serve.cost_model import CdmppCostModel
-    from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement
+    from cdmpp.serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     m = MeasureConfig()
     return {
@@ -266,7 +266,7 @@ def pick_tasks(
 def _network_tasks(db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...], target):
     """:func:`choose_tasks`, or for a network outside the zoo (:mod:`cdmpp.bench.unseen`) its
     tasks extracted for ``target``."""
-    from cdmpp.bench.unseen import unseen_networks, unseen_tasks  # pylint: disable=import-outside-toplevel
+    from cdmpp.bench.unseen import unseen_networks, unseen_tasks  # noqa: PLC0415  (keeps torch off this module's import)
 
     if network in unseen_networks():
         return pick_tasks(unseen_tasks(network, target), network, count, names)
@@ -326,10 +326,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     Raises:
         DatasetError, ValueError: no such dataset or network, a bad config.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.collect import QuietConfig, QuietGuard
-    from cdmpp.device import local_cpu
-    from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms
+    from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     dirs = ds.device_dirs(Path(dataset))
     if len(dirs) != 1:
@@ -449,7 +446,7 @@ def reach_table(
     and in how many trials each seed reached its own seed's yardstick final best (seeds
     paired by number; the yardstick is XGBoost's runs, or a longer reference run of it,
     :func:`with_reference`)."""
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     head = ["task", "cost model", "seeds", f"final best / {yardstick}'s",  # seeds: those paired with the yardstick
             f"trials to reach {yardstick}'s final best (per seed)"]
@@ -490,7 +487,7 @@ def ratio_summary(
         A table with one row per cost model and seed, and a mean row per cost model that ran
         more than one seed; ``"-"`` where no run is ``k`` trials long.
     """
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     per: dict[tuple[str, int], dict] = {}
     for task, models in curves.items():
@@ -539,7 +536,7 @@ def ratio_summary(
 
 def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table: best latency in microseconds after k trials, per task and cost model."""
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     if not rows:
         return "(no rows)"
@@ -555,6 +552,6 @@ def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
 
 def write_tune_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
     """Write ``tune_benchmark.csv`` and ``tune_benchmark.md`` into ``out_dir``; returns their paths."""
-    from cdmpp.train.benchmark import write_csv_and_markdown  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import write_csv_and_markdown  # noqa: PLC0415  (keeps torch off this module's import)
 
     return write_csv_and_markdown(rows, out_dir, "tune_benchmark", format_tune_benchmark(rows, markdown=True))

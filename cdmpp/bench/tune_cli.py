@@ -23,6 +23,7 @@ from cdmpp.bench.tune_network import (
     network_curve_panels,
     run_network_tuning,
 )
+from cdmpp.device import local_cpu
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,9 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_tune_network(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.device import local_cpu
-    from cdmpp.train.benchmark import write_csv_and_markdown
+    from cdmpp.train.benchmark import write_csv_and_markdown  # noqa: PLC0415  (keeps torch off this module's import)
 
     rows = []
     for seed in args.seeds or [args.seed]:
@@ -73,7 +72,7 @@ def _cmd_tune_network(args) -> int:
                                                format_network_tuning(rows, markdown=True))
     print(f"written: {csv_path}, {md_path}")
     if args.plot:
-        from cdmpp.train.plots import plot_tuning_curves
+        from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
         plot_tuning_curves(network_curve_panels(Path(args.output), args.whole_network),
                            f"MetaSchedule tune_relax on {local_cpu().device_id}", Path(args.plot),
@@ -83,8 +82,6 @@ def _cmd_tune_network(args) -> int:
 
 
 def _cmd_tune_benchmark(args) -> int:
-    # pylint: disable=import-outside-toplevel
-    from cdmpp.device import local_cpu
 
     if args.whole_network:
         return _cmd_tune_network(args)
@@ -122,7 +119,7 @@ def _cmd_tune_benchmark(args) -> int:
                 walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
         if args.plot:
-            from cdmpp.train.plots import plot_tuning_curves
+            from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
             plot_tuning_curves(curves, f"MetaSchedule tune_tir on {local_cpu().device_id}", Path(args.plot),
                                yardstick=yardstick, log_trials=yardstick != "xgb")

@@ -17,18 +17,22 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.collect import QuietConfig, QuietGuard
+from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
+from cdmpp.estimate import relax_tasks
 
+from .truth_check import compile_and_time
 from .tune import (
     WEIGHTS_FILE,
     check_cost_models,
-    run_records,
     run_dir,
+    run_records,
+    run_seed,
+    run_trials,
     search_tools,
     start_run,
-    run_trials,
     tuned_run,
-    run_seed,
 )
 
 
@@ -104,12 +108,8 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     Raises:
         UnknownNetworkError: not a zoo network.
     """
-    # pylint: disable=import-outside-toplevel
-    from cdmpp import networks as zoo
-    from cdmpp.collect import QuietConfig, QuietGuard
-    from cdmpp.device import local_cpu
-    from cdmpp.estimate import relax_tasks
-    from cdmpp.tvm_compat import (
+    from cdmpp import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         Target,
         load_tensor_intrinsics,
         ms,
@@ -117,7 +117,6 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
         structural_hash,
     )
 
-    from .truth_check import compile_and_time
 
     spec = zoo.get_network(cfg.network)
     device = local_cpu()
@@ -171,10 +170,9 @@ def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dic
     if weights_file.exists():
         weights = json.loads(weights_file.read_text(encoding="utf-8"))
     else:
-        # pylint: disable=import-outside-toplevel
-        from cdmpp.device import local_cpu
-        from cdmpp.estimate import zoo_tasks
-        from cdmpp.tvm_compat import structural_hash
+        from cdmpp.device import local_cpu  # noqa: PLC0415  (only on the branch that needs it)
+        from cdmpp.estimate import zoo_tasks  # noqa: PLC0415  (only on the branch that needs it)
+        from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
     panel: dict[str, dict[int, np.ndarray]] = {}
@@ -188,7 +186,7 @@ def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dic
 
 def format_network_tuning(rows: list[dict], markdown: bool = False) -> str:
     """The rows of :func:`run_network_tuning` as a table (milliseconds, minutes)."""
-    from cdmpp.train.benchmark import render_table  # pylint: disable=import-outside-toplevel
+    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     head = ["network", "cost model", "seed", "tasks", "trials", "tuned sum ms", "end to end ms", "tuning min"]
     body = [

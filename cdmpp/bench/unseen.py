@@ -17,8 +17,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cdmpp.collect.sampling import extract_spec_tasks
 from cdmpp.errors import UnknownNetworkError
-from cdmpp.networks import NetworkSpec
+from cdmpp.networks import NetworkSpec, get_network
 
 
 class _ConvNeXtBlock(nn.Module):
@@ -68,7 +69,7 @@ class ConvNeXt(nn.Module):
 
 
 def _gpt2_small() -> nn.Module:
-    from transformers import GPT2Config, GPT2Model  # pylint: disable=import-outside-toplevel
+    from transformers import GPT2Config, GPT2Model  # noqa: PLC0415  (keeps transformers off this module's import)
 
     cfg = GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024, attn_implementation="eager")
 
@@ -128,14 +129,12 @@ def network_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     Raises:
         UnknownNetworkError: neither.
     """
-    from cdmpp.networks import get_network  # pylint: disable=import-outside-toplevel
 
     nets = unseen_networks()
     return _ranked(nets[name] if name in nets else get_network(name), target)
 
 
 def _ranked(spec: NetworkSpec, target) -> list[tuple[str, float, object, int]]:
-    from cdmpp.collect.sampling import extract_spec_tasks  # pylint: disable=import-outside-toplevel
 
     tasks = sorted(extract_spec_tasks(spec, target), key=lambda t: -t.weight * t.flops)
     return [(t.task_name, float(t.weight), t.mod, r) for r, t in enumerate(tasks)]

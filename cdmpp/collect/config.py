@@ -81,7 +81,7 @@ class MeasureConfig:
 
     def evaluator_config(self):
         """MetaSchedule's ``EvaluatorConfig`` of this protocol."""
-        from ..tvm_compat import EvaluatorConfig  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import EvaluatorConfig  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         return EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
                                enable_cpu_cache_flush=self.enable_cpu_cache_flush)

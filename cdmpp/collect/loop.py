@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+
+from tqdm import tqdm
 
 from cdmpp.errors import InputError
 
@@ -14,14 +16,14 @@ from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectConfig, CollectSummary, MachineBusyError
 from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
-from .sampling import plan_tasks, make_tune_context, sampling_threads
+from .sampling import make_tune_context, plan_tasks, sampling_threads
 from .store import (
+    DatasetStore,
+    TaskEntry,
     build_manifest,
     mark_phase,
     mark_tasks,
     program_hash_key,
-    DatasetStore,
-    TaskEntry,
     task_seed_of,
 )
 from .timing import finish_batch, make_bench, submit_batch
@@ -87,7 +89,7 @@ class _Collection:
     def _phase(self, task, wl, phase, want, seen, seed, goal, earlier_failures):
         """One sampling phase of a task, a generator as :meth:`visit`; returns whether a whole
         batch was already seen (space used up)."""
-        from ..tvm_compat import TuningRecord, ms  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import TuningRecord, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         cfg, key, clock = self.cfg, task.workload_key, self.bench.clock
         sampling = "random sampling" if phase == "random" else "evolutionary search"
@@ -148,7 +150,7 @@ class _Collection:
 
     def _record(self, task: TaskEntry, wl, batch: list, record_type) -> dict:
         """Store a measured batch: records and failures; returns runner results of the successes by candidate id."""
-        from ..tvm_compat import ms  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         results = {}
         interrupted = self.stop_requested()
@@ -232,7 +234,6 @@ class _Collection:
         its last), and a batch is timed only once its own builds are done, with every build
         worker paused, so that sampling and building overlap but nothing runs beside a
         timing."""
-        from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
         todo = {}
         for t in tasks:
@@ -290,11 +291,9 @@ def collect(
         MachineBusyError: the quiet-machine guard waited longer than ``cfg.quiet.max_wait_s``
             (every record finished before is stored).
     """
-    # pylint: disable=import-outside-toplevel
-    from dataclasses import replace
 
-    from .. import networks as zoo
-    from ..tvm_compat import Target, configure_cuda_compiler, load_tensor_intrinsics
+    from .. import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
+    from ..tvm_compat import Target, configure_cuda_compiler, load_tensor_intrinsics  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     for n in cfg.networks:
         zoo.get_network(n)  # fail early on a bad name

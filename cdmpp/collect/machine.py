@@ -6,10 +6,14 @@ import concurrent.futures
 import contextlib
 import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+
+from tqdm import tqdm
 
 from .config import MachineBusyError, QuietConfig
 
@@ -91,7 +95,7 @@ class QuietGuard:
     """
 
     def __init__(self, cfg: QuietConfig):
-        import psutil  # pylint: disable=import-outside-toplevel
+        import psutil  # noqa: PLC0415  (keeps psutil off this module's import)
 
         self.cfg = cfg
         self._psutil = psutil
@@ -224,9 +228,8 @@ def _timed_build(args: tuple, cpu_limit_s: float | None = None) -> tuple[str, fl
     the limit passes, which also stops LLVM's native code generation (a Python-level
     handler could not run before LLVM returns).  A paused worker spends no CPU time, so
     a pause never ends a build."""
-    import signal  # pylint: disable=import-outside-toplevel
 
-    from ..tvm_compat import build_worker_function  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import build_worker_function  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if cpu_limit_s:
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
@@ -263,7 +266,6 @@ class PooledBuilder:
     """
 
     def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 400, f_export=None):
-        import threading  # pylint: disable=import-outside-toplevel
 
         self.max_workers, self.timeout_sec, self.f_build, self.recycle = max_workers, timeout_sec, f_build, recycle
         self.f_export = f_export
@@ -279,7 +281,7 @@ class PooledBuilder:
         self.paused_s = 0.0
 
     def _worker(self):
-        from ..tvm_compat import popen_worker  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import popen_worker  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         w = getattr(self._local, "worker", None)
         if w is None:
@@ -289,7 +291,7 @@ class PooledBuilder:
         return w
 
     def _build_one(self, args: tuple):
-        from ..tvm_compat import ms, popen_worker_pid  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import ms, popen_worker_pid  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         w = self._worker()
         with self._cond:  # a worker (re)starts only here, never while paused
@@ -320,7 +322,7 @@ class PooledBuilder:
 
     def submit(self, build_inputs: list) -> list:
         """Queue builds; returns one ``concurrent.futures.Future`` of a ``BuilderResult`` each."""
-        from ..tvm_compat import serialize_build_params  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import serialize_build_params  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         if self._threads is None:
             self._threads = concurrent.futures.ThreadPoolExecutor(self.max_workers, thread_name_prefix="cdmpp-build")
@@ -333,9 +335,9 @@ class PooledBuilder:
         return [f.result() for f in self.submit(build_inputs)]
 
     def _processes(self) -> list:
-        import psutil  # pylint: disable=import-outside-toplevel
+        import psutil  # noqa: PLC0415  (keeps psutil off this module's import)
 
-        from ..tvm_compat import popen_worker_pid  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import popen_worker_pid  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         procs = []
         for w in self._workers:
@@ -351,7 +353,7 @@ class PooledBuilder:
         return procs
 
     def _signal(self, procs: list, sig: int) -> None:
-        import psutil  # pylint: disable=import-outside-toplevel
+        import psutil  # noqa: PLC0415  (keeps psutil off this module's import)
 
         for p in procs:
             try:
@@ -364,7 +366,7 @@ class PooledBuilder:
         """Return once every process in ``procs`` is stopped, a zombie or gone: ``SIGSTOP``
         lands only when the kernel next schedules the process, which on a busy machine can
         be after ``kill`` returns (at most ``timeout_s`` seconds of polling)."""
-        import psutil  # pylint: disable=import-outside-toplevel
+        import psutil  # noqa: PLC0415  (keeps psutil off this module's import)
 
         done = {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
         deadline = time.perf_counter() + timeout_s
@@ -385,7 +387,6 @@ class PooledBuilder:
     def paused(self):
         """Stop every build worker (and the processes it started) for the ``with`` body: no
         build uses the CPU and no worker starts until it ends; queued builds wait."""
-        import signal  # pylint: disable=import-outside-toplevel
 
         with self._cond:
             self._paused, self._pause_start = True, time.perf_counter()
@@ -448,7 +449,7 @@ def quiet_runner(inner, guard: QuietGuard, report: Callable[[str], None] | None 
         A ``ms.runner.PyRunner`` for ``ms.tune_tir`` / ``tune_relax``; ``guard`` keeps the
         waits, the loads and the batches timed again.
     """
-    from ..tvm_compat import derived_object, ms  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import derived_object, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     @derived_object
     class QuietRunner(ms.runner.PyRunner):
@@ -464,6 +465,5 @@ def quiet_runner(inner, guard: QuietGuard, report: Callable[[str], None] | None 
 
 
 def log_note(message: str) -> None:
-    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
 
     tqdm.write(message)

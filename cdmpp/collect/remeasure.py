@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import random
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
+
+from tqdm import tqdm
 
 from cdmpp.errors import InputError
 
 from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectSummary, MeasureConfig, QuietConfig
-from .store import program_hash_key, DatasetStore, TaskEntry
+from .store import DatasetStore, TaskEntry, program_hash_key
 from .timing import local_bench, measure_batch
 
 
@@ -30,7 +34,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
         DatasetError: missing files or no measured record.
         ValueError: a device id that is not a plain folder name.
     """
-    from ..tvm_compat import TuningRecord, estimate_tir_flops, tvm_version  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import TuningRecord, estimate_tir_flops, tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if not device_id or "/" in device_id or device_id.startswith("."):
         raise InputError(f"device id {device_id!r} must be a plain folder name")
@@ -52,7 +56,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
             tasks.setdefault(
                 (network, key), {"network": network, "task_name": key, "weight": 1, "flops": flops, "workload_key": key}
             )
-        from ..featurize import as_module  # pylint: disable=import-outside-toplevel
+        from ..featurize import as_module  # noqa: PLC0415  (only on the branch that needs it)
 
         pk = program_hash_key(as_module(p.record))
         if pk in known[key]:
@@ -102,13 +106,9 @@ def remeasure(
         DatasetError: no measured program.
         ValueError: this host is not the folder's device.
     """
-    # pylint: disable=import-outside-toplevel
-    import random
-    from types import SimpleNamespace
 
-    from tqdm import tqdm
 
-    from ..tvm_compat import (
+    from ..tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         Target,
         configure_cuda_compiler,
         program_from_record,
@@ -145,7 +145,6 @@ def remeasure(
         pk = program_hash_key(mod)
         if pk not in done:
             picked.append((p, mod, pk))
-    from dataclasses import replace  # pylint: disable=import-outside-toplevel
 
     bench = local_bench(replace(m, max_repeat_cv=None), target, dev_type, quiet or QuietConfig())
     bar = tqdm(total=len(picked), disable=not progress, unit="prog", desc="re-measuring")
@@ -206,8 +205,7 @@ def measure_programs(
         DatasetError: the source folder has no measured program.
         IndexError: a position outside the source's programs.
     """
-    # pylint: disable=import-outside-toplevel
-    from ..tvm_compat import Target, load_tensor_intrinsics
+    from ..tvm_compat import Target, load_tensor_intrinsics  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     start = time.time()
     src = ds.load_device_dir(Path(source_dir))
@@ -242,7 +240,7 @@ def measure_programs(
 def _chosen_programs(src, index: list[int], store: DatasetStore, manifest: dict) -> tuple[list, dict]:
     """The chosen programs not yet measured or failed here, as ``(program, workload, key,
     mod, program key)``, and the tasks of every chosen program (keyed by network and name)."""
-    from ..tvm_compat import program_from_record  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import program_from_record  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     src_tasks = src.tasks_by_workload()
     tasks = {(t["network"], t["task_name"]): t for t in manifest.get("tasks", [])}
@@ -268,7 +266,7 @@ def _chosen_programs(src, index: list[int], store: DatasetStore, manifest: dict)
 def _transfer_manifest(old: dict, device, m: MeasureConfig, tasks: dict, source_dir: Path, chosen: int,
                        note: str) -> dict:
     """The target folder's manifest with this call's collection entry opened."""
-    from ..tvm_compat import tvm_version  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     networks = dict(old.get("networks", {}))
     for t in tasks.values():
@@ -295,12 +293,9 @@ def _time_chosen(bench, todo: list, src, store: DatasetStore, target, counts: di
                  desc: str) -> None:
     """Time ``todo`` in chunks of 16 and store each result at once, counting into ``counts``
     (``measured``, ``failed``) as it goes, so that an interrupted call reports what it stored."""
-    # pylint: disable=import-outside-toplevel
-    from types import SimpleNamespace
 
-    from tqdm import tqdm
 
-    from ..tvm_compat import TuningRecord
+    from ..tvm_compat import TuningRecord  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     src_tasks = src.tasks_by_workload()
     with tqdm(total=len(todo), disable=not progress, unit="prog", desc=desc) as bar:

@@ -9,12 +9,12 @@ from .. import dataset as ds
 from ..device import DeviceDescriptor
 from .config import CollectConfig
 from .machine import StageClock
-from .store import known_tasks, DatasetStore, TaskEntry
+from .store import DatasetStore, TaskEntry, known_tasks
 
 
 def extract_network_tasks(network: str, target) -> list[TaskEntry]:
     """The MetaSchedule tuning tasks of a zoo network, with weights and FLOPs."""
-    from .. import networks as zoo  # pylint: disable=import-outside-toplevel
+    from .. import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
 
     return extract_spec_tasks(zoo.get_network(network), target)
 
@@ -22,7 +22,7 @@ def extract_network_tasks(network: str, target) -> list[TaskEntry]:
 def extract_spec_tasks(spec, target) -> list[TaskEntry]:
     """The MetaSchedule tuning tasks of a :class:`cdmpp.networks.NetworkSpec` (a zoo entry or
     a network outside the zoo), with weights and FLOPs, in extraction order."""
-    from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     network = spec.name
     mod = relax_module_from_torch(spec.build(), spec.example_inputs(), target)
@@ -40,7 +40,7 @@ def extract_spec_tasks(spec, target) -> list[TaskEntry]:
 def _timed_per_store_feature(clock: StageClock):
     """MetaSchedule's ``PerStoreFeature`` (XGBModel's default features, the same values),
     its time counted as the ``"cost model features"`` stage of ``clock``."""
-    from ..tvm_compat import derived_object, ms  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import derived_object, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     @derived_object
     class TimedPerStoreFeature(ms.feature_extractor.PyFeatureExtractor):
@@ -78,7 +78,7 @@ def make_tune_context(
     them (replaying each record's trace for its features).  ``threads``: threads of the
     search and of XGBoost (``None``: all cores; see :func:`sampling_threads`)."""
     threads = threads or device.cores
-    from ..tvm_compat import ms  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if phase == "random":
         strategy, cost_model = ms.search_strategy.ReplayTrace(max_fail_count=64), None
@@ -154,8 +154,7 @@ def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
         Up to ``count`` ``Schedule`` objects (``.mod`` the scheduled IRModule, ``.trace``
         its schedule trace).
     """
-    # pylint: disable=import-outside-toplevel
-    from ..tvm_compat import Target, load_tensor_intrinsics, ms
+    from ..tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     target = target if isinstance(target, Target) else Target(target)
     load_tensor_intrinsics(target)

@@ -32,7 +32,7 @@ def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[TaskEntry]]:
     counts = {n: v.get("tasks", 0) for n, v in manifest.get("networks", {}).items()}
     if not counts or ds.resolve(device_dir / ds.WORKLOAD_FILE) is None:
         return {}
-    from ..tvm_compat import Workload  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import Workload  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     mods = {}
     for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE)):
@@ -52,7 +52,7 @@ def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[TaskEntry]]:
 
 
 def program_hash_key(mod) -> str:
-    from ..tvm_compat import structural_hash  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     return str(structural_hash(mod))
 
@@ -72,7 +72,7 @@ class DatasetStore:
     """Append-only files of one device folder, and what they already hold."""
 
     def __init__(self, device_dir: Path):
-        from ..tvm_compat import JSONDatabase  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import JSONDatabase  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         self.dir = device_dir
         device_dir.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ class DatasetStore:
         that set kept up to date by :meth:`add_record` (a task visited in every round of a
         long run no longer replays all its measured programs at each visit).  Returns a
         new set the caller may change."""
-        from ..tvm_compat import Schedule  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import Schedule  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         if workload_key is not None and workload_key in self._program_keys:
             return set(self._program_keys[workload_key])
@@ -151,7 +151,7 @@ class DatasetStore:
 
 
 def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[TaskEntry]) -> dict:
-    from ..tvm_compat import tvm_version  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     entries = {(t["network"], t["task_name"]): t for t in old.get("tasks", [])}
     for t in tasks:

@@ -45,7 +45,7 @@ def index_bounds(mod) -> tuple[tuple[int, int], ...]:
         ``(position, bound)`` pairs in argument order; empty for a program without
         integer tensor arguments.
     """
-    from ..tvm_compat import PrimFunc  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import PrimFunc  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if isinstance(mod, PrimFunc):
         func = mod
@@ -120,7 +120,7 @@ def _runner_probe(stage_file: str, stage: str, seconds: float) -> None:
 def _probed_alloc(device, args_info, alloc_repeat, inner=None, stage_file: str = ""):
     """``f_alloc_argument`` that times the allocation (in the runner worker)."""
     if inner is None:
-        from ..tvm_compat import default_alloc_argument as inner  # pylint: disable=import-outside-toplevel
+        from ..tvm_compat import default_alloc_argument as inner  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
     t0 = time.perf_counter()
     out = inner(device, args_info, alloc_repeat)
     _runner_probe(stage_file, "argument allocation", time.perf_counter() - t0)
@@ -157,7 +157,7 @@ def adaptive_run_evaluator(rt_mod, device, evaluator_config, repeated_args, firs
     Returns:
         Seconds per repeat: ``first`` or ``evaluator_config.repeat`` floats per argument set.
     """
-    from ..tvm_compat import run_evaluator_common  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import run_evaluator_common  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if not 0 < first < evaluator_config.repeat:
         return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
@@ -171,7 +171,7 @@ def adaptive_run_evaluator(rt_mod, device, evaluator_config, repeated_args, firs
 def _probed_evaluator(rt_mod, device, evaluator_config, repeated_args, stage_file: str = "", inner=None):
     """``f_run_evaluator`` that splits the evaluator's wall time into kernel time and the rest
     (``inner``: the evaluator it wraps; ``None``: MetaSchedule's default)."""
-    from ..tvm_compat import run_evaluator_common  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import run_evaluator_common  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     t0 = time.perf_counter()
     costs = (inner or run_evaluator_common)(rt_mod, device, evaluator_config, repeated_args)
@@ -186,9 +186,8 @@ def _probed_evaluator(rt_mod, device, evaluator_config, repeated_args, stage_fil
 def _runner_functions(runner, bounds: tuple, stage_file: str | None):
     """Set the runner's argument allocator (in-range indices for gathers, :func:`index_bounds`)
     and, on a :class:`LocalRunner`, the stage probes; restore them afterwards."""
-    import functools  # pylint: disable=import-outside-toplevel
 
-    from ..tvm_compat import (  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         RPCRunner,
         alloc_arguments_in_bounds,
         rpc_alloc_arguments_in_bounds,
@@ -251,7 +250,7 @@ class _Bench:
 
 def _run_batch(bench: _Bench, items: list, bounds: dict) -> list:
     """Time built ``(candidate, program_key, build_result)`` items one at a time; runner results in order."""
-    from ..tvm_compat import RunnerInput  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import RunnerInput  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     futures = []
     t0 = time.perf_counter()
@@ -285,7 +284,7 @@ class _Submitted:
 def submit_batch(bench: _Bench, fresh: list) -> _Submitted:
     """Queue the builds of ``fresh`` ``(candidate, program_key)`` pairs (on the worker
     processes; a builder without ``submit`` builds them here and now)."""
-    from ..tvm_compat import BuilderInput  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import BuilderInput  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     inputs = [BuilderInput(c.sch.mod, bench.target) for c, _ in fresh]
     submit = getattr(bench.builder, "submit", None)
@@ -362,7 +361,7 @@ def local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | No
                  clock: StageClock | None = None) -> _Bench:
     """A builder on all cores, a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is
     ``None``, the quiet-machine guard."""
-    from ..tvm_compat import LocalRunner, build_for_measurement, export_shared_library  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import LocalRunner, build_for_measurement, export_shared_library  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     # linked into a shared library by the build workers, in parallel, not by the one runner
     builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement,
@@ -375,7 +374,7 @@ def local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | No
 
 def make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: StageClock, tmp: Path) -> _Bench:
     """The collection's builder and runner (local, or through an RPC tracker) and its guard."""
-    from ..tvm_compat import RPCConfig, RPCRunner  # pylint: disable=import-outside-toplevel
+    from ..tvm_compat import RPCConfig, RPCRunner  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     dev_type = "cuda" if device.kind == "gpu" else "cpu"
     bench = local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock)

@@ -1,0 +1,260 @@
+"""``cdmpp tune``: tune a whole network with MetaSchedule, guided by cdmpp's cost model, and build it.
+
+MetaSchedule's ``tune_relax`` tunes every task of the network with one global trial
+budget (its gradient task scheduler divides it among the tasks), scoring candidates
+with :class:`cdmpp.serve.cost_model.CdmppCostModel` (or TVM's ``XGBModel``).  The trials
+go to a JSONDatabase in the work dir as they are measured; the network is then compiled
+with that database (``compile_relax``) into a shared library.
+
+A work dir that already holds trials is resumed: only the trials missing from the budget
+are tuned, and every kept trial stays in the database.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import dataset as ds
+from .errors import InputError
+
+COST_MODELS = ("cdmpp", "xgb")
+LIBRARY_FILE = "network.so"
+WEIGHTS_FILE = "weights.npz"
+TASKS_FILE = "tasks.csv"
+
+
+@dataclass
+class TuneConfig:
+    """How :func:`tune_network` tunes.
+
+    Attributes:
+        trials: the global trial budget over all tasks (trials already in the work dir count).
+        trials_per_iter: trials measured per search iteration of a task.
+        cost_model: ``"cdmpp"`` (this package's plugin) or ``"xgb"`` (TVM's ``XGBModel``).
+        checkpoint: the plugin's checkpoint (``None``: the shipped one).
+        seed: seed of the search.
+
+    Raises:
+        InputError: a budget below 1 or an unknown cost model.
+    """
+
+    trials: int = 1000
+    trials_per_iter: int = 32
+    cost_model: str = "cdmpp"
+    checkpoint: Path | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.trials < 1 or self.trials_per_iter < 1:
+            raise InputError(f"trials and trials_per_iter must be >= 1, got {self.trials}, {self.trials_per_iter}")
+        if self.cost_model not in COST_MODELS:
+            raise InputError(f"cost model must be one of {', '.join(COST_MODELS)}, got {self.cost_model!r}")
+
+
+@dataclass
+class TaskRow:
+    """One task of the tuned network.
+
+    Attributes:
+        task: MetaSchedule's task name.
+        weight: how often the task runs in the network.
+        trials: measured trials of its workload in the database.
+        best_s: the fastest measured latency (median of its repeats), seconds; NaN if none.
+        predicted_s: cdmpp's prediction for that fastest schedule (trace included), seconds.
+    """
+
+    task: str
+    weight: int
+    trials: int
+    best_s: float
+    predicted_s: float
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune_network` left in the work dir.
+
+    Attributes:
+        work_dir: the JSONDatabase folder.
+        library: the compiled network (``None`` when interrupted).
+        tasks: one row per task.
+        kept_trials: trials found in the work dir before tuning.
+        new_trials: trials measured now.
+        interrupted: tuning stopped on Ctrl-C (every finished trial is kept).
+    """
+
+    work_dir: Path
+    library: Path | None
+    tasks: list[TaskRow] = field(default_factory=list)
+    kept_trials: int = 0
+    new_trials: int = 0
+    interrupted: bool = False
+
+    @property
+    def tuned_sum_s(self) -> float:
+        """Sum over tasks of task weight x fastest measured latency, seconds."""
+        return float(sum(t.weight * t.best_s for t in self.tasks))
+
+
+def count_trials(work_dir: Path) -> int:
+    """Tuning records in a work dir's JSONDatabase (0 when it has none)."""
+    path = ds.resolve(Path(work_dir) / ds.RECORD_FILE)
+    if path is None:
+        return 0
+    return sum(1 for _ in ds.iter_json_lines(path, []))
+
+
+def _watch(work_dir: Path, total: int, start: int, stop: threading.Event) -> None:
+    """A progress bar of the trials in the work dir, updated every 2 s until ``stop``."""
+    from tqdm import tqdm  # noqa: PLC0415  (only with progress shown)
+
+    with tqdm(total=total, initial=start, desc="trials", unit="trial", dynamic_ncols=True) as bar:
+        while not stop.wait(2.0):
+            n = min(count_trials(work_dir), total)
+            bar.update(n - bar.n)
+        bar.update(min(count_trials(work_dir), total) - bar.n)
+
+
+def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
+    """``cost_model``, ``builder`` and ``runner`` of ``tune_relax``: the collector's measuring protocol."""
+    from .collect import MeasureConfig  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
+    from .tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (tvm)
+
+    m = MeasureConfig()
+    model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, device=device)
+             if cfg.cost_model == "cdmpp" else "xgb")
+    return {"cost_model": model,
+            "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
+            "runner": LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config())}
+
+
+def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None) -> list[TaskRow]:
+    """One :class:`TaskRow` per task from the work dir's records: trials, the fastest
+    measured record, and ``predictor``'s prediction for it (its trace included)."""
+    from .estimate import best_records  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tvm_compat import structural_hash  # noqa: PLC0415  (tvm)
+
+    wl, rec = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE), ds.resolve(Path(work_dir) / ds.RECORD_FILE)
+    if wl is None or rec is None:
+        return [TaskRow(t.name, t.weight, 0, float("nan"), float("nan")) for t in tasks]
+    wl_lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
+    rec_lines = [obj for _, obj in ds.iter_json_lines(rec, [])]
+    best = best_records(wl_lines, rec_lines)
+    counts: dict[str, int] = {}
+    for obj in rec_lines:
+        h = str(wl_lines[int(obj[0])][0]) if int(obj[0]) < len(wl_lines) else ""
+        counts[h] = counts.get(h, 0) + 1
+    keys = [str(structural_hash(t.mod)) for t in tasks]
+    found = [k for k in keys if k in best]
+    predicted = {}
+    if found:
+        pred = predictor.predict_each([best[k][1].record for k in found], target, device,
+                                      [f"the fastest record of {k}" for k in found])
+        predicted = dict(zip(found, pred.latency_s.tolist()))
+    rows = []
+    for t, k in zip(tasks, keys):
+        b = best.get(k)
+        rows.append(TaskRow(t.name, t.weight, counts.get(k, 0), b[1].measured_s if b else float("nan"),
+                            float(predicted.get(k, float("nan")))))
+    return rows
+
+
+def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = None, device: str | None = None,
+                 progress: bool = True, log=print) -> TuneResult:
+    """Tune a whole network with ``tune_relax`` and the chosen cost model, compile it with
+    the tuning database, and write the per-task table; resumable.
+
+    Args:
+        network: a zoo name, a Relax JSON file or ``module.py:function``
+            (:func:`cdmpp.network_input.load_relax`).
+        work_dir: the JSONDatabase folder (created; an existing one is resumed).
+        target: the TVM target tuned and compiled for (``Target``, dict or tag).
+        cfg: the budget and the cost model.
+        device: the checkpoint's device id that the plugin predicts for (default: the
+            one the target picks).
+        progress: show a progress bar of the trials.
+        log: where the steps are told.
+
+    Returns:
+        :class:`TuneResult`.  Writes ``work_dir/database_*.json``, ``network.so`` (the
+        Relax VM executable; ``main`` takes the inputs, then the weights),
+        ``weights.npz`` (those weights, in order) and ``tasks.csv``.  On Ctrl-C it
+        returns with ``interrupted`` set, every finished trial kept, nothing compiled.
+
+    Raises:
+        InputError, UnknownNetworkError: a bad network; UnknownDeviceError: a bad device.
+    """
+    from .estimate import relax_tasks  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .network_input import load_relax  # noqa: PLC0415  (keeps torch off this module's import)
+    from .predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
+    from .tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (tvm)
+
+    cfg = cfg or TuneConfig()
+    work_dir = Path(work_dir)
+    target = target if isinstance(target, Target) else Target(target)
+    net = load_relax(network, target)
+    tasks = relax_tasks(net.mod, target)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    for f in (ds.WORKLOAD_FILE, ds.RECORD_FILE):  # a work dir kept only gzipped
+        ds.unpack(work_dir / f)
+    kept = count_trials(work_dir)
+    result = TuneResult(work_dir, None, kept_trials=kept)
+    todo = cfg.trials - kept
+    log(f"{net.name}: {len(tasks)} tasks; {kept} trials kept in {work_dir}, {max(todo, 0)} to tune "
+        f"({cfg.cost_model} cost model)")
+    if todo > 0:
+        load_tensor_intrinsics(target)
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(work_dir, cfg.trials, kept, stop), daemon=True)
+        if progress:
+            watcher.start()
+        try:
+            ms.relax_integration.tune_relax(
+                net.mod, None, target, str(work_dir), max_trials_global=todo, num_trials_per_iter=cfg.trials_per_iter,
+                seed=cfg.seed, **_search_tools(cfg, device))
+        except KeyboardInterrupt:
+            result.interrupted = True
+        finally:
+            stop.set()
+            if progress:
+                watcher.join()
+    result.new_trials = count_trials(work_dir) - kept
+    predictor = LatencyPredictor.load(cfg.checkpoint)
+    dev = predictor.resolve_device(device, target).device_id if predictor.devices else None
+    result.tasks = task_rows(tasks, work_dir, predictor, target, dev)
+    write_tasks(result.tasks, work_dir / TASKS_FILE)
+    if result.interrupted:
+        log(f"interrupted: {count_trials(work_dir)} trials kept in {work_dir}; the same command resumes")
+        return result
+    database = ms.database.JSONDatabase(path_workload=str(work_dir / ds.WORKLOAD_FILE),
+                                        path_tuning_record=str(work_dir / ds.RECORD_FILE))
+    executable = ms.relax_integration.compile_relax(database, net.unfused, target, params=None)
+    result.library = work_dir / LIBRARY_FILE
+    executable.export_library(str(result.library))
+    np.savez(work_dir / WEIGHTS_FILE, *[p.numpy() for p in net.params])
+    return result
+
+
+def write_tasks(rows: list[TaskRow], path: Path) -> None:
+    """Write the task rows as CSV (seconds)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "weight", "trials", "best_s", "predicted_s"])
+        for r in rows:
+            w.writerow([r.task, r.weight, r.trials, f"{r.best_s:.6g}", f"{r.predicted_s:.6g}"])
+
+
+def format_tasks(result: TuneResult) -> str:
+    """The per-task table (milliseconds) and the tuned sum, as ``cdmpp tune`` prints it."""
+    lines = [f"{'task':44s} {'weight':>6s} {'trials':>6s} {'best ms':>10s} {'predicted ms':>12s}"]
+    for r in result.tasks:
+        lines.append(f"{r.task[:44]:44s} {r.weight:6d} {r.trials:6d} {1e3 * r.best_s:10.4f} {1e3 * r.predicted_s:12.4f}")
+    lines.append(f"tuned sum (task weight x best measured): {1e3 * result.tuned_sum_s:.3f} ms; "
+                 f"{result.kept_trials} trials kept, {result.new_trials} new")
+    return "\n".join(lines)

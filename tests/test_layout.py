@@ -1,0 +1,126 @@
+"""The code's layout and the docs' links: checks that read files, and run nothing heavy."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"cdmpp": "cdmpp", "cdmpp.featurize": "featurize", "cdmpp.train": "train", "cdmpp.serve": "serve"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if pkg == "cdmpp" and parts and parts[0] in ("featurize", "train", "serve"):
+                continue
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, list[str], int]]:
+    """``(imported module, names, line)`` of every import statement, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                parts = name.split(".")
+                if path.name != "__init__.py":
+                    parts = parts[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            out.append((base, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def test_no_import_circle():
+    """No module reaches itself through imports, at module level or inside functions."""
+    modules = _modules()
+    edges = {m: set() for m in modules}
+    for m, path in modules.items():
+        for base, names, _ in _imports(m, path, modules):
+            for target in [base, *(f"{base}.{n}" for n in names)]:
+                if target in modules and target != m:
+                    edges[m].add(target)
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t, stack + [t])
+        state[m] = 2
+
+    for m in sorted(modules):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_imports_another_modules_private_name():
+    modules = _modules()
+    bad = []
+    for m, path in modules.items():
+        for base, names, line in _imports(m, path, modules):
+            if base.startswith("cdmpp"):
+                bad += [f"{path.relative_to(ROOT)}:{line} {n}" for n in names if n.startswith("_") and n != "__version__"]
+    assert not bad, bad
+
+
+def test_no_module_over_600_lines():
+    long = [f"{p.relative_to(ROOT)} ({n})" for p in _modules().values()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600]
+    assert not long, long
+
+
+def test_at_most_14_top_level_subcommands():
+    from cdmpp.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert "tune" in sub.choices and len(sub.choices) <= 14, sorted(sub.choices)
+
+
+def test_the_command_line_tables_and_metrics_load_no_lightning():
+    code = ("import sys, cdmpp.cli, cdmpp.train.metrics, cdmpp.train.report, cdmpp.train.benchmark; "
+            "print(' '.join(m for m in ('lightning', 'torch', 'tvm') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "lightning" not in loaded and "tvm" not in loaded
+
+
+def test_results_cites_only_files_that_exist_and_its_links_resolve():
+    """Every committed record RESULTS.md (and README.md) names exists, and every link resolves:
+    a file link to a file, an anchor to a heading."""
+    for doc in ("RESULTS.md", "README.md", "CHANGELOG.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        cited = set(re.findall(r"(?:docs/results|docs/plots|datasets/tuning)/[\w./{},-]+", text))
+        missing = []
+        for c in cited:
+            c = c.rstrip(".,)")
+            m = re.match(r"(.*)\{([^}]*)\}(.*)", c)
+            for path in ([m.group(1) + x + m.group(3) for x in m.group(2).split(",")] if m else [c]):
+                if not (ROOT / path).exists():
+                    missing.append(path)
+        assert not missing, f"{doc} cites missing files: {sorted(missing)}"
+        anchors = set()
+        for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+            slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            anchors.add(slug)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            if target.startswith("#"):
+                assert target[1:] in anchors, f"{doc}: no heading for the link {target}"
+            else:
+                assert (ROOT / target.split("#")[0]).exists(), f"{doc}: the link {target} points at nothing"

@@ -1,0 +1,88 @@
+"""``cdmpp tune``: a small network tuned with the plugin, built, run, resumed and interrupted."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from cdmpp.cli import main
+
+NET_PY = '''
+import torch
+
+
+class Tiny(torch.nn.Module):
+    """Not a zoo network: a dense layer and a ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.dense = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return torch.relu(self.dense(x))
+
+
+def build():
+    torch.manual_seed(1)
+    return Tiny(), (torch.randn(4, 32),)
+'''
+
+
+def test_tune_config_refuses_a_bad_budget_and_an_unknown_cost_model():
+    from cdmpp.errors import InputError
+    from cdmpp.tune import TuneConfig
+
+    with pytest.raises(InputError, match="trials"):
+        TuneConfig(trials=0)
+    with pytest.raises(InputError, match="cost model"):
+        TuneConfig(cost_model="random")
+
+
+def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, capsys, monkeypatch):
+    import torch
+    import tvm
+    from tvm import relax
+
+    from cdmpp import tune as tune_module
+    from cdmpp.tune import count_trials
+
+    net = tmp_path / "net.py"
+    net.write_text(NET_PY)
+    work = tmp_path / "work"
+    argv = ["tune", f"{net}:build", "--work-dir", str(work), "--trials", "4", "--trials-per-iter", "2",
+            "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "0 trials kept" in out and "compiled network" in out
+    trials = count_trials(work)
+    assert 1 <= trials <= 4 + 2  # the task scheduler may finish a task's last batch past the budget
+    rows = list(csv.DictReader(open(work / "tasks.csv", encoding="utf-8")))
+    assert rows and sum(int(r["trials"]) for r in rows) == trials
+    tuned = [r for r in rows if int(r["trials"])]
+    assert tuned and all(float(r["best_s"]) > 0 and float(r["predicted_s"]) > 0 for r in tuned)
+    # the library is deployable: it loads and computes what the torch model computes
+    ns: dict = {}
+    exec(NET_PY, ns)  # noqa: S102  the test's own network
+    model, (x,) = ns["build"]()
+    weights = np.load(work / "weights.npz")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(work / "network.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()), *[tvm.runtime.tensor(weights[k]) for k in weights.files])
+    got = got[0] if not hasattr(got, "numpy") else got  # torch's import returns a tuple of outputs
+    with torch.no_grad():
+        np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
+    # the same command resumes: every trial is kept and none is tuned again
+    assert main(argv) == 0
+    assert f"{trials} trials kept" in capsys.readouterr().out and count_trials(work) == trials
+
+    # Ctrl-C during a longer run keeps every finished trial and writes the table
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_module, "_search_tools", lambda cfg, device: {})
+    from cdmpp.tvm_compat import ms
+
+    monkeypatch.setattr(ms.relax_integration, "tune_relax", interrupted)
+    assert main(argv[:5] + ["8"] + argv[6:]) == 130
+    assert "interrupted" in capsys.readouterr().out and count_trials(work) == trials
+    assert (work / "tasks.csv").exists()
