@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -418,6 +419,9 @@ def _quiet_warnings() -> None:
     warnings.showwarning = _one_line_warning
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")  # epoch-level logging is what cdmpp asks for
+    for name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available: ...", tips and the like
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:

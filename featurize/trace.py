@@ -251,6 +251,42 @@ def schedule_trace_json(trace) -> list:
     return plain(trace.as_json())
 
 
+def _plain(o):
+    """An FFI integer, string or array as a Python one (IntImm -> int)."""
+    if o is None or isinstance(o, (bool, int, float, str)):
+        return o
+    value = getattr(o, "value", None)
+    if isinstance(value, (int, float, str)):
+        return value
+    if hasattr(o, "__len__") and not isinstance(o, str):
+        return [_plain(x) for x in o]
+    return str(o)
+
+
+def trace_decisions(trace) -> list:
+    """The parts of a MetaSchedule ``Trace`` that :func:`trace_vector` reads, in its JSON
+    form (``[instructions, decisions]``): every instruction's kind, and the inputs,
+    attributes and decision of the sampling and annotation instructions only.  The same
+    vector as :func:`schedule_trace_json` gives, without converting every block and loop
+    operand of every instruction."""
+    insts, decisions = [], []
+    for i, inst in enumerate(trace.insts):
+        kind = str(inst.kind.name)
+        if kind == "Annotate":  # [loop or block, value], [annotation key]
+            inputs = inst.inputs
+            insts.append([kind, [None, _plain(inputs[1]) if len(inputs) > 1 else None], [str(inst.attrs[0])], []])
+            continue
+        if kind == "SampleCategorical":  # its candidates are an attribute, its decision an index into them
+            insts.append([kind, [], [_plain(inst.attrs[0])], []])
+        else:
+            insts.append([kind, [], [], []])
+        if kind in ("SamplePerfectTile", "SampleCategorical"):
+            decision = trace.get_decision(inst)
+            if decision is not None:
+                decisions.append([i, _plain(decision)])
+    return [insts, decisions]
+
+
 def schedule_trace_vectors(schedules, allow_missing: bool = False) -> np.ndarray:
     """float32 ``(len(schedules), TRACE_DIM)``: :func:`trace_vector` of each MetaSchedule
     ``Schedule``'s (or tuning record's) trace.
@@ -275,5 +311,5 @@ def schedule_trace_vectors(schedules, allow_missing: bool = False) -> np.ndarray
             raise InputError("a program without a schedule trace (a PrimFunc or IRModule, or a Schedule built "
                              "without tracing): this checkpoint was trained with trace tokens and no trace dropout, "
                              "so it needs each program's Schedule or tuning record")
-        rows.append(trace_vector(schedule_trace_json(trace)))
+        rows.append(trace_vector(trace_decisions(trace)))
     return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32)

@@ -9,7 +9,9 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
     assert n == 4
     assert list(secs) == [
         "PerStoreFeature (TVM, not used by cdmpp)",
+        "structural hash (the plugin's cache key)",
         "compact AST",
+        "schedule trace vectors",
         "transformer",
         "predict (end to end)",
         "XGBModel.predict (TVM)",

@@ -256,3 +256,18 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     assert low[0] / lat[0] == pytest.approx(np.exp(q["q_lower"]), rel=1e-6)
     assert high[0] / lat[0] == pytest.approx(np.exp(q["q_upper"]), rel=1e-6)
     assert low[1] / lat[1] != pytest.approx(np.exp(q["q_lower"]), rel=1e-3)  # the traced program: the other one
+
+
+def test_the_trace_is_read_without_converting_it_whole_and_gives_the_same_vector(tiny_collection):
+    """``trace_decisions`` reads only what the vector needs; the vector equals the one of
+    the whole trace in tuning-record JSON form, for every record of the folder."""
+    from cdmpp import dataset as ds
+    from cdmpp.featurize.trace import schedule_trace_json, schedule_trace_vectors, trace_decisions, trace_vector
+
+    _, summary = tiny_collection
+    records = [p.record for p in ds.load_device_dir(summary.device_dir).programs]
+    whole = np.stack([trace_vector(schedule_trace_json(r.trace)) for r in records])
+    np.testing.assert_array_equal(schedule_trace_vectors(records), whole)
+    assert np.count_nonzero(whole) >= 2 * len(records)  # decisions and counts are there: real values compared
+    first = trace_decisions(records[0].trace)
+    assert len(first[0]) == len(records[0].trace.insts) and all(len(i) == 4 for i in first[0])

@@ -12,7 +12,7 @@ row with the new descriptor (``"descriptor"``), and then:
 - ``method="row"``: the row's ``device_dim`` numbers are first fitted to the shots
   (:func:`fit_device_row`), then the offset.
 
-Leave-one-device-out on Zen 5 (RESULTS.md) chose the defaults: the nearest device's
+A leave-one-device-out study on Zen 5 (``cdmpp bench adapt-table``; its table is in git history) chose the defaults: the nearest device's
 row beats the descriptor alone zero-shot, and fitting the row adds nothing over the
 offset at 16-64 shots (it costs ranking at 64).
 

@@ -158,10 +158,8 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
                      "to the summed `PerStoreFeature` rows.")
     else:
         lines.append(
-            "- 20 epochs and mean pooling were chosen on the validation workloads (the lowest validation "
-            "RMSE(log), the training loss, averaged over three seeds and their validation draws; RESULTS.md, "
-            "main job), never on the held-out network. A within-task ranking term and a FLOPs-normalised "
-            "label were tried on the corpus and lost (RESULTS.md, recipe experiments)."
+            "- The recipe's defaults are the shipped checkpoint's, chosen on validation workloads "
+            "(RESULTS.md, \"What limits the model\"), never on the held-out network."
         )
     lines += _metric_sections(meta, several)
     if benchmark_table:

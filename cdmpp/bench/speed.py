@@ -6,10 +6,14 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
 
 * ``PerStoreFeature (TVM, not used by cdmpp)``: TVM's 164 per-store features, what TVM's
   XGBoost model pays for its features (shown for reference);
+* ``structural hash (the plugin's cache key)``: ``structural_hash`` of each candidate;
 * ``compact AST``: the loop-nest walk that builds the leaves and their features
   (:func:`cdmpp.featurize.build_tree`);
+* ``schedule trace vectors``: each candidate's trace decisions, for a checkpoint that
+  reads them (:func:`cdmpp.featurize.trace.trace_decisions`);
 * ``transformer``: collating the leaves and the model's forward pass;
-* ``predict (end to end)``: :meth:`LatencyPredictor.predict`, all of the above;
+* ``predict (end to end)``: :meth:`LatencyPredictor.predict` on the Schedules, all of
+  the above but the hash;
 * ``XGBModel.predict (TVM)``: TVM's own cost model on the same candidates, fitted first on
   other measured programs of the folder (it pays for ``PerStoreFeature`` too);
 * ``CdmppCostModel.predict, new candidates``: the MetaSchedule plugin on candidates it has
@@ -120,6 +124,7 @@ def predict_call_seconds(
         feature_context,
         ms,
         per_store_features,
+        structural_hash,
     )
 
     # with --network only XGBModel's 256 training programs come from the folder
@@ -154,9 +159,11 @@ def predict_call_seconds(
 
     return n, {
         "PerStoreFeature (TVM, not used by cdmpp)": _best_of(lambda: per_store_features(target, mods), repeats),
+        "structural hash (the plugin's cache key)": _best_of(lambda: [structural_hash(m) for m in mods], repeats),
         "compact AST": _best_of(lambda: [build_tree(m) for m in mods], repeats),
+        "schedule trace vectors": _best_of(lambda: predictor.trace_vectors(schs), repeats),
         "transformer": _best_of(lambda: predictor.predict_trees(trees, traces=traces), repeats),
-        "predict (end to end)": _best_of(lambda: predictor.predict(mods, target), repeats),
+        "predict (end to end)": _best_of(lambda: predictor.predict(schs, target), repeats),
         "XGBModel.predict (TVM)": _best_of(lambda: xgb.predict(ctx, cands), repeats),
         "CdmppCostModel.predict, new candidates": _best_of(
             lambda model: model.predict(ctx, cands), repeats, setup=lambda: CdmppCostModel(checkpoint)
