@@ -11,8 +11,9 @@ best *measured* cost, also one scale per task).
 Online adaptation: ``update`` receives the task's measured trials.  The pretrained
 transformer's log-latency is the base margin of a small XGBoost over the same
 programs' leaf features summed per program (as TVM's XGBModel sums its per-store
-rows), so the trees learn the transformer's residual on this device and task, and take
-over as trials accumulate (TenSet's transfer-tuning, NeurIPS 2021, section 6, fits
+rows) and their schedule-trace decisions (:func:`cdmpp.featurize.trace.trace_vector`;
+TLP, ASPLOS 2023, reads the same decisions), so the trees learn the transformer's
+residual on this device and task, and take over as trials accumulate (TenSet's transfer-tuning, NeurIPS 2021, section 6, fits
 the same residual idea with a local model).
 
     >>> from cdmpp.serve.cost_model import CdmppCostModel
@@ -32,6 +33,7 @@ import numpy as np
 
 from cdmpp.errors import CheckpointError
 from cdmpp.featurize import FEATURE_DIM, featurize_each
+from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
 from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
 
@@ -56,6 +58,9 @@ class OnlineConfig:
         max_depth: depth of each tree.
         learning_rate: XGBoost's ``eta``.
         seed: XGBoost's seed.
+        trace_inputs: the residual trees also read each program's schedule-trace vector
+            (``TRACE_DIM`` values; missing for a program without a trace); ``False``:
+            the summed leaf features alone.
     """
 
     enabled: bool = True
@@ -64,14 +69,17 @@ class OnlineConfig:
     max_depth: int = 4
     learning_rate: float = 0.2
     seed: int = 0
+    trace_inputs: bool = True
 
 
 @dataclass
 class _Entry:
-    """What the model knows of one program: its transformer log-latency and summed leaf features."""
+    """What the model knows of one program: its transformer log-latency, summed leaf
+    features and schedule-trace vector."""
 
     base: float  # natural log of seconds
     leaf_sum: np.ndarray  # float32 (FEATURE_DIM,)
+    trace: np.ndarray  # float32 (TRACE_DIM,); NaN: no trace
 
 
 @derived_object
@@ -132,11 +140,11 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         if (folder / ONLINE_CONFIG_FILE).exists():
             self.online = OnlineConfig(**json.loads((folder / ONLINE_CONFIG_FILE).read_text(encoding="utf-8")))
         if (folder / ONLINE_FILE).exists():
-            from cdmpp.featurize import FEATURE_DIM  # noqa: PLC0415  (only on the branch that needs it)
-
             try:
                 with np.load(folder / ONLINE_FILE, allow_pickle=False) as z:
                     keys, base, leaf, y = z["keys"], z["base"], z["leaf_sum"], z["log_latency"]
+                    # a state saved before the trees read the trace: its programs' traces are missing
+                    trace = z["trace"] if "trace" in z.files else np.full((len(keys), TRACE_DIM), np.nan, np.float32)
             except (OSError, KeyError, ValueError) as err:
                 raise CheckpointError(f"corrupt adapted state {folder / ONLINE_FILE}: {err}") from err
             if leaf.ndim != 2 or leaf.shape[1] != FEATURE_DIM:
@@ -144,8 +152,11 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                     f"adapted state {folder / ONLINE_FILE} has {leaf.shape[-1]} leaf features per program, "
                     f"this featurizer {FEATURE_DIM}: it was saved by another featurizer version"
                 )
-            for k, b, p, v in zip(keys, base, leaf, y):
-                self._cache[str(k)] = _Entry(float(b), p.astype(np.float32))
+            if trace.shape != (len(keys), TRACE_DIM):
+                raise CheckpointError(f"adapted state {folder / ONLINE_FILE} has trace vectors of shape {trace.shape}, "
+                                      f"expected ({len(keys)}, {TRACE_DIM})")
+            for k, b, p, t, v in zip(keys, base, leaf, trace, y):
+                self._cache[str(k)] = _Entry(float(b), p.astype(np.float32), t.astype(np.float32))
                 self._trials[str(k)] = float(v)
         self._refit()
 
@@ -165,6 +176,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             leaf_sum=np.stack([self._cache[k].leaf_sum for k in keys]).astype(np.float32)
             if keys
             else np.zeros((0, FEATURE_DIM), np.float32),
+            trace=np.stack([self._cache[k].trace for k in keys]).astype(np.float32)
+            if keys
+            else np.zeros((0, TRACE_DIM), np.float32),
             log_latency=np.asarray([self._trials[k] for k in keys], dtype=np.float64),
         )
 
@@ -189,11 +203,21 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                 self._cache[keys[i]] = None
         if not ok:
             return
-        # a checkpoint trained with trace tokens reads each candidate's own trace
+        # a checkpoint trained with trace tokens reads each candidate's own trace; the residual trees read it too
         traces = self.predictor.trace_vectors([schedules[i] for i in ok])
         base = np.log(self.predictor.predict_trees([trees[i] for i in ok], self.device_id, traces))
+        if traces is None:
+            traces = schedule_trace_vectors([schedules[i] for i in ok], allow_missing=True)
         for j, i in enumerate(ok):
-            self._cache[keys[i]] = _Entry(float(base[j]), trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32))
+            self._cache[keys[i]] = _Entry(float(base[j]), trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32),
+                                          np.asarray(traces[j], dtype=np.float32))
+
+    def _tree_inputs(self, entries: list[_Entry]) -> np.ndarray:
+        """float32 ``(len(entries), FEATURE_DIM [+ TRACE_DIM])``: the residual trees' input."""
+        leaf = np.stack([e.leaf_sum for e in entries])
+        if not self.online.trace_inputs:
+            return leaf
+        return np.concatenate([leaf, np.stack([e.trace for e in entries])], axis=1)
 
     # -- the PyCostModel interface -----------------------------------------------------------
     def _log_latency(self, entries: list[_Entry]) -> np.ndarray:
@@ -202,7 +226,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             return base
         import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
-        d = xgb.DMatrix(np.stack([e.leaf_sum for e in entries]), base_margin=base)
+        d = xgb.DMatrix(self._tree_inputs(entries), base_margin=base)
         return self._booster.predict(d, output_margin=True).astype(np.float64)
 
     def predict(self, context, candidates) -> np.ndarray:
@@ -266,7 +290,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
         o = self.online
-        d = xgb.DMatrix(np.stack([self._cache[k].leaf_sum for k in keys]), label=y, base_margin=base + self._offset)
+        d = xgb.DMatrix(self._tree_inputs([self._cache[k] for k in keys]), label=y, base_margin=base + self._offset)
         params = {"max_depth": o.max_depth, "eta": o.learning_rate, "seed": o.seed, "nthread": 1,
                   "objective": "reg:squarederror", "base_score": 0.0}
         self._booster = xgb.train(params, d, num_boost_round=o.rounds)

@@ -101,3 +101,23 @@ def test_update_without_online_learning_changes_nothing(measured):
     before = model.predict(ctx, cands)
     model.update(ctx, cands, [ms.runner.RunnerResult([float(s) * 50], None) for s in latency])
     np.testing.assert_array_equal(model.predict(ctx, cands), before)
+
+
+def test_the_residual_trees_read_the_trace_beside_the_leaves(measured):
+    """With ``trace_inputs`` the online trees' input is the summed leaves plus the schedule-trace
+    vector; without it the leaves alone (the ablation)."""
+    from cdmpp.featurize import FEATURE_DIM
+    from cdmpp.featurize.trace import TRACE_DIM
+    from cdmpp.serve.cost_model import CdmppCostModel, OnlineConfig
+    from cdmpp.tvm_compat import ms
+
+    _, cands, latency, ctx, _ = measured
+    results = [ms.runner.RunnerResult([float(s) * 50] * 3, None) for s in latency]
+    widths = {}
+    for trace_inputs in (True, False):
+        model = CdmppCostModel(online=OnlineConfig(min_trials=4, trace_inputs=trace_inputs))
+        model.predict(ctx, cands)
+        model.update(ctx, cands, results)
+        widths[trace_inputs] = model._booster.num_features()
+        assert np.all(np.isfinite(model.predict(ctx, cands)))
+    assert widths == {True: FEATURE_DIM + TRACE_DIM, False: FEATURE_DIM}
