@@ -209,7 +209,7 @@ def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monk
     assert tune.run_dir(model_dir, 0, 512) == tmp_path / "00-fused_dense" / "xgb-512trials" / "seed0"
     assert tune.run_dir(model_dir, 1, 512) == model_dir / "seed1"  # nothing kept there
     with pytest.raises(InputError, match="not overwritten"):
-        tune._start_run(kept, guard=None, progress=False, message="")
+        tune.start_run(kept, guard=None, progress=False, message="")
     assert (kept / "database_tuning_record.json.gz").read_bytes() == b"kept"
 
 

@@ -29,7 +29,14 @@ from cdmpp.collect.machine import build_tmpdir
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError, UnknownNetworkError
 
-COST_MODELS = ("xgb", "cdmpp", "random")
+COST_MODELS = ("xgb", "cdmpp", "random", "cdmpp-static", "cdmpp-level", "cdmpp-leaves")
+"""Cost models a run can use: TVM's XGBModel, the plugin, random scores, and the plugin's
+online-update ablation: ``cdmpp-static`` (no update), ``cdmpp-level`` (the level shift
+only, no residual trees) and ``cdmpp-leaves`` (residual trees on the summed leaves alone,
+without the schedule trace)."""
+ONLINE_ABLATION = {"cdmpp": {}, "cdmpp-static": {"enabled": False}, "cdmpp-level": {"min_trials": 1 << 30},
+                   "cdmpp-leaves": {"trace_inputs": False}}
+"""``OnlineConfig`` fields of each plugin variant."""
 WEIGHTS_FILE = "task_weights.json"
 """Task weight by workload structural hash, beside a whole-network run's work dirs."""
 
@@ -139,12 +146,14 @@ def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
     points: the collector's measurement protocol, every batch timed on a quiet machine
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
-    from cdmpp.serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.serve.cost_model import CdmppCostModel, OnlineConfig  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
     from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     m = MeasureConfig()
     return {
-        "cost_model": CdmppCostModel(str(checkpoint) if checkpoint else None) if model_name == "cdmpp" else model_name,
+        "cost_model": (CdmppCostModel(str(checkpoint) if checkpoint else None,
+                                      online=OnlineConfig(**ONLINE_ABLATION[model_name]))
+                       if model_name in ONLINE_ABLATION else model_name),
         "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
         "runner": quiet_runner(LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()), guard,
                                lambda msg: print(msg, flush=True)),

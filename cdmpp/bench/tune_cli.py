@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from cdmpp.bench.tune import (
+    COST_MODELS,
     TuneBenchmarkConfig,
     format_tune_benchmark,
     ratio_summary,
@@ -41,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials-per-iter", type=int, default=16)
     parser.add_argument("--trials-for", action="append", default=[], metavar="MODEL=N",
                         help="another budget for one cost model, e.g. xgb=512 (the reference the others must reach)")
-    parser.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=["xgb", "cdmpp", "random"])
+    parser.add_argument("--cost-models", nargs="+", default=["xgb", "cdmpp"], choices=list(COST_MODELS),
+                        help="xgb, cdmpp, random, or the plugin's online-update ablation: cdmpp-static (no update), "
+                        "cdmpp-level (level shift only), cdmpp-leaves (residual trees without the trace)")
     parser.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the cdmpp plugin (default: shipped)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
