@@ -420,7 +420,8 @@ def _quiet_warnings() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")  # epoch-level logging is what cdmpp asks for
-    for name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available: ...", tips and the like
+    # "GPU available: ...", tips and the like (Lightning sets its package logger to INFO when imported, later)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
