@@ -65,3 +65,24 @@ def test_single_program_tasks_are_skipped_and_summary_carries_the_columns():
 def test_no_task_with_two_programs_gives_nan():
     out = fast_end(np.array([1.0, 2.0]), np.array([1.0, 2.0]), np.array([0, 1]))
     assert out["tasks"] == 0 and np.isnan(out["best_ratio"]) and np.isnan(out["slope"])
+
+
+def test_the_tuned_regime_columns_look_only_at_each_tasks_fast_end():
+    """A model right on the slow half and reversed on the fast half: the whole task's tau is
+    high, but tau over the fastest half is -1, and among the 8 fastest it picks the slowest."""
+    from scipy.stats import kendalltau
+
+    true = np.arange(1, 21, dtype=np.float64) * 1e-4  # one task, 20 programs, fastest first
+    groups = np.zeros(20, dtype=np.int64)
+    pred = true.copy()
+    pred[:10] = true[:10][::-1]  # the fastest half predicted in reverse order
+    out = fast_end(pred, true, groups)
+    assert out["tau_fast_half"] == pytest.approx(-1.0)
+    assert kendalltau(pred, true).statistic > 0.4  # the whole task still ranks well
+    # among the 8 fastest the model picks its lowest prediction: program 7 (predicted 3e-4), measured 8e-4
+    assert out["top1_of_8"] == pytest.approx(1e-4 / 8e-4)
+    assert out["best_speed"] == pytest.approx(1e-4 / 10e-4)  # over the whole task it picks program 9
+    assert fast_end(true, true, groups)["tau_fast_half"] == pytest.approx(1.0)
+    assert fast_end(true, true, groups)["top1_of_8"] == pytest.approx(1.0)
+    row = summary(pred, true, groups)
+    assert row["tau_fast_half"] == pytest.approx(-1.0) and "top1_of_8" in row

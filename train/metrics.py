@@ -109,16 +109,30 @@ def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str
         within-task variance it explains, 1 for a perfect one, 0 for one that only
         places each task's level.  ``best_speed``: mean over tasks of measured-best /
         measured latency of the program predicted fastest (TenSet's top-1 score, each
-        task weighted 1).  ``tasks``: the tasks counted.  NaN when no task counts.
+        task weighted 1).  ``top1_of_8``: the same among the task's 8 fastest measured
+        programs only (how well the model picks among the schedules a tuner converges
+        to).  ``tau_fast_half``: mean over tasks of the Kendall tau within the task's
+        fastest half of programs (tasks with at least 4 programs).  ``tasks``: the tasks
+        counted.  NaN when no task counts.
     """
+    from scipy.stats import kendalltau  # noqa: PLC0415  (keeps scipy off this module's import)
+
     pred, true, groups = np.asarray(pred, np.float64), np.asarray(true, np.float64), np.asarray(groups)
     lp, lt = np.log(pred), np.log(true)
     best, decile, speed, cov, var = [], [], [], 0.0, 0.0
+    speed8, tau_half = [], []
     for sel in _task_members(groups):
         if sel.size < 2 or np.all(true[sel] == true[sel][0]):
             continue
         order = sel[np.argsort(true[sel], kind="stable")]
         best.append(pred[order[0]] / true[order[0]])
+        top8 = order[:8]
+        speed8.append(true[order[0]] / true[top8[np.argmin(pred[top8])]])
+        half = order[: sel.size // 2]
+        if half.size >= 2 and sel.size >= 4 and not np.all(true[half] == true[half][0]):
+            tau = kendalltau(true[half], pred[half]).statistic
+            if np.isfinite(tau):
+                tau_half.append(float(tau))
         fast = order[: max(1, sel.size // 10)]
         decile.append(float(np.mean(lp[fast] - lt[fast])))
         speed.append(true[order[0]] / true[sel[np.argmin(pred[sel])]])
@@ -132,6 +146,8 @@ def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str
         "decile_log_ratio": float(np.median(decile)) if decile else nan,
         "slope": cov / var if var > 0 else nan,
         "best_speed": float(np.mean(speed)) if speed else nan,
+        "top1_of_8": float(np.mean(speed8)) if speed8 else nan,
+        "tau_fast_half": float(np.mean(tau_half)) if tau_half else nan,
     }
 
 
@@ -141,7 +157,8 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
     (task weight per group id; default 1), the pairwise accuracy within tasks, and
     the fraction of programs predicted more than 2x off (``off_2x``), the median
     absolute percentage error (``median_ape``), and the fast-end measures of
-    :func:`fast_end` (``best_ratio``, ``decile_log_ratio``, ``slope``, ``best_speed``).
+    :func:`fast_end` (``best_ratio``, ``decile_log_ratio``, ``slope``, ``best_speed``,
+    ``top1_of_8``, ``tau_fast_half``).
 
     Raises:
         ValueError: shapes differ, no program, or a non-positive latency.

@@ -45,20 +45,24 @@ CELLS: dict[str, tuple[str, Callable[[dict], str], int]] = {
     "best_ratio": ("best p/m", _num("best_ratio"), 10),
     "slope": ("slope", _num("slope"), 8),
     "best_speed": ("best spd", _num("best_speed"), 10),
+    "top1_of_8": ("top-1 of 8", _num("top1_of_8"), 12),
+    "tau_fast_half": ("tau fast 1/2", _num("tau_fast_half"), 14),
 }
 TEXT_COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5",
-                "best_ratio", "slope", "best_speed")
+                "best_ratio", "slope", "best_speed", "top1_of_8", "tau_fast_half")
 DEVICE_COLUMNS = ("programs", "mape", "within_25", "off_2x", "rmse_log", "kendall_tau", "top1", "top5", "pairwise",
-                  "best_ratio", "slope", "best_speed")
+                  "best_ratio", "slope", "best_speed", "top1_of_8", "tau_fast_half")
 
 
 def format_table(rows: Mapping[str, dict], title: str) -> str:
     """A fixed-width text table of metric rows (one per model), under ``title``.
 
-    The last three columns are the fast end (:func:`~cdmpp.train.metrics.fast_end`):
+    The last five columns are the fast end (:func:`~cdmpp.train.metrics.fast_end`):
     ``best p/m``, the median predicted / measured latency of each task's fastest
-    program; ``slope``, the within-task slope of log(predicted) on log(measured); and
-    ``best spd``, the mean measured-best / measured latency of the predicted best.
+    program; ``slope``, the within-task slope of log(predicted) on log(measured);
+    ``best spd``, the mean measured-best / measured latency of the predicted best;
+    ``top-1 of 8``, the same among each task's 8 fastest programs; and ``tau fast 1/2``,
+    the Kendall tau within each task's fastest half.
     """
     head = f"{'model':<28}" + "".join(f"{CELLS[c][0]:>{CELLS[c][2]}}" for c in TEXT_COLUMNS)
     lines = [title, head, "-" * len(head)]
