@@ -150,7 +150,9 @@ def write_csv(programs: list[PredictedProgram], stream) -> None:
 
 
 def accuracy_line(programs: list[PredictedProgram]) -> str | None:
-    """MAPE, median APE, Kendall tau and the fast end over the measured programs, or ``None``."""
+    """MAPE, median APE, Kendall tau and the tuned-regime columns (tau over each task's
+    fastest half, top-1 overall and among the 8 fastest, the fastest program's predicted /
+    measured, the slope) over the measured programs, or ``None``."""
 
     m = [p for p in programs if p.measured_s is not None and np.isfinite(p.predicted_s)]
     if not m:
@@ -159,8 +161,9 @@ def accuracy_line(programs: list[PredictedProgram]) -> str | None:
     r = summary(np.array([p.predicted_s for p in m]), np.array([p.measured_s for p in m]),
                 np.array([keys[p.workload_key] for p in m]))
     return (f"{len(m)} measured programs: MAPE {100 * r['mape']:.1f}%, median APE {100 * r['median_ape']:.1f}%, "
-            f"tau {r['kendall_tau']:.3f}, fastest program per task predicted/measured {r['best_ratio']:.2f} (median), "
-            f"within-task slope {r['slope']:.2f}")
+            f"tau {r['kendall_tau']:.3f} (fastest half {r['tau_fast_half']:.3f}), top-1 {r['best_speed']:.3f} "
+            f"(among the 8 fastest {r['top1_of_8']:.3f}), fastest program per task predicted/measured "
+            f"{r['best_ratio']:.2f} (median), within-task slope {r['slope']:.2f}")
 
 
 def _cmd_predict(args) -> int:
