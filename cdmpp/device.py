@@ -65,7 +65,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")
 
 
-def _cpu_info() -> tuple[str, set[str]]:
+def host_cpu_info() -> tuple[str, set[str]]:
+    """This machine's CPU model name and its flags (from /proc/cpuinfo; the flags are empty elsewhere)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -98,7 +99,7 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False,
     """
     from tvm.target import codegen  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    model, flags = cpu_info if cpu_info is not None else _cpu_info()
+    model, flags = cpu_info if cpu_info is not None else host_cpu_info()
     cores = int(num_cores or os.cpu_count() or 1)
     isa_flags = tuple(sorted(f for f in flags if f.startswith(("avx", "sse4", "fma", "amx", "neon", "asimd"))))
     usable = set(flags)

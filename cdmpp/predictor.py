@@ -368,12 +368,11 @@ class LatencyPredictor:
         feat_target = target if target is not None else (dev.target if dev is not None else None)
         trees, problems = featurize_each(programs, feat_target, names)
         ok = [i for i, t in enumerate(trees) if t is not None]
-        out = Predictions(*(np.full(len(programs), np.nan) for _ in range(3)), problems)
+        out = Predictions(*(np.full(len(programs), np.nan) for _ in range(3)), problems, dev_id)
         if ok:
             traces = self.trace_vectors([programs[i] for i in ok])
             point, low, high = self.predict_trees_interval([trees[i] for i in ok], dev_id, traces)
             out.latency_s[ok], out.low_s[ok], out.high_s[ok] = point, low, high
-        out.device = dev_id
         return out
 
     def _without_trace(self, n: int, traces: np.ndarray | None) -> np.ndarray:

@@ -206,8 +206,10 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         # a checkpoint trained with trace tokens reads each candidate's own trace; the residual trees read it too
         traces = self.predictor.trace_vectors([schedules[i] for i in ok])
         base = np.log(self.predictor.predict_trees([trees[i] for i in ok], self.device_id, traces))
-        if traces is None:
-            traces = schedule_trace_vectors([schedules[i] for i in ok], allow_missing=True)
+        if traces is None:  # a leaves-only checkpoint: read the traces only for trees that use them
+            use = self.online.enabled and self.online.trace_inputs
+            traces = (schedule_trace_vectors([schedules[i] for i in ok], allow_missing=True) if use
+                      else np.full((len(ok), TRACE_DIM), np.nan, dtype=np.float32))
         for j, i in enumerate(ok):
             self._cache[keys[i]] = _Entry(float(base[j]), trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32),
                                           np.asarray(traces[j], dtype=np.float32))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.dataset import device_dirs
+from cdmpp.device import host_cpu_info
 from cdmpp.errors import InputError
 
 SPLITS = ("network", "within-task", "cdmpp")
@@ -209,11 +210,7 @@ def resolve_precision(precision: str) -> str:
 
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return "32-true"
-    return "bf16-mixed" if "avx512_bf16" in flags else "32-true"
+    return "bf16-mixed" if "avx512_bf16" in host_cpu_info()[1] else "32-true"
 
 
 CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation workloads"}
