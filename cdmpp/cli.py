@@ -104,14 +104,24 @@ def _cmd_evaluate(args) -> int:
     expand_work_dir(args)
     if args.benchmark:
         return _benchmark(args)
-    if not args.dataset and not args.record_db:
-        print("error: give --dataset DIR, --work-dir DIR, or --workload-db and --record-db", file=sys.stderr)
+    if not args.dataset and not args.record_db and not args.tuned:
+        print("error: give --dataset DIR, --work-dir DIR, --workload-db and --record-db, or --tuned DIR",
+              file=sys.stderr)
         return 2
     options = EvaluateOptions(holdout=None if args.holdout == "none" else args.holdout,
                               traces=not args.without_trace, plot=Path(args.plot) if args.plot else None,
-                              cache_dir=Path(args.cache))
+                              cache_dir=Path(args.cache), device=args.device)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    if args.tuned:
+        from .train.evaluate import evaluate_tuned  # noqa: PLC0415  (keeps torch off this module's import)
+
+        rows, title = evaluate_tuned(checkpoint, [Path(d) for d in args.tuned], options)
+        print(format_device_table(rows, title, label="task"))
+        if args.output:
+            write_rows(rows, Path(args.output))
+        return 0
     rows, title, per_device = evaluate(
-        Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT,
+        checkpoint,
         datasets=[Path(d) for d in args.dataset] if args.dataset else None,
         workload_db=Path(args.workload_db) if args.workload_db else None,
         record_db=Path(args.record_db) if args.record_db else None,
@@ -325,6 +335,12 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
     s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")
     s.add_argument("--record-db", default=None, help="a MetaSchedule database_tuning_record.json")
+    s.add_argument("--tuned", default=None, nargs="+", metavar="DIR",
+                   help="tuned sets: every trial of the tuning runs (work dirs) under these folders, one row per task "
+                   "(e.g. datasets/tuning/<device>/<benchmark>)")
+    s.add_argument("--device", default=None,
+                   help="the device a --work-dir or --tuned set was measured on (default: the device id its path "
+                   "names, else this machine)")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--without-trace", action="store_true",
                    help="a checkpoint trained with trace dropout: score the programs as bare PrimFuncs, without their "

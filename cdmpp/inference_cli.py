@@ -27,6 +27,7 @@ from .estimate import (
 )
 from .network_input import load_network
 from .predictor import LatencyPredictor
+from .serve.config import OBJECTIVES, OnlineConfig, SearchConfig
 from .train.metrics import summary
 
 WORKLOAD_FILE = "database_workload.json"
@@ -219,7 +220,10 @@ def _cmd_tune(args) -> int:
     from .tune import TuneConfig, format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
 
     cfg = TuneConfig(trials=args.trials, trials_per_iter=args.trials_per_iter, cost_model=args.cost_model,
-                     checkpoint=Path(args.checkpoint) if args.checkpoint else None, seed=args.seed)
+                     checkpoint=Path(args.checkpoint) if args.checkpoint else None, seed=args.seed,
+                     search=SearchConfig(population_size=args.population, init_measured_ratio=args.measured_ratio,
+                                         genetic_num_iters=args.generations, eps_greedy=args.eps_greedy),
+                     online=OnlineConfig(objective=args.online_objective))
     if args.target:
         target = json.loads(args.target)
     elif args.device:
@@ -271,5 +275,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--target", default=None, help="a TVM target as JSON (default: this machine's CPU)")
     s.add_argument("-c", "--checkpoint", default=None, help="the plugin's checkpoint (default: the shipped one)")
     s.add_argument("--seed", type=int, default=0, help="seed of the search")
+    search = SearchConfig()
+    s.add_argument("--population", type=int, default=search.population_size,
+                   help="candidates the evolutionary search samples per round")
+    s.add_argument("--measured-ratio", type=float, default=search.init_measured_ratio,
+                   help="share of the population started from the task's best measured programs")
+    s.add_argument("--generations", type=int, default=search.genetic_num_iters,
+                   help="generations the population evolves under the cost model per round")
+    s.add_argument("--eps-greedy", type=float, default=search.eps_greedy,
+                   help="share of each round's trials picked at random instead of by the cost model")
+    s.add_argument("--online-objective", choices=sorted(OBJECTIVES), default=OnlineConfig().objective,
+                   help="what the plugin's residual trees learn from the trials: the log-latency error (squared) "
+                   "or the order of the trials within each task (pairwise)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_tune)

@@ -2,7 +2,8 @@
 
 Each :class:`NetworkSpec` names an architecture and one input shape.  Weights are
 random: task extraction and measurement depend on shapes only.  The ConvNeXt and
-GPT-2 families are reserved as unseen test networks and are not in the zoo.
+GPT-2 families and LLaMA-style decoders are reserved as unseen test networks and are not in
+the zoo.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from torch import nn
 
 from cdmpp.errors import UnknownNetworkError
 
-RESERVED_FAMILIES = ("convnext", "gpt2")
+RESERVED_FAMILIES = ("convnext", "gpt2", "llama")
 
 
 # --------------------------------------------------------------------------- CNNs
@@ -460,7 +461,7 @@ def get_network(name: str) -> NetworkSpec:
 
     Raises:
         KeyError: the name is not in the zoo (the message lists the valid names), or
-            names a reserved unseen-test family (ConvNeXt, GPT-2).
+            names a reserved unseen-test family (ConvNeXt, GPT-2, LLaMA).
     """
     zoo = _zoo()
     if name not in zoo:

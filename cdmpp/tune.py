@@ -21,6 +21,7 @@ import numpy as np
 
 from . import dataset as ds
 from .errors import InputError
+from .serve.config import OnlineConfig, SearchConfig
 
 COST_MODELS = ("cdmpp", "xgb")
 LIBRARY_FILE = "network.so"
@@ -38,6 +39,8 @@ class TuneConfig:
         cost_model: ``"cdmpp"`` (this package's plugin) or ``"xgb"`` (TVM's ``XGBModel``).
         checkpoint: the plugin's checkpoint (``None``: the shipped one).
         seed: seed of the search.
+        search: the evolutionary search's settings (both cost models).
+        online: how the plugin learns from the trials (``"cdmpp"`` only).
 
     Raises:
         InputError: a budget below 1 or an unknown cost model.
@@ -48,6 +51,8 @@ class TuneConfig:
     cost_model: str = "cdmpp"
     checkpoint: Path | None = None
     seed: int = 0
+    search: SearchConfig = field(default_factory=SearchConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def __post_init__(self):
         if self.trials < 1 or self.trials_per_iter < 1:
@@ -127,9 +132,9 @@ def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
     from .tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (tvm)
 
     m = MeasureConfig()
-    model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, device=device)
+    model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, online=cfg.online, device=device)
              if cfg.cost_model == "cdmpp" else "xgb")
-    return {"cost_model": model,
+    return {"cost_model": model, "strategy": cfg.search.strategy(),
             "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
             "runner": LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config())}
 

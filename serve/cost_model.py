@@ -35,6 +35,7 @@ from cdmpp.errors import CheckpointError
 from cdmpp.featurize import FEATURE_DIM, featurize_each
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
 from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
+from cdmpp.serve.config import OBJECTIVES, OnlineConfig
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
 
 logger = logging.getLogger(__name__)
@@ -44,32 +45,6 @@ SCORE_REFERENCE_S = 1e-6
 
 ONLINE_FILE = "online_trials.npz"
 ONLINE_CONFIG_FILE = "online.json"
-
-
-@dataclass
-class OnlineConfig:
-    """How :class:`CdmppCostModel` learns from a task's measured trials.
-
-    Attributes:
-        enabled: learn from ``update`` at all (``False``: the pretrained model only).
-        min_trials: measured trials before the residual trees are fitted (before that,
-            only the mean log residual shifts the level, which keeps the ranking).
-        rounds: boosting rounds of the residual trees.
-        max_depth: depth of each tree.
-        learning_rate: XGBoost's ``eta``.
-        seed: XGBoost's seed.
-        trace_inputs: the residual trees also read each program's schedule-trace vector
-            (``TRACE_DIM`` values; missing for a program without a trace); ``False``:
-            the summed leaf features alone.
-    """
-
-    enabled: bool = True
-    min_trials: int = 8
-    rounds: int = 40
-    max_depth: int = 4
-    learning_rate: float = 0.2
-    seed: int = 0
-    trace_inputs: bool = True
 
 
 @dataclass
@@ -113,6 +88,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         self.predictor = None
         self._cache: dict[str, _Entry | None] = {}
         self._trials: dict[str, float] = {}  # program key -> measured log-latency (natural log of seconds)
+        self._task: dict[str, str] = {}  # program key -> its task's workload key (the ranking objective's group)
         self._offset = 0.0
         self._booster = None
         self._announced = False
@@ -136,6 +112,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         self._load_predictor(path)
         self._cache.clear()
         self._trials.clear()
+        self._task.clear()
         folder = Path(path)
         if (folder / ONLINE_CONFIG_FILE).exists():
             self.online = OnlineConfig(**json.loads((folder / ONLINE_CONFIG_FILE).read_text(encoding="utf-8")))
@@ -145,6 +122,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
                     keys, base, leaf, y = z["keys"], z["base"], z["leaf_sum"], z["log_latency"]
                     # a state saved before the trees read the trace: its programs' traces are missing
                     trace = z["trace"] if "trace" in z.files else np.full((len(keys), TRACE_DIM), np.nan, np.float32)
+                    task = z["task"] if "task" in z.files else np.full(len(keys), "", dtype=str)  # one group
             except (OSError, KeyError, ValueError) as err:
                 raise CheckpointError(f"corrupt adapted state {folder / ONLINE_FILE}: {err}") from err
             if leaf.ndim != 2 or leaf.shape[1] != FEATURE_DIM:
@@ -155,9 +133,10 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             if trace.shape != (len(keys), TRACE_DIM):
                 raise CheckpointError(f"adapted state {folder / ONLINE_FILE} has trace vectors of shape {trace.shape}, "
                                       f"expected ({len(keys)}, {TRACE_DIM})")
-            for k, b, p, t, v in zip(keys, base, leaf, trace, y):
+            for k, b, p, t, v, g in zip(keys, base, leaf, trace, y, task):
                 self._cache[str(k)] = _Entry(float(b), p.astype(np.float32), t.astype(np.float32))
                 self._trials[str(k)] = float(v)
+                self._task[str(k)] = str(g)
         self._refit()
 
     def save(self, path: str) -> None:
@@ -180,6 +159,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             if keys
             else np.zeros((0, TRACE_DIM), np.float32),
             log_latency=np.asarray([self._trials[k] for k in keys], dtype=np.float64),
+            task=np.asarray([self._task.get(k, "") for k in keys], dtype=str),
         )
 
     # -- features ----------------------------------------------------------------------------
@@ -272,9 +252,12 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             self._choose_device(context.target)
             self._announced = True
         entries = self._entries([sch for sch, _ in keep], context.target)
+        task = str(structural_hash(context.mod)) if context.mod is not None else ""
         for (sch, y), e in zip(keep, entries):
             if e is not None:
-                self._trials[str(structural_hash(sch.mod))] = y
+                key = str(structural_hash(sch.mod))
+                self._trials[key] = y
+                self._task[key] = task
         self._refit()
 
     def _refit(self) -> None:
@@ -292,9 +275,15 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
         o = self.online
+        if o.objective == "pairwise":  # the trials of one task form one query group, in order
+            order = sorted(range(len(keys)), key=lambda i: self._task.get(keys[i], ""))
+            keys, base, y = [keys[i] for i in order], base[order], y[order]
         d = xgb.DMatrix(self._tree_inputs([self._cache[k] for k in keys]), label=y, base_margin=base + self._offset)
+        if o.objective == "pairwise":
+            _, sizes = np.unique([self._task.get(k, "") for k in keys], return_counts=True)
+            d.set_group(sizes)
         params = {"max_depth": o.max_depth, "eta": o.learning_rate, "seed": o.seed, "nthread": 1,
-                  "objective": "reg:squarederror", "base_score": 0.0}
+                  "objective": OBJECTIVES[o.objective], "base_score": 0.0}
         self._booster = xgb.train(params, d, num_boost_round=o.rounds)
 
     @property

@@ -121,3 +121,43 @@ def test_the_residual_trees_read_the_trace_beside_the_leaves(measured):
         widths[trace_inputs] = model._booster.num_features()
         assert np.all(np.isfinite(model.predict(ctx, cands)))
     assert widths == {True: FEATURE_DIM + TRACE_DIM, False: FEATURE_DIM}
+
+
+def test_the_pairwise_objective_learns_the_order_of_a_tasks_trials(measured, tmp_path):
+    """Trials measured in the reverse of the pretrained order: the ranking trees turn the order
+    around, and the level stays that of the trials."""
+    from cdmpp.serve.cost_model import SCORE_REFERENCE_S, CdmppCostModel, OnlineConfig
+    from cdmpp.train.metrics import mean_kendall_tau
+    from cdmpp.tvm_compat import ms
+
+    def kendalltau(a, b):
+        return mean_kendall_tau(a, b, np.zeros(len(a), np.int64))
+
+    _, cands, latency, ctx, _ = measured
+    model = CdmppCostModel(online=OnlineConfig(min_trials=4, objective="pairwise", rounds=80))
+    before = SCORE_REFERENCE_S / model.predict(ctx, cands)
+    y = np.empty_like(before)
+    y[np.argsort(before, kind="stable")] = np.sort(latency)[::-1]
+    model.update(ctx, cands, [ms.runner.RunnerResult([float(s)] * 3, None) for s in y])
+    after = SCORE_REFERENCE_S / model.predict(ctx, cands)
+    assert kendalltau(before, y) < -0.9 and kendalltau(after, y) > 0.5
+    assert abs(np.median(np.log(after / y))) < np.log(3.0)
+    model.save(str(tmp_path / "adapted"))
+    again = CdmppCostModel()
+    again.load(str(tmp_path / "adapted"))
+    assert again.online.objective == "pairwise"
+    np.testing.assert_allclose(again.predict(ctx, cands), model.predict(ctx, cands), rtol=1e-6)
+
+
+def test_search_and_online_settings_refuse_bad_values():
+    from cdmpp.errors import InputError
+    from cdmpp.serve.config import OnlineConfig, SearchConfig
+    from cdmpp.tvm_compat import ms
+
+    with pytest.raises(InputError, match="objective"):
+        OnlineConfig(objective="listwise")
+    with pytest.raises(InputError, match="eps_greedy"):
+        SearchConfig(eps_greedy=1.5)
+    with pytest.raises(InputError, match="population_size"):
+        SearchConfig(population_size=0)
+    assert isinstance(SearchConfig(population_size=64).strategy(), ms.search_strategy.EvolutionarySearch)

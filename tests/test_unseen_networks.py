@@ -34,3 +34,15 @@ def test_convnext_tasks_are_ranked_by_weight_times_flops_and_picked_by_prefix():
     assert [t[0] for t in picked] == [ranked[0][0], dw[0][0]]
     with pytest.raises(InputError, match="no task named conv99"):
         pick_tasks(ranked, "convnext_tiny-b1", 1, ("conv99",))
+
+
+def test_the_llama_style_decoder_has_two_large_dense_layers_and_its_own_attention():
+    from cdmpp.tvm_compat import Target
+
+    ranked = unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm", "num-cores": 1}))
+    weights = {name: w for name, w, _, _ in ranked}
+    # 8 blocks: gate and up (128x1024 -> 2816) twice per block, down (128x2816 -> 1024) once
+    assert ranked[0][0] == "matmul2" and weights["matmul2"] == 16.0 and weights["matmul3"] == 8.0
+    assert weights["matmul1"] == 16.0  # both attention batch-matmuls, heads of 128
+    with pytest.raises(UnknownNetworkError, match="reserved"):
+        get_network("llama_1024-b1s128")

@@ -15,7 +15,7 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.device import DeviceDescriptor, descriptor_vector
-from cdmpp.errors import InputError
+from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 from cdmpp.model import load_checkpoint, predict_latency_array
@@ -62,12 +62,14 @@ def evaluate_checkpoint(
     cache_dir: Path | None = None,
     progress: bool = True,
     traces: bool = True,
+    device: str | None = None,
 ) -> tuple[dict[str, dict], str]:
     """Score a saved checkpoint (and its tree baseline, if saved) on data it was not trained on.
 
     Either ``dataset`` (a cdmpp dataset folder; scored on its held-out network, by
     default the one recorded in the checkpoint) or ``workload_db`` + ``record_db``
-    (any MetaSchedule JSONDatabase; scored on all its records).
+    (any MetaSchedule JSONDatabase; scored on all its records, as measured on
+    ``device``: :func:`database_device`).
 
     Returns:
         ``(rows, title)``.
@@ -99,7 +101,8 @@ def evaluate_checkpoint(
     else:
         if workload_db is None or record_db is None:
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
-        db = ds.load_database(Path(workload_db), Path(record_db))
+        device_id, manifest = database_device(meta, [Path(record_db)], device)
+        db = ds.load_database(Path(workload_db), Path(record_db), device_id, manifest)
         data = featurize_database(db, cache_dir, progress=progress)
         if model.config.trace_tokens and traces:  # each record's own trace
             data = with_trace_tokens(data, lined_up([database_traces(Path(workload_db), Path(record_db))],
@@ -130,6 +133,8 @@ class EvaluateOptions:
             (a checkpoint with a device table, on dataset folders).
         cache_dir: featurization cache folder.
         progress: show progress bars.
+        device: the device a JSONDatabase or a tuned set was measured on (a device id);
+            ``None``: the one its path names, else this machine (:func:`database_device`).
     """
 
     holdout: str | None = "auto"
@@ -137,6 +142,7 @@ class EvaluateOptions:
     plot: Path | None = None
     cache_dir: Path | None = None
     progress: bool = True
+    device: str | None = None
 
 
 def evaluate(checkpoint: Path, datasets: list[Path] | None = None, workload_db: Path | None = None,
@@ -180,8 +186,142 @@ def evaluate(checkpoint: Path, datasets: list[Path] | None = None, workload_db: 
     rows, title = evaluate_checkpoint(Path(checkpoint), dataset=datasets[0] if datasets else None,
                                       workload_db=workload_db, record_db=record_db,
                                       holdout=opt.holdout if datasets else None, cache_dir=opt.cache_dir,
-                                      progress=opt.progress, traces=opt.traces)
+                                      progress=opt.progress, traces=opt.traces, device=opt.device)
     return rows, title, False
+
+
+def database_device(meta: dict, paths: list[Path], device: str | None) -> tuple[str, dict]:
+    """``(device id, manifest)`` to load a bare JSONDatabase with, so that a checkpoint with
+    a device table predicts for the device it was measured on.
+
+    The device is ``device`` when given; else the one device of the checkpoint whose id
+    is a folder name in ``paths`` (``datasets/tuning/<device id>/...``); else this
+    machine.  A device the checkpoint does not know is scored zero-shot from its
+    descriptor, which only this machine's can give (``manifest["device"]``).
+
+    Raises:
+        UnknownDeviceError: ``device`` is neither known to the checkpoint nor this machine.
+    """
+    from cdmpp.device import local_cpu  # noqa: PLC0415  (keeps the CPU probe off this module's import)
+
+    known = [d["device_id"] for d in meta.get("devices", [])]
+    if device is None:
+        named = {part for p in paths for part in Path(p).resolve().parts if part in known}
+        if len(named) == 1:
+            return named.pop(), {}
+    here = local_cpu()
+    if device is None or device == here.device_id:
+        return here.device_id, {"device": here.to_json()}
+    if device in known or not known:
+        return device, {}
+    raise UnknownDeviceError(f"device {device!r} is not in this checkpoint (it knows {', '.join(known)}) and is not "
+                             f"this machine ({here.device_id}), so it cannot be scored zero-shot")
+
+
+TUNED_ALL = "all tasks"
+"""The row of :func:`evaluate_tuned` over every task (each metric averaged over tasks)."""
+
+
+def tuning_work_dirs(folders: list[Path]) -> list[Path]:
+    """Every MetaSchedule work dir under ``folders`` (a folder holding
+    ``database_tuning_record.json``, plain or gzipped), sorted.
+
+    Raises:
+        InputError: a folder does not exist or holds no work dir.
+    """
+    runs = set()
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise InputError(f"{folder}: no such folder")
+        found = {rec.parent for pat in (ds.RECORD_FILE, ds.RECORD_FILE + ".gz") for rec in Path(folder).rglob(pat)}
+        if not found:
+            raise InputError(f"{folder} holds no MetaSchedule work dir (no {ds.RECORD_FILE}[.gz] below it)")
+        runs |= found
+    return sorted(runs)
+
+
+def _task_label(run: Path) -> str:
+    """A task's name from a tuning run's path: the ``NN-<task>`` folder of ``cdmpp bench tune``
+    (with its network folder), else the work dir's own name."""
+    parts = run.parts
+    for i in range(len(parts) - 1, -1, -1):
+        head, _, name = parts[i].partition("-")
+        if head.isdigit() and name:
+            net = parts[i - 1] if i and "-b" in parts[i - 1] else ""
+            return f"{net} {name.split('_subtract')[0]}".strip()
+    return run.name
+
+
+def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptions | None = None
+                   ) -> tuple[dict[str, dict[str, dict]], str]:
+    """Score a checkpoint on tuned sets: every trial of the tuning runs under ``folders``
+    (MetaSchedule work dirs, e.g. ``cdmpp bench tune`` outputs), pooled per task (a
+    task's runs share its workload), so that each task's fastest programs are the ones
+    a tuner found.
+
+    Each program is read with its own schedule trace (unless ``options.traces`` is
+    off) and predicted for the device the runs were measured on
+    (:func:`database_device`).
+
+    Returns:
+        ``(rows, title)``: ``rows[task][model]`` is a :func:`~cdmpp.train.metrics.summary`
+        row of the task's programs, and ``rows["all tasks"][model]`` the row over every
+        task (per-task measures averaged over tasks; ``best_ratio`` their median).
+
+    Raises:
+        InputError: a folder holds no work dir.
+        CheckpointError, DatasetError, UnknownDeviceError: a bad checkpoint, bad records,
+            a device that cannot be scored.
+    """
+    opt = options or EvaluateOptions()
+    runs = tuning_work_dirs(folders)
+    model, meta = load_checkpoint(checkpoint)
+    tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE) if (Path(checkpoint) / BASELINE_FILE).exists() else None
+    device_id, manifest = database_device(meta, runs, opt.device)
+    pooled: dict[str, dict] = {}  # workload key -> label, runs, and each model's predictions
+    note = ""
+    for run in runs:
+        wl, rec = ds.resolve(run / ds.WORKLOAD_FILE), ds.resolve(run / ds.RECORD_FILE)
+        if wl is None:
+            raise ds.DatasetError(f"{run} has tuning records but no {ds.WORKLOAD_FILE}")
+        db = ds.load_database(wl, rec, device_id, manifest)
+        data = featurize_database(db, opt.cache_dir, progress=False)
+        if model.config.trace_tokens:
+            data = (with_trace_tokens(data, lined_up([database_traces(wl, rec)], data.latency)) if opt.traces
+                    else model_inputs(model.config, data, None, traces=False))
+        scoring, data, note = _for_device(model, meta, db, data)
+        index = np.arange(len(data))
+        preds = {"cdmpp transformer": predict_latency_array(scoring, data, index)}
+        if tree is not None:
+            preds["xgboost PerStoreFeature"] = tree.predict(data.psf_sum[index])
+        for w in np.unique(data.workload):
+            at = data.workload == w
+            entry = pooled.setdefault(data.workload_keys[w], {"label": _task_label(run), "runs": 0, "true": [],
+                                                              "pred": {m: [] for m in preds}})
+            entry["runs"] += 1
+            entry["true"].append(data.latency[at])
+            for m, p in preds.items():
+                entry["pred"][m].append(np.asarray(p)[at])
+    rows: dict[str, dict[str, dict]] = {}
+    every_true, every_pred, groups = [], {}, []
+    for g, entry in enumerate(pooled.values()):
+        true = np.concatenate(entry["true"])
+        label = entry["label"] if entry["label"] not in rows else f"{entry['label']} ({g})"
+        rows[label] = {}
+        for m, parts in entry["pred"].items():
+            pred = np.concatenate(parts)
+            rows[label][m] = {**summary(pred, true, np.zeros(true.size, np.int64)), "runs": entry["runs"]}
+            every_pred.setdefault(m, []).append(pred)
+        every_true.append(true)
+        groups.append(np.full(true.size, g, np.int64))
+    if len(pooled) > 1:
+        true, group = np.concatenate(every_true), np.concatenate(groups)
+        rows[TUNED_ALL] = {m: {**summary(np.concatenate(p), true, group), "runs": len(runs)}
+                           for m, p in every_pred.items()}
+    title = (f"tuned sets: {len(runs)} tuning runs of {len(pooled)} tasks under {', '.join(map(str, folders))}, "
+             f"predicted for {device_id}" + ("" if opt.traces or not model.config.trace_tokens
+                                             else ", without their traces") + note)
+    return rows, title
 
 
 def _for_device(model, meta: dict, db, data: FeaturizedPrograms):

@@ -71,10 +71,11 @@ def format_table(rows: Mapping[str, dict], title: str) -> str:
     return "\n".join(lines)
 
 
-def device_rows_markdown(by_device: Mapping[str, Mapping[str, dict]]) -> list[str]:
-    """Markdown lines of per-device metric rows: ``{device_id: {model: row}}``."""
+def device_rows_markdown(by_device: Mapping[str, Mapping[str, dict]], label: str = "device") -> list[str]:
+    """Markdown lines of per-device metric rows: ``{device_id: {model: row}}`` (``label``:
+    the first column's heading, e.g. ``"task"`` for rows per task)."""
     lines = [
-        "| device | model | " + " | ".join(CELLS[c][0] for c in DEVICE_COLUMNS) + " |",
+        f"| {label} | model | " + " | ".join(CELLS[c][0] for c in DEVICE_COLUMNS) + " |",
         "| --- | --- | " + " | ".join("---:" for _ in DEVICE_COLUMNS) + " |",
     ]
     for dev, rows in by_device.items():
@@ -83,9 +84,10 @@ def device_rows_markdown(by_device: Mapping[str, Mapping[str, dict]]) -> list[st
     return lines
 
 
-def format_device_table(rows: Mapping[str, Mapping[str, dict]], title: str) -> str:
-    """A markdown table of per-device metric rows, under ``title``."""
-    return "\n".join([title, "", *device_rows_markdown(rows)])
+def format_device_table(rows: Mapping[str, Mapping[str, dict]], title: str, label: str = "device") -> str:
+    """A markdown table of per-device metric rows, under ``title`` (``label``: the first
+    column's heading)."""
+    return "\n".join([title, "", *device_rows_markdown(rows, label)])
 
 
 def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], network: str | None,

@@ -28,15 +28,24 @@ from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
 from cdmpp.collect.machine import build_tmpdir
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp.serve.config import OnlineConfig, SearchConfig
 
-COST_MODELS = ("xgb", "cdmpp", "random", "cdmpp-static", "cdmpp-level", "cdmpp-leaves")
+COST_MODELS = ("xgb", "cdmpp", "random", "cdmpp-static", "cdmpp-level", "cdmpp-leaves", "cdmpp-pairwise",
+               "cdmpp-wide", "cdmpp-explore")
 """Cost models a run can use: TVM's XGBModel, the plugin, random scores, and the plugin's
-online-update ablation: ``cdmpp-static`` (no update), ``cdmpp-level`` (the level shift
-only, no residual trees) and ``cdmpp-leaves`` (residual trees on the summed leaves alone,
-without the schedule trace)."""
+variants: the online-update ablation, ``cdmpp-static`` (no update), ``cdmpp-level`` (the
+level shift only, no residual trees) and ``cdmpp-leaves`` (residual trees on the summed
+leaves alone, without the schedule trace); ``cdmpp-pairwise`` (residual trees with a
+within-task ranking objective); and two search settings, ``cdmpp-wide`` (a population
+of 2,048 evolved for 8 generations: more candidates ranked by the model) and
+``cdmpp-explore`` (a quarter of each round's trials picked at random)."""
 ONLINE_ABLATION = {"cdmpp": {}, "cdmpp-static": {"enabled": False}, "cdmpp-level": {"min_trials": 1 << 30},
-                   "cdmpp-leaves": {"trace_inputs": False}}
+                   "cdmpp-leaves": {"trace_inputs": False}, "cdmpp-pairwise": {"objective": "pairwise"},
+                   "cdmpp-wide": {}, "cdmpp-explore": {}}
 """``OnlineConfig`` fields of each plugin variant."""
+SEARCH_VARIANTS = {"cdmpp-wide": {"population_size": 2048, "genetic_num_iters": 8},
+                   "cdmpp-explore": {"eps_greedy": 0.25}}
+"""``SearchConfig`` fields of the plugin variants that change the search (the others: TVM's defaults)."""
 WEIGHTS_FILE = "task_weights.json"
 """Task weight by workload structural hash, beside a whole-network run's work dirs."""
 
@@ -146,11 +155,11 @@ def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
     points: the collector's measurement protocol, every batch timed on a quiet machine
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
-    from cdmpp.serve.cost_model import CdmppCostModel, OnlineConfig  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
     from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     m = MeasureConfig()
-    return {
+    tools = {
         "cost_model": (CdmppCostModel(str(checkpoint) if checkpoint else None,
                                       online=OnlineConfig(**ONLINE_ABLATION[model_name]))
                        if model_name in ONLINE_ABLATION else model_name),
@@ -158,6 +167,9 @@ def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
         "runner": quiet_runner(LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()), guard,
                                lambda msg: print(msg, flush=True)),
     }
+    if model_name in SEARCH_VARIANTS:
+        tools["strategy"] = SearchConfig(**SEARCH_VARIANTS[model_name]).strategy()
+    return tools
 
 
 @dataclass
@@ -385,7 +397,7 @@ def run_seed(run: Path) -> int:
     return int(name[4:]) if name.startswith("seed") and name[4:].isdigit() else 0
 
 
-def _work_dirs(out_dir: Path):
+def bench_runs(out_dir: Path):
     """``(task key, cost model, seed, work dir)`` of every run under ``out_dir`` with
     records, in seed order (by number: seed2 before seed10); the key reads
     ``"<network> <task>"``."""
@@ -401,9 +413,9 @@ def _work_dirs(out_dir: Path):
 
 def _finished_runs(out_dir: Path, value):
     """``{task key: {cost model: {seed: value(work dir, curve)}}}`` over the runs under
-    ``out_dir`` with a measured trial (:func:`_work_dirs`)."""
+    ``out_dir`` with a measured trial (:func:`bench_runs`)."""
     out: dict[str, dict[str, dict]] = {}
-    for key, model, seed, run in _work_dirs(out_dir):
+    for key, model, seed, run in bench_runs(out_dir):
         curve = best_so_far(run_trials(run))
         if curve.size and np.isfinite(curve[-1]):
             out.setdefault(key, {}).setdefault(model, {})[seed] = value(run, curve)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[], help="several seeds, one run each")
     parser.add_argument("--output", default="runs/tune-benchmark", help="work dirs and tune_benchmark.{csv,md}")
     parser.add_argument("--plot", default=None, metavar="PNG", help="also plot best latency against trials per task")
+    parser.add_argument("--every", type=int, default=16, metavar="K",
+                        help="with --reference: write every run's best-so-far after every K trials (tune_curves.csv)")
     parser.add_argument("--reference", default=None, metavar="DIR",
                         help="another tune-benchmark output whose XGBoost runs (e.g. --trials-for xgb=512) are the "
                         "yardstick of the reach table and the plot (the output itself: its own XGBoost runs), and "
@@ -121,6 +124,7 @@ def _cmd_tune_benchmark(args) -> int:
             if not own:
                 walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
+            _write_heldout_table(Path(args.output), Path(args.reference), args.every)
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
@@ -128,6 +132,24 @@ def _cmd_tune_benchmark(args) -> int:
                                yardstick=yardstick, log_trials=yardstick != "xgb")
             print(f"plot written to {args.plot}")
     return 0
+
+
+def _write_heldout_table(out_dir: Path, reference: Path, every: int) -> None:
+    """Print the held-out table (:func:`cdmpp.bench.tune_table.heldout_table`) and write it
+    (``tune_heldout.md``) and every run's best-so-far every ``every`` trials (``tune_curves.csv``,
+    the reference's runs included) into ``out_dir``."""
+    from .tune_table import curve_rows, heldout_table  # noqa: PLC0415  (only on the branch that needs it)
+
+    table, _ = heldout_table(out_dir, reference)
+    print(table)
+    (out_dir / "tune_heldout.md").write_text(table + "\n", encoding="utf-8")
+    rows = curve_rows([out_dir] if out_dir.resolve() == reference.resolve() else [out_dir, reference], every)
+    csv_path = out_dir / "tune_curves.csv"
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=["task", "cost_model", "seed", "trials", "best_s", "wall_s"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"written: {out_dir / 'tune_heldout.md'}, {csv_path}")
 
 
 def main(args: argparse.Namespace) -> int:

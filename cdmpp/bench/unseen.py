@@ -10,6 +10,12 @@ convnext_tiny-b1``, ``cdmpp bench speed --network convnext_tiny-b1``).
   Table 9: depths 3-3-9-3, widths 96-768), one 224x224 image.
 * ``gpt2_small-b1s128``: GPT-2 small (Radford et al. 2019: 12 layers, width 768, 12 heads;
   the ``transformers`` implementation), one sequence of 128 tokens.
+* ``llama_1024-b1s128``: a LLaMA-style decoder (Touvron et al., "LLaMA", 2023, Section 2.2:
+  pre-norm RMSNorm, SwiGLU feed-forward, causal attention; rotary embeddings left out)
+  at half TinyLlama's width: 8 layers, width 1024, feed-forward 2816, 8 heads of width
+  128 (LLaMA's head width), one sequence of 128 tokens.  Its dense layers (128x1024 ->
+  2816 and 128x2816 -> 1024, 738 MFLOP each; 128x1024 -> 1024 without bias) and its
+  attention batch-matmuls (heads of 128) occur in no zoo network.
 """
 
 from __future__ import annotations
@@ -84,11 +90,66 @@ def _gpt2_small() -> nn.Module:
     return _GPT2()
 
 
+class _RMSNorm(nn.Module):
+    """Root-mean-square LayerNorm (Zhang & Sennrich 2019), as LLaMA uses it."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class _LlamaBlock(nn.Module):
+    """Pre-norm decoder block: causal multi-head attention and a SwiGLU feed-forward."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm, self.ffn_norm = _RMSNorm(dim), _RMSNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        h = self.attn_norm(x)
+        q, k, v = (f(h).reshape(b, s, self.heads, d // self.heads).transpose(1, 2) for f in (self.q, self.k, self.v))
+        att = torch.softmax(q @ k.transpose(-1, -2) * (d // self.heads) ** -0.5 + mask, dim=-1)
+        x = x + self.o((att @ v).transpose(1, 2).reshape(b, s, d))
+        h = self.ffn_norm(x)
+        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class LlamaStyle(nn.Module):
+    """A LLaMA-style decoder (Touvron et al. 2023) without rotary embeddings."""
+
+    def __init__(self, vocab: int = 32000, dim: int = 1024, layers: int = 8, heads: int = 8, hidden: int = 2816,
+                 max_len: int = 1024):
+        super().__init__()
+        self.register_buffer("mask", torch.triu(torch.full((max_len, max_len), float("-inf")), diagonal=1))
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(_LlamaBlock(dim, heads, hidden) for _ in range(layers))
+        self.norm = _RMSNorm(dim)
+
+    def forward(self, ids):
+        s = ids.shape[1]
+        mask = self.mask[:s, :s]
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.norm(x)
+
+
 def unseen_networks() -> dict[str, NetworkSpec]:
-    """The networks outside the zoo, by name (``"convnext_tiny-b1"``, ``"gpt2_small-b1s128"``)."""
+    """The networks outside the zoo, by name (``"convnext_tiny-b1"``, ``"gpt2_small-b1s128"``,
+    ``"llama_1024-b1s128"``)."""
     return {
         "convnext_tiny-b1": NetworkSpec("convnext_tiny-b1", "convnext", ConvNeXt, (1, 3, 224, 224)),
         "gpt2_small-b1s128": NetworkSpec("gpt2_small-b1s128", "gpt2", _gpt2_small, (1, 128), "int64"),
+        "llama_1024-b1s128": NetworkSpec("llama_1024-b1s128", "llama", LlamaStyle, (1, 128), "int64"),
     }
 
 
