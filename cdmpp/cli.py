@@ -227,7 +227,9 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
     s.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
     s.add_argument("--device-dropout", type=float, default=None,
                    help="share of training programs scored with the unknown-device row (several devices)")
-    s.add_argument("--pooling", choices=["sum", "mean", "max"], default=None)
+    s.add_argument("--pooling", choices=["sum", "mean", "max", "lse"], default=None,
+                   help="how the head reads the tokens: sum, mean or max of them, or lse (a latency term per token, "
+                   "log-sum-exp over them)")
     s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
     s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
                    help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "

@@ -85,6 +85,11 @@ def _cmd_collect(args) -> int:
         retry_exhausted=args.retry_exhausted,
         quiet=QuietConfig(enabled=not args.allow_busy, max_other_cores=args.busy_cores),
         tasks_in_flight=args.tasks_in_flight,
+        tuned_tasks=args.tuned_tasks,
+        tuned_programs=args.tuned_programs,
+        tuned_guide=args.tuned_guide,
+        tuned_checkpoint=Path(args.tuned_checkpoint) if args.tuned_checkpoint else None,
+        tuned_population=args.tuned_population,
     )
     requests = []
 
@@ -221,6 +226,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--evolutionary-population", type=int, default=32,
                    help="population of the evolutionary search (smaller: faster search)")
+    s.add_argument("--tuned-tasks", type=int, default=0, metavar="N",
+                   help="the fast-end policy: the N largest tasks of each network (task weight x FLOPs) get "
+                        "--tuned-programs more programs from a tuner's evolutionary search after the last round")
+    s.add_argument("--tuned-programs", type=int, default=256, help="programs per tuned task, beyond the round's")
+    s.add_argument("--tuned-guide", choices=("xgb", "cdmpp"), default="xgb",
+                   help="the cost model guiding the tuned phase: MetaSchedule's XGBModel or cdmpp's plugin")
+    s.add_argument("--tuned-checkpoint", default=None, help="the plugin's checkpoint (default: the shipped one)")
+    s.add_argument("--tuned-population", type=int, default=512, help="population of the tuned phase's search")
     s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
                    help="2: one task's batch builds while another task samples (build workers are paused "
                         "during every timing); 1: sample, build and time each batch in turn")

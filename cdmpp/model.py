@@ -34,6 +34,7 @@ from cdmpp.featurize.batch import dense_programs, stack_leaves
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+POOLINGS = ("sum", "mean", "max", "lse")
 
 
 @dataclass
@@ -49,7 +50,11 @@ class ModelConfig:
         n_layers: encoder layers.
         ff_dim: feed-forward width of each encoder layer.
         dropout: dropout rate.
-        pooling: ``"sum"``, ``"mean"`` or ``"max"`` over the leaves.
+        pooling: ``"sum"``, ``"mean"`` or ``"max"`` over the leaves, then the head; or
+            ``"lse"``: the head reads every token and gives its latency term, and the
+            program's log-latency is the log-sum-exp of the terms (natural log of
+            seconds), as a program's time is the sum of its statements' times
+            (:meth:`LatencyTransformer.output`).
         positional_encoding: add the sinusoidal pre-order positional encoding.
         num_devices: devices the model knows (rows of its device table, besides row
             0, the "unknown device" row).  0 makes a model without device input, which
@@ -82,8 +87,8 @@ class ModelConfig:
     trace_optional: bool = False
 
     def __post_init__(self):
-        if self.pooling not in ("sum", "mean", "max"):
-            raise InputError(f"pooling must be 'sum', 'mean' or 'max', got {self.pooling!r}")
+        if self.pooling not in POOLINGS:
+            raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.d_model % self.n_heads:
             raise InputError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if not 0 <= self.dropout < 1:
@@ -220,21 +225,49 @@ class LatencyTransformer(nn.Module):
         self.label_mean.copy_(log_latency.mean())
         self.label_std.copy_(log_latency.std().clamp_min(1e-3))
 
-    def pooled(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The pooled program embedding, float32 ``(B, d_model)``."""
+    def encoded(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The encoder's output per token, float32 ``(B, L, d_model)``."""
         h = self.embed((x - self.feature_mean) / self.feature_std)
         if self.config.positional_encoding:
             h = h + sinusoidal_encoding(pos, self.config.d_model)
-        h = self.norm(self.encoder(h, src_key_padding_mask=~mask))
+        return self.norm(self.encoder(h, src_key_padding_mask=~mask))
+
+    def pool(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Tokens ``h`` ``(B, L, d_model)`` pooled over ``mask`` (bool ``(B, L)``) into the
+        program embedding, float32 ``(B, d_model)`` (the mean for ``"lse"``, whose head
+        reads the tokens: the embedding then serves program selection and CMD)."""
         m = mask.unsqueeze(-1).to(h.dtype)
         if self.config.pooling == "sum":
             return (h * m).sum(1)
-        if self.config.pooling == "mean":
+        if self.config.pooling in ("mean", "lse"):
             return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
         return h.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values
 
+    def pooled(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The pooled program embedding, float32 ``(B, d_model)``."""
+        return self.pool(self.encoded(x, pos, mask), mask)
+
+    def output(self, h: torch.Tensor, mask: torch.Tensor, device=None, embedding_row=None) -> torch.Tensor:
+        """Standardised log-latency, float32 ``(B,)``, from the tokens ``h`` ``(B, L, d_model)``.
+
+        With ``pooling="lse"`` the head gives each token ``i`` a term ``z_i`` (standardised
+        log-latency); the program's natural-log latency is ``log sum_i exp(z_i * std +
+        mean)`` over the tokens of ``mask``: the time of a program is the sum of its
+        statements' times.  Otherwise the head reads the pooled embedding.
+        """
+        if self.config.pooling != "lse":
+            return self.head_output(self.pool(h, mask), device, embedding_row)
+        if self.config.num_devices > 0:
+            if device is None:
+                device = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
+            dev = self.device_vector(device, embedding_row).to(h.dtype)
+            h = torch.cat([h, dev.unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
+        terms = self.head(h).squeeze(-1).float() * self.label_std + self.label_mean
+        total = torch.logsumexp(terms.masked_fill(~mask, float("-inf")), dim=1)
+        return (total - self.label_mean) / self.label_std
+
     def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device=None) -> torch.Tensor:
-        return self.head_output(self.pooled(x, pos, mask), device)
+        return self.output(self.encoded(x, pos, mask), mask, device)
 
     def predict_log_latency(self, x, pos, mask, device=None) -> torch.Tensor:
         """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device``

@@ -169,6 +169,33 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
     assert len(db.programs) == first.measured + again.measured and len(set(keys)) == len(keys)
 
 
+def test_the_tuned_phase_adds_a_tuners_programs_to_the_largest_task(tmp_path):
+    """The fast-end policy: the largest visited task by weight x FLOPs gets its round's random
+    programs, then ``tuned_programs`` more from an evolutionary search guided by the plugin."""
+    from cdmpp.collect import TUNED_POLICY, CollectConfig, MeasureConfig
+
+    cfg = CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path, programs_per_task=3, batch_size=4,
+                        max_tasks_per_network=2, evolutionary_fraction=0.0, measure=MeasureConfig(repeat=3),
+                        tuned_tasks=1, tuned_programs=4, tuned_guide="cdmpp", tuned_population=16)
+    run = collect(cfg, progress=False)
+    m = json.loads((run.device_dir / ds.MANIFEST_FILE).read_text())
+    db = ds.load_device_dir(run.device_dir)
+    counts = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workload_keys))
+    by_key = dict(zip(db.workload_keys, counts))
+    visited = [t for t in m["tasks"] if by_key.get(t["workload_key"], 0)]
+    assert len(visited) == 2
+    tuned = [t for t in visited if "tuned_from" in t]
+    assert len(tuned) == 1 and tuned[0]["tuned_from"] == 3 and by_key[tuned[0]["workload_key"]] == 3 + 4
+    other = next(t for t in visited if "tuned_from" not in t)
+    assert by_key[other["workload_key"]] == 3
+    assert tuned[0]["weight"] * tuned[0]["flops"] >= other["weight"] * other["flops"]
+    assert m["collections"][-1]["tuned"] == {"tasks_per_network": 1, "programs": 4, "guide": "cdmpp",
+                                             "checkpoint": None, "population": 16}
+    assert m["sampling"]["tuned_policy"] == TUNED_POLICY
+    keys, _ = _program_keys(run.device_dir)
+    assert len(set(keys)) == len(keys) == run.measured == 3 + 3 + 4
+
+
 def test_remeasure_a_sample_for_drift_and_resume(tiny_collection, tmp_path):
     import shutil
 
@@ -896,6 +923,8 @@ def test_collect_config_rejects_unusable_settings_for_python_callers_too(tmp_pat
         (dict(evolutionary_fraction=1.5), r"\[0, 1\]"),
         (dict(tasks_in_flight=3), "1 or 2"),
         (dict(gpu=True, disable_avx512=True), "CPU device"),
+        (dict(tuned_tasks=-1), "tuned_tasks"),
+        (dict(tuned_guide="random"), "tuned_guide"),
     ]:
         with pytest.raises(InputError, match=match):
             CollectConfig(**{**ok, **bad})

@@ -291,14 +291,14 @@ class LatencyModule(L.LightningModule):
         mask = batch["mask"]
         if stage == "train" and self.train_config.trace_dropout > 0 and self.model.config.trace_tokens:
             mask = drop_trace_tokens(batch["x"], mask, self.train_config.trace_dropout)
-        h = self.model.pooled(batch["x"], batch["pos"], mask)
+        tokens = self.model.encoded(batch["x"], batch["pos"], mask)
         device = batch.get("device")
         row = None
         if (device is not None and stage == "train" and self.train_config.device_dropout > 0
                 and self.model.config.num_devices > 0):  # no device table: draw nothing, keep the RNG stream
             drop = torch.rand(device.shape, generator=None) < self.train_config.device_dropout
             row = torch.where(drop, torch.zeros_like(device), device)
-        pred = self.model.head_output(h, device, row)
+        pred = self.model.output(tokens, mask, device, row)
         c = self.train_config
         if c.huber_delta > 0:
             loss = torch.nn.functional.huber_loss(pred, target, delta=c.huber_delta)
@@ -311,7 +311,7 @@ class LatencyModule(L.LightningModule):
             loss = loss + c.rank_weight * pairwise_rank_loss(pred, target, batch["workload"], margin)
         if c.cmd_weight > 0 and "target_x" in batch:
             h_t = self.model.pooled(batch["target_x"], batch["target_pos"], batch["target_mask"])
-            cmd = central_moment_discrepancy(h, h_t, c.cmd_moments)
+            cmd = central_moment_discrepancy(self.model.pool(tokens, mask), h_t, c.cmd_moments)
             self.log(f"{stage}_cmd", cmd, batch_size=len(target), on_epoch=True, on_step=False)
             loss = loss + c.cmd_weight * cmd
         self.log(f"{stage}_loss", loss, prog_bar=True, batch_size=len(target), on_epoch=True, on_step=False)

@@ -28,7 +28,7 @@ Modules, one per concern:
 - :mod:`.store`: the record store (append-only JSONDatabase) and the manifest;
 - :mod:`.machine`: machine control shared with the benchmarks (stage clock, quiet guard, pooled builder);
 - :mod:`.timing`: the timing protocol (inputs, adaptive repeats, a batch's build-time-store steps);
-- :mod:`.sampling`: task extraction and schedule sampling (random, then evolutionary);
+- :mod:`.sampling`: task extraction and schedule sampling (random, then evolutionary, then the tuned phase);
 - :mod:`.loop`: the collection loop (:func:`collect`);
 - :mod:`.remeasure`: import, remeasure and measuring given programs.
 """
@@ -36,6 +36,7 @@ Modules, one per concern:
 from .config import (
     INPUT_FILL,
     SAMPLING_POLICY,
+    TUNED_POLICY,
     CollectConfig,
     CollectSummary,
     MachineBusyError,
@@ -52,6 +53,7 @@ from .timing import adaptive_run_evaluator, index_bounds, stops_early
 __all__ = [
     "INPUT_FILL",
     "SAMPLING_POLICY",
+    "TUNED_POLICY",
     "STAGES",
     "CollectConfig",
     "CollectSummary",

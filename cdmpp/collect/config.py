@@ -18,6 +18,15 @@ SAMPLING_POLICY = (
     "derives from the base seed, its workload key and its count of programs measured before the visit."
 )
 
+TUNED_POLICY = (
+    "the tuned phase: after a task of the largest tuned_tasks of each network by task weight x FLOPs has its "
+    "round's programs, it gets tuned_programs more from MetaSchedule's evolutionary search with a tuner's "
+    "settings (population tuned_population, TVM's other defaults) guided by a cost model that learns every "
+    "trial: XGBoost (tuned_guide xgb, MetaSchedule's XGBModel, trained first on the task's measured programs) "
+    "or a cdmpp checkpoint (tuned_guide cdmpp, its plugin, updated with them), keeping every trial, as a tuner "
+    "would measure them. Each such task's manifest entry gives tuned_from, the count of its records (in file "
+    "order) measured before its tuned phase began."
+)
 
 INPUT_FILL = (
     "TVM's random fill (values between 1 and 10) for every argument, except the integer index arguments "
@@ -200,6 +209,14 @@ class CollectConfig:
         tasks_in_flight: tasks visited at once (1 or 2): with 2, one task's batch builds
             while the other samples its next batch; with 1, every batch is sampled,
             built and timed in turn.
+        tuned_tasks: the fast-end policy (:data:`TUNED_POLICY`): this many tasks of each
+            network, the largest by task weight x FLOPs, get ``tuned_programs`` more
+            programs from a tuner's search after the last round's (0: none).
+        tuned_programs: programs per tuned task, beyond the last round's count.
+        tuned_guide: ``"xgb"`` (MetaSchedule's XGBModel) or ``"cdmpp"`` (the plugin with
+            ``tuned_checkpoint``) guides the tuned phase.
+        tuned_checkpoint: the plugin's checkpoint (``None``: the shipped one).
+        tuned_population: population of the tuned phase's search (TVM's default 512).
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -227,6 +244,11 @@ class CollectConfig:
     retry_exhausted: bool = False
     quiet: QuietConfig = field(default_factory=QuietConfig)
     tasks_in_flight: int = 2
+    tuned_tasks: int = 0
+    tuned_programs: int = 256
+    tuned_guide: str = "xgb"
+    tuned_checkpoint: Path | None = None
+    tuned_population: int = 512
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
@@ -246,11 +268,24 @@ class CollectConfig:
             raise InputError("disable_avx512 is a CPU device; it does not go with gpu")
         if self.gpu and self.rpc is not None:
             raise InputError("gpu measures on this host; it does not go with an RPC tracker")
+        if self.tuned_tasks < 0 or self.tuned_programs < 1 or self.tuned_population < 1:
+            raise InputError(f"tuned_tasks must be >= 0, tuned_programs and tuned_population >= 1, got "
+                             f"{self.tuned_tasks}, {self.tuned_programs}, {self.tuned_population}")
+        if self.tuned_guide not in ("xgb", "cdmpp"):
+            raise InputError(f"tuned_guide is 'xgb' or 'cdmpp', got {self.tuned_guide!r}")
 
     @property
     def goals(self) -> tuple[int, ...]:
         """Programs per task wanted after each round: ``rounds``, or ``(programs_per_task,)``."""
         return tuple(self.rounds) or (self.programs_per_task,)
+
+    def tuned_json(self) -> dict | None:
+        """The tuned phase's settings for the manifest (``None`` without one)."""
+        if not self.tuned_tasks:
+            return None
+        return {"tasks_per_network": self.tuned_tasks, "programs": self.tuned_programs, "guide": self.tuned_guide,
+                "checkpoint": str(self.tuned_checkpoint) if self.tuned_checkpoint else None,
+                "population": self.tuned_population}
 
 
 @dataclass

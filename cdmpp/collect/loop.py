@@ -16,7 +16,7 @@ from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectConfig, CollectSummary, MachineBusyError
 from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
-from .sampling import make_tune_context, plan_tasks, sampling_threads
+from .sampling import make_tune_context, plan_tasks, sampling_threads, tuned_task_keys
 from .store import (
     DatasetStore,
     TaskEntry,
@@ -40,7 +40,14 @@ class _Collection:
         self.stopped = False
         self.bar = None
         self._last_pack = time.time()
-        self._models: dict[str, object] = {}  # each task's evolutionary-phase XGBModel, by workload key
+        self._models: dict[str, object] = {}  # each task's cost model, by phase and workload key
+        self.tuned_keys: set[str] = set()  # the tuned phase's workloads (CollectConfig.tuned_tasks)
+
+    def task_goal(self, key: str, goal: int) -> int:
+        """Programs wanted of a task in the round towards ``goal``: ``goal``, plus the tuned
+        phase's ``tuned_programs`` for a tuned task in the last round."""
+        last = goal == self.cfg.goals[-1]
+        return goal + (self.cfg.tuned_programs if last and key in self.tuned_keys else 0)
 
     def stop_requested(self) -> bool:
         return self.should_stop is not None and bool(self.should_stop())
@@ -56,7 +63,8 @@ class _Collection:
         measure and is sent back their :func:`finish_batch` results, so that
         :meth:`run_round` can build one task's batch while another task samples."""
         key, wl, cfg = task.workload_key, self.workloads[task.workload_key], self.cfg
-        need = goal - self.store.done.get(key, 0)
+        full = self.task_goal(key, goal)  # goal, plus the tuned phase's programs
+        need = full - self.store.done.get(key, 0)
         self.bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
         earlier_failures = self.store.failed.get(key, 0) if cfg.retry_failed else 0
         with self.bench.clock.stage("de-duplication"):
@@ -65,7 +73,7 @@ class _Collection:
             )
         n_random = goal - round(goal * cfg.evolutionary_fraction)
         seed = task_seed_of(cfg.seed, key, self.store.done.get(key, 0))
-        for phase in ("random", "evolutionary"):
+        for phase in ("random", "evolutionary", "tuned"):
             if need <= 0 or self.stop_requested():
                 break
             done = self.store.done.get(key, 0)
@@ -73,15 +81,24 @@ class _Collection:
                 want = min(need, n_random - done)
                 if want <= 0:
                     continue
-            elif not done or cfg.evolutionary_fraction <= 0:  # random only, or nothing to learn from
-                break
-            else:
-                want = need
+            elif phase == "evolutionary":
+                want = min(need, goal - done)
+                if want <= 0:
+                    continue
+                if not done or cfg.evolutionary_fraction <= 0:  # random only, or nothing to learn from
+                    if full == goal or not done:
+                        break
+                    continue  # a tuned task short of its random goal: its tuned phase fills it
                 mark_phase(self.manifest, self.dir, task, done)
-            if (yield from self._phase(task, wl, phase, want, seen, seed, goal, earlier_failures)):
+            else:
+                if full == goal or not done:  # not a tuned task here, or nothing to learn from
+                    break
+                want = need
+                mark_phase(self.manifest, self.dir, task, done, "tuned_from")
+            if (yield from self._phase(task, wl, phase, want, seen, seed, full, earlier_failures)):
                 mark_tasks(self.manifest, self.dir, key, "space_exhausted_at", self.store.done.get(key, 0), True)
                 break
-            need = goal - self.store.done.get(key, 0)
+            need = full - self.store.done.get(key, 0)
         if need > 0 and not self.stop_requested():  # the design space ran out of distinct programs
             self.bar.total -= need
             self.bar.refresh()
@@ -93,13 +110,16 @@ class _Collection:
 
         cfg, key, clock = self.cfg, task.workload_key, self.bench.clock
         sampling = "random sampling" if phase == "random" else "evolutionary search"
+        population = cfg.tuned_population if phase == "tuned" else cfg.evolutionary_population
+        model_key = f"{phase}:{key}"
         with clock.stage("cost model training" if phase != "random" else sampling):
             ctx, cost_model = make_tune_context(
-                task, self.bench.target, self.device, phase, seed, self.store, wl, cfg.evolutionary_population,
-                self._models.get(key), clock, sampling_threads(self.device.cores, cfg.tasks_in_flight),
+                task, self.bench.target, self.device, phase, seed, self.store, wl, population,
+                self._models.get(model_key), clock, sampling_threads(self.device.cores, cfg.tasks_in_flight),
+                cfg.tuned_guide, cfg.tuned_checkpoint,
             )
         if cost_model is not None:  # it learns each batch timed below; later rounds of this run reuse it
-            self._models[key] = cost_model
+            self._models[model_key] = cost_model
         with clock.stage(sampling):
             ctx.pre_tuning(
                 max_trials=want * 4,
@@ -240,8 +260,8 @@ class _Collection:
             # a used-up space still holds the failed programs that retry_failed times again
             if not self.exhausted(t.workload_key) or self.cfg.retry_exhausted or self.cfg.retry_failed:
                 todo.setdefault(t.workload_key, t)
-        total = len(todo) * goal
-        already = sum(min(self.store.done.get(k, 0), goal) for k in todo)
+        total = sum(self.task_goal(k, goal) for k in todo)
+        already = sum(min(self.store.done.get(k, 0), self.task_goal(k, goal)) for k in todo)
         desc = f"{self.device.device_id} to {goal}/task"
         self.bar = tqdm(total=total, initial=already, disable=not self.progress, unit="prog", desc=desc, smoothing=0.05)
         waiting = iter(todo.items())
@@ -249,7 +269,8 @@ class _Collection:
         try:
             while not self.stop_requested():
                 while len(inflight) < self.cfg.tasks_in_flight and not self.stop_requested():
-                    nxt = next(((k, t) for k, t in waiting if goal - self.store.done.get(k, 0) > 0), None)
+                    nxt = next(((k, t) for k, t in waiting if self.task_goal(k, goal) - self.store.done.get(k, 0) > 0),
+                               None)
                     if nxt is None:
                         break
                     self.maybe_pack()
@@ -337,6 +358,7 @@ def collect(
             # runs without this field seeded each task from the base seed and its workload key only
             "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
+            **({"tuned": cfg.tuned_json()} if cfg.tuned_tasks else {}),
         }
     )
     if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
@@ -346,6 +368,8 @@ def collect(
         load_tensor_intrinsics(target)
         bench = make_bench(cfg, device, target, clock, tmp)
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
+        if cfg.tuned_tasks:
+            run.tuned_keys = tuned_task_keys(visit, cfg.tuned_tasks)  # of the tasks this run visits
         try:
             for goal in cfg.goals:
                 run.run_round(visit, goal)

@@ -69,25 +69,38 @@ def sampling_threads(cores: int, tasks_in_flight: int) -> int:
 
 def make_tune_context(
     task: TaskEntry, target, device: DeviceDescriptor, phase: str, seed: int, store: DatasetStore, workload, population: int,
-    cost_model=None, clock: StageClock | None = None, threads: int | None = None,
+    cost_model=None, clock: StageClock | None = None, threads: int | None = None, guide: str = "xgb",
+    checkpoint: Path | None = None,
 ):
     """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random).
 
-    ``cost_model``: the task's XGBModel from an earlier visit of this run, which has learnt
-    every program of the task measured so far; ``None`` makes a new one and trains it on
-    them (replaying each record's trace for its features).  ``threads``: threads of the
-    search and of XGBoost (``None``: all cores; see :func:`sampling_threads`)."""
+    ``phase``: ``"random"`` (MetaSchedule's ``ReplayTrace``), ``"evolutionary"`` (its
+    ``EvolutionarySearch`` with a population of ``population``, as a sampler) or
+    ``"tuned"`` (the same search as a tuner runs it: ``population``, TVM's other defaults).
+    ``cost_model``: the task's cost model from an earlier visit of this run, which has
+    learnt every program of the task measured so far; ``None`` makes a new one and trains
+    it on them (replaying each record's trace for its features): MetaSchedule's XGBModel,
+    or for ``guide="cdmpp"`` cdmpp's plugin with ``checkpoint`` (``None``: the shipped
+    one) predicting for ``device``.  ``threads``: threads of the search and of XGBoost
+    (``None``: all cores; see :func:`sampling_threads`)."""
     threads = threads or device.cores
     from ..tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     if phase == "random":
         strategy, cost_model = ms.search_strategy.ReplayTrace(max_fail_count=64), None
+    elif phase == "tuned":
+        strategy = ms.search_strategy.EvolutionarySearch(population_size=population,
+                                                         init_min_unmeasured=min(50, population))
     else:
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=population, init_min_unmeasured=min(32, population // 2)
         )
     fresh_model = phase != "random" and cost_model is None
-    if fresh_model:
+    if fresh_model and phase == "tuned" and guide == "cdmpp":
+        from ..serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
+
+        cost_model = CdmppCostModel(str(checkpoint) if checkpoint else None, device=_known_device(device, checkpoint))
+    elif fresh_model:
         extractor = _timed_per_store_feature(clock) if clock is not None else "per-store-feature"
         cost_model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, verbose_eval=1 << 30,
                                             num_tuning_cores=threads)
@@ -105,6 +118,24 @@ def make_tune_context(
         cands = [r.as_measure_candidate() for r in records]
         cost_model.update(ctx, cands, [ms.runner.RunnerResult(r.run_secs, None) for r in records])
     return ctx, cost_model
+
+
+def _known_device(device: DeviceDescriptor, checkpoint: Path | None) -> str | None:
+    """``device``'s id when the checkpoint knows it (the plugin then predicts for its row),
+    else ``None`` (the plugin's own rule: the device of the tuning target)."""
+    from ..predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
+
+    return device.device_id if device.device_id in LatencyPredictor.load(checkpoint).devices else None
+
+
+def tuned_task_keys(every: list[TaskEntry], per_network: int) -> set[str]:
+    """Workload keys of the ``per_network`` largest tasks of each network by task weight x
+    FLOPs (the tuned phase's tasks)."""
+    keys: set[str] = set()
+    for net in dict.fromkeys(t.network for t in every):
+        ranked = sorted((t for t in every if t.network == net), key=lambda t: -t.weight * t.flops)
+        keys |= {t.workload_key for t in ranked[:per_network]}
+    return keys
 
 
 def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target, clock: StageClock):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import dataset as ds
 from ..device import DeviceDescriptor
-from .config import INPUT_FILL, SAMPLING_POLICY, CollectConfig
+from .config import INPUT_FILL, SAMPLING_POLICY, TUNED_POLICY, CollectConfig
 
 
 @dataclass
@@ -182,6 +182,8 @@ def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, task
             "seed": cfg.seed,
             "programs_per_task": cfg.goals[-1],
             "evolutionary_fraction": cfg.evolutionary_fraction,
+            # a folder that ever had a tuned phase keeps its policy text (each collection's settings: "tuned")
+            **({"tuned_policy": TUNED_POLICY} if cfg.tuned_tasks or "tuned_policy" in old.get("sampling", {}) else {}),
         },
         "collections": runs,
         "networks": networks,
@@ -200,9 +202,12 @@ def mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name: 
         ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
 
-def mark_phase(manifest: dict, device_dir: Path, task: TaskEntry, random_programs: int) -> None:
-    """Record, once and before it measures anything, where a task's evolutionary phase begins."""
+def mark_phase(manifest: dict, device_dir: Path, task: TaskEntry, programs: int, field_name: str = "random_programs"
+               ) -> None:
+    """Record, once and before it measures anything, where a task's evolutionary phase
+    begins (``random_programs``) or its tuned phase (``tuned_from``): the count of its
+    records measured before."""
     for t in manifest["tasks"]:
-        if t["network"] == task.network and t["task_name"] == task.task_name and "random_programs" not in t:
-            t["random_programs"] = random_programs
+        if t["network"] == task.network and t["task_name"] == task.task_name and field_name not in t:
+            t[field_name] = programs
             ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
