@@ -51,6 +51,7 @@ def _model_configs(args):
             pooling=args.pooling,
             positional_encoding=pe,
             trace_tokens=getattr(args, "trace_tokens", None),
+            loop_tokens=True if getattr(args, "loop_tokens", False) else None,
         )
     )
     train = TrainConfig(
@@ -231,6 +232,9 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
                    help="how the head reads the tokens: sum, mean or max of them, or lse (a latency term per token, "
                    "log-sum-exp over them)")
     s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
+    s.add_argument("--loop-tokens", action="store_true",
+                   help="every loop of the compact AST as a token among the leaves, in pre-order (kind, extent, "
+                   "depth, what it encloses, annotations)")
     s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
                    help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "
                    "dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, "

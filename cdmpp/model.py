@@ -31,6 +31,7 @@ from cdmpp.errors import CheckpointError, InputError
 from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.ast import FEATURIZER_VERSION
 from cdmpp.featurize.batch import dense_programs, stack_leaves
+from cdmpp.featurize.loops import merge_tokens, stack_loops
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -70,6 +71,9 @@ class ModelConfig:
         trace_optional: the model was trained with trace dropout
             (:attr:`cdmpp.train.config.TrainConfig.trace_dropout`): a program without a
             trace (a bare PrimFunc) is predicted from its leaves alone, without the token.
+        loop_tokens: every loop of the compact AST is a token among the leaves, in
+            pre-order (:func:`cdmpp.featurize.loops.with_loop_tokens`); the input rows
+            gain ``LOOP_DIM + 1`` columns before the trace token's.
     """
 
     feature_dim: int = FEATURE_DIM
@@ -85,6 +89,7 @@ class ModelConfig:
     descriptor_dim: int = DESCRIPTOR_DIM
     trace_tokens: bool = True
     trace_optional: bool = False
+    loop_tokens: bool = False
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -415,9 +420,12 @@ class ProgramLeaves:
         return len(self.ptr) - 1
 
     @staticmethod
-    def from_trees(trees) -> "ProgramLeaves":
-        """Stack :class:`cdmpp.featurize.ProgramAST` trees (``featurize_many``'s output)."""
-
+    def from_trees(trees, loops: bool = False) -> "ProgramLeaves":
+        """Stack :class:`cdmpp.featurize.ProgramAST` trees (``featurize_many``'s output);
+        with ``loops``, each program's loop tokens among its leaves (a ``loop_tokens``
+        model's input, :func:`cdmpp.featurize.loops.merge_tokens`)."""
+        if loops:
+            return ProgramLeaves(*merge_tokens(*stack_leaves(trees), *stack_loops(trees)))
         return ProgramLeaves(*stack_leaves(trees))
 
 

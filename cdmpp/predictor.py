@@ -274,7 +274,7 @@ class LatencyPredictor:
         """The stacked leaves of ``trees``, with their trace tokens when the checkpoint reads them."""
         from cdmpp.model import ProgramLeaves  # noqa: PLC0415  (keeps torch off this module's import)
 
-        leaves = ProgramLeaves.from_trees(trees)
+        leaves = ProgramLeaves.from_trees(trees, loops=self.model.config.loop_tokens)
         if not self.reads_traces:
             return leaves
         if traces is None and not self.model.config.trace_optional:

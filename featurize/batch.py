@@ -23,6 +23,7 @@ from cdmpp.errors import InputError
 
 from . import featurize_many
 from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, ProgramAST
+from .loops import LOOP_DIM, stack_loops
 
 
 @dataclass
@@ -47,6 +48,11 @@ class FeaturizedPrograms:
         device: int64 ``(P,)``: each program's row in a model's device table (see
             :class:`cdmpp.model.LatencyTransformer`), or ``None`` for programs
             of one device (a single device folder).  Not saved by :meth:`save`.
+        loop_x: float32 ``(sum K_i, LOOP_DIM)``: the loop tokens of every program
+            (:func:`cdmpp.featurize.loops.loop_rows`), program after program; ``None``
+            when featurized without them (an older cache entry).
+        loop_pos: int32 ``(sum K_i,)``: each loop's pre-order position (``None`` with ``loop_x``).
+        loop_ptr: int64 ``(P + 1,)``: program ``i`` owns loop rows ``loop_ptr[i]:loop_ptr[i+1]``.
     """
 
     x: np.ndarray
@@ -59,6 +65,14 @@ class FeaturizedPrograms:
     psf: np.ndarray | None = None
     psf_ptr: np.ndarray | None = None
     device: np.ndarray | None = None
+    loop_x: np.ndarray | None = None
+    loop_pos: np.ndarray | None = None
+    loop_ptr: np.ndarray | None = None
+
+    @property
+    def has_loops(self) -> bool:
+        """Whether the loop tokens are kept (``loop_x``, ``loop_pos``, ``loop_ptr``)."""
+        return self.loop_x is not None and self.loop_pos is not None and self.loop_ptr is not None
 
     def __len__(self) -> int:
         return int(self.ptr.shape[0] - 1)
@@ -105,6 +119,10 @@ class FeaturizedPrograms:
         if self.psf is not None and self.psf_ptr is not None:
             psf_rows, psf_ptr = _gather(self.psf_ptr, index)
             psf = self.psf[psf_rows]
+        loops = {}
+        if self.has_loops:
+            loop_rows, loop_ptr = _gather(self.loop_ptr, index)
+            loops = {"loop_x": self.loop_x[loop_rows], "loop_pos": self.loop_pos[loop_rows], "loop_ptr": loop_ptr}
         return FeaturizedPrograms(
             x=self.x[rows],
             pos=self.pos[rows],
@@ -116,6 +134,7 @@ class FeaturizedPrograms:
             psf=psf,
             psf_ptr=psf_ptr,
             device=None if self.device is None else self.device[index],
+            **loops,
         )
 
     @staticmethod
@@ -127,8 +146,8 @@ class FeaturizedPrograms:
         and each program's ``workload`` is remapped into it, so a workload measured on
         two devices keeps one index.
 
-        ``device`` is kept when every part has one, and ``psf`` when every part has
-        it (``None`` otherwise).
+        ``device`` is kept when every part has one, and ``psf`` and the loop tokens when
+        every part has them (``None`` otherwise).
 
         Raises:
             ValueError: no part.
@@ -137,6 +156,7 @@ class FeaturizedPrograms:
             raise ValueError("concat needs at least one FeaturizedPrograms")
         with_device = all(p.device is not None for p in parts)
         with_psf = all(p.psf is not None and p.psf_ptr is not None for p in parts)
+        with_loops = all(p.has_loops for p in parts)
         keys: list[str] = []
         index_of: dict[str, int] = {}
         for p in parts:
@@ -161,13 +181,17 @@ class FeaturizedPrograms:
             if with_psf
             else None,
             device=np.concatenate([p.device for p in parts]).astype(np.int64) if with_device else None,
+            **(_concat_loops(parts) if with_loops else {}),
         )
 
     def save(self, path: Path) -> None:
         """Write to an ``.npz`` file (no pickle)."""
         psf = {} if self.psf is None or self.psf_ptr is None else {"psf": self.psf, "psf_ptr": self.psf_ptr}
+        loops = ({"loop_x": self.loop_x, "loop_pos": self.loop_pos, "loop_ptr": self.loop_ptr,
+                  "loop_dim": np.asarray(LOOP_DIM)} if self.has_loops else {})
         np.savez_compressed(
             path,
+            **loops,
             x=self.x,
             pos=self.pos,
             ptr=self.ptr,
@@ -204,6 +228,8 @@ class FeaturizedPrograms:
                     flops=z["flops"],
                     psf=z["psf"] if "psf" in z else None,
                     psf_ptr=z["psf_ptr"] if "psf_ptr" in z else None,
+                    **({"loop_x": z["loop_x"], "loop_pos": z["loop_pos"], "loop_ptr": z["loop_ptr"]}
+                       if "loop_x" in z and int(z["loop_dim"]) == LOOP_DIM else {}),
                 )
         except (OSError, KeyError, EOFError) as err:
             raise ValueError(f"corrupt featurized-programs file {path}: {err}") from err
@@ -227,6 +253,7 @@ def from_trees(
     """Stack trees (and their labels) into a :class:`FeaturizedPrograms` (with ``psf``
     when every tree carries its ``PerStoreFeature`` rows)."""
     x, pos, ptr = stack_leaves(trees)
+    loop_x, loop_pos, loop_ptr = stack_loops(trees)
     psf = psf_ptr = None
     if all(t.psf is not None for t in trees):
         psf = np.concatenate([t.psf for t in trees] + [np.zeros((0, PSF_DIM), np.float32)]).astype(np.float32)
@@ -241,7 +268,18 @@ def from_trees(
         flops=np.asarray(flops, dtype=np.float64),
         psf=psf,
         psf_ptr=psf_ptr,
+        loop_x=loop_x,
+        loop_pos=loop_pos,
+        loop_ptr=loop_ptr,
     )
+
+
+def _concat_loops(parts: list[FeaturizedPrograms]) -> dict:
+    """The loop tokens of ``parts`` one after the other (:meth:`FeaturizedPrograms.concat`)."""
+    lens = np.concatenate([np.diff(p.loop_ptr) for p in parts])
+    return {"loop_x": np.concatenate([p.loop_x for p in parts]),
+            "loop_pos": np.concatenate([p.loop_pos for p in parts]),
+            "loop_ptr": np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)}
 
 
 def _gather(ptr: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -326,10 +364,13 @@ def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> Featu
         return None
 
 
-def featurize_database(db, cache_dir: Path | None = None, progress: bool = False) -> FeaturizedPrograms:
+def featurize_database(db, cache_dir: Path | None = None, progress: bool = False,
+                       loops: bool = False) -> FeaturizedPrograms:
     """Featurize every measured program of a :class:`cdmpp.dataset.DeviceDatabase`.
 
-    The programs carry TVM's ``PerStoreFeature`` rows too (``psf``, the baselines' input).
+    The programs carry TVM's ``PerStoreFeature`` rows too (``psf``, the baselines' input),
+    and their loop tokens (``loop_x``); with ``loops``, a cache entry written without the
+    loop tokens is not used.
     With ``cache_dir``, the result is cached under a key of the database's content; a
     folder that grew since its last featurization (collections append records) reuses
     that cache entry for its first programs, featurizes only the new ones, and caches the
@@ -346,10 +387,14 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
         key = _cache_key(cache_dir, db.device_id, db.workload_keys, ((p.workload_index, p.run_secs) for p in db.programs))
         if key.exists():
             try:
-                return FeaturizedPrograms.load(key)
+                cached = FeaturizedPrograms.load(key)
+                if cached.has_loops or not loops:
+                    return cached
             except ValueError:
                 pass  # recompute a corrupt cache entry
         prefix = _cached_prefix(Path(cache_dir), db)
+        if prefix is not None and loops and not prefix.has_loops:
+            prefix = None
     if db.manifest.get("device"):
         target = Target(db.manifest["device"]["target"])
     else:  # a bare JSONDatabase: the target its records were measured for

@@ -32,6 +32,7 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import measured_record_lines
+from cdmpp.featurize.loops import with_loop_tokens
 
 TILES = 8
 """``SamplePerfectTile`` decisions kept per trace."""
@@ -208,7 +209,9 @@ def model_inputs(config, data, folders: Sequence[Path] | None = None, traces: bo
     """``data`` in the input columns of a model with ``config``
     (:class:`cdmpp.model.ModelConfig`).
 
-    A leaves-only model gets ``data`` unchanged.  A model trained with trace tokens gets
+    A model with loop tokens (``config.loop_tokens``) gets each program's loops among its
+    leaves first (:func:`cdmpp.featurize.loops.with_loop_tokens`; ``data`` must keep
+    them).  A leaves-only model gets ``data`` unchanged.  A model trained with trace tokens gets
     each program's token, its trace read from the tuning records of ``folders`` (the
     device folders that ``data`` was featurized from, in order; :func:`folder_traces`),
     or, with ``traces=False``, no token at all (bare PrimFuncs; a ``trace_optional``
@@ -216,8 +219,11 @@ def model_inputs(config, data, folders: Sequence[Path] | None = None, traces: bo
 
     Raises:
         InputError: a trace-token model and no ``folders``, or ``traces=False`` for a
-            model that needs the trace, or records that do not line up with ``data``.
+            model that needs the trace, or records that do not line up with ``data``, or a
+            loop-token model and ``data`` without its loops.
     """
+    if getattr(config, "loop_tokens", False):
+        data = with_loop_tokens(data)
     if not config.trace_tokens:
         return data
     if not traces:

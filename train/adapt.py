@@ -41,6 +41,7 @@ from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.featurize import featurize_many
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, featurize_database, from_trees
+from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import model_inputs, schedule_trace_vectors, with_trace_tokens
 from cdmpp.model import LatencyTransformer, load_checkpoint, predict_latency_array, save_checkpoint
 
@@ -372,6 +373,8 @@ def adapt_local(
     trees = featurize_many(records, src_target)
     n = len(trees)
     cand = from_trees(trees, np.ones(n), np.zeros(n, np.int64), ["?"], np.zeros(n))
+    if model.config.loop_tokens:
+        cand = with_loop_tokens(cand)
     if model.config.trace_tokens:  # the records' own traces, as the checkpoint reads them
         cand = with_trace_tokens(cand, schedule_trace_vectors(records))
     chosen = pool[select_programs(model, cand, np.arange(n), config)]
@@ -442,7 +445,8 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
 
 
     t0 = time.time()
-    data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False), [folder])
+    data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False, loops=model.config.loop_tokens),
+                        [folder])
     known = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
     if device.device_id in known:
         base, row, new = copy.deepcopy(model), known[device.device_id], False

@@ -121,9 +121,11 @@ def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
 
 
 def load_corpus(
-    root: Path | Sequence[Path], cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True
+    root: Path | Sequence[Path], cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True,
+    loops: bool = False,
 ) -> DeviceCorpus:
-    """Featurize (or read from the cache) every device folder under ``root``.
+    """Featurize (or read from the cache) every device folder under ``root`` (with each
+    program's loop tokens when ``loops``: a cache entry without them is featurized again).
 
     Args:
         root: a dataset folder holding device folders, or several such folders
@@ -147,10 +149,10 @@ def load_corpus(
         manifest = ds.read_manifest(folder)
         light = measured_repeats(folder)
         data = cached_device_folder(folder, Path(cache_dir), light) if cache_dir is not None else None
-        if data is None or light is None or len(light[1]) != len(data):
-            # not cached yet: parse the records into TVM objects and featurize them
+        if data is None or light is None or len(light[1]) != len(data) or (loops and not data.has_loops):
+            # not cached yet (or cached without the loop tokens): parse the records into TVM objects and featurize
             db = ds.load_device_dir(folder)
-            data = featurize_database(db, cache_dir, progress=progress)
+            data = featurize_database(db, cache_dir, progress=progress, loops=loops)
             secs = [p.run_secs for p in db.programs]
         else:
             secs = [a for _, a in light[1]]

@@ -17,6 +17,7 @@ from cdmpp import dataset as ds
 from cdmpp.device import DeviceDescriptor, descriptor_vector
 from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
+from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 from cdmpp.model import load_checkpoint, predict_latency_array
 
@@ -26,8 +27,10 @@ from .report import BASELINE_FILE, task_weights
 from .splits import holdout_network
 
 
-def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True):
-    """``(DeviceDatabase, FeaturizedPrograms)`` of a dataset's only device folder (or of a device folder).
+def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True, loops: bool = False):
+    """``(DeviceDatabase, FeaturizedPrograms)`` of a dataset's only device folder (or of a
+    device folder); ``loops``: with the programs' loop tokens (a cache entry without them
+    is featurized again).
 
     Raises:
         DatasetError: no device folder, several (name one: ``<dataset>/<device_id>``),
@@ -39,7 +42,7 @@ def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True
             f"{dataset} holds several devices ({', '.join(d.name for d in dirs)}): give one device folder"
         )
     db = ds.load_device_dir(dirs[0])
-    return db, featurize_database(db, cache_dir, progress=progress)
+    return db, featurize_database(db, cache_dir, progress=progress, loops=loops)
 
 
 def score_models(model, extra: dict, data: FeaturizedPrograms, index: np.ndarray, weights=None) -> dict[str, dict]:
@@ -87,7 +90,7 @@ def evaluate_checkpoint(
         extra["flops"].floor_ = float(meta["flops_baseline_floor"])
     weights = None
     if dataset is not None:
-        db, data = load_featurized(dataset, cache_dir, progress)
+        db, data = load_featurized(dataset, cache_dir, progress, loops=model.config.loop_tokens)
         data = model_inputs(model.config, data, ds.device_dirs(dataset)[:1], traces)  # with the records' traces
         model, data, note = _for_device(model, meta, db, data)
         net = meta.get("holdout") if holdout == "auto" else holdout
@@ -103,7 +106,9 @@ def evaluate_checkpoint(
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         device_id, manifest = database_device(meta, [Path(record_db)], device)
         db = ds.load_database(Path(workload_db), Path(record_db), device_id, manifest)
-        data = featurize_database(db, cache_dir, progress=progress)
+        data = featurize_database(db, cache_dir, progress=progress, loops=model.config.loop_tokens)
+        if model.config.loop_tokens:
+            data = with_loop_tokens(data)
         if model.config.trace_tokens and traces:  # each record's own trace
             data = with_trace_tokens(data, lined_up([database_traces(Path(workload_db), Path(record_db))],
                                                     data.latency))
@@ -285,7 +290,9 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
         if wl is None:
             raise ds.DatasetError(f"{run} has tuning records but no {ds.WORKLOAD_FILE}")
         db = ds.load_database(wl, rec, device_id, manifest)
-        data = featurize_database(db, opt.cache_dir, progress=False)
+        data = featurize_database(db, opt.cache_dir, progress=False, loops=model.config.loop_tokens)
+        if model.config.loop_tokens:
+            data = with_loop_tokens(data)
         if model.config.trace_tokens:
             data = (with_trace_tokens(data, lined_up([database_traces(wl, rec)], data.latency)) if opt.traces
                     else model_inputs(model.config, data, None, traces=False))

@@ -159,6 +159,12 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
                "without the token, so a program without a trace (a bare PrimFunc) is predicted from its leaves alone"
                if model_config.trace_optional else "; every prediction needs the program's trace")
         )
+    if model_config.loop_tokens:
+        lines.append("- Inputs: every loop of the compact AST as a token among the leaves, in pre-order "
+                     "(`cdmpp.featurize.loops`: kind, extent, depth, enclosed iterations, stores and loops, annotations)")
+    if model_config.pooling == "lse":
+        lines.append("- Head: a latency term per token, the program's log-latency their log-sum-exp (a program's time "
+                     "is the sum of its statements' times)")
     if several:
         lines.append("- The tree baseline (XGBoost) trains on the same programs, with the device descriptor appended "
                      "to the summed `PerStoreFeature` rows.")

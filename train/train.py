@@ -123,6 +123,9 @@ def train(
     if model_config.trace_tokens and (data.pool or data.cmd_target is not None):
         raise InputError("trace tokens take no pooled devices and no CMD target device: train a leaves-only model "
                          "(--no-trace-tokens) with --pool or --cmd-target")
+    if model_config.loop_tokens and (data.pool or data.cmd_target is not None):
+        raise InputError("loop tokens take no pooled devices and no CMD target device: train without --loop-tokens "
+                         "with --pool or --cmd-target")
     if several:
         rows = _train_corpus(data, Path(out), model_config, train_config, use_wandb, progress)
         what = {"network": f"held-out network {data.holdout}", "within-task": "within-task test programs",
@@ -162,8 +165,8 @@ def _save(model, tree, meta: dict, out: Path, card: str) -> None:
 def _train_one_device(data: TrainData, out: Path, model_config, train_config, use_wandb, progress) -> dict:
     """One device folder: held-out-network split, optional pooling; returns the held-out rows."""
     dataset, holdout = data.datasets[0], data.holdout
-    db, programs = load_featurized(dataset, data.cache_dir, progress)
-    if model_config.trace_tokens:  # each program's trace, read from its tuning record, as a token before its leaves
+    db, programs = load_featurized(dataset, data.cache_dir, progress, loops=model_config.loop_tokens)
+    if model_config.trace_tokens or model_config.loop_tokens:  # loops among the leaves; the trace as a token before
         programs = model_inputs(model_config, programs, ds.device_dirs(dataset)[:1])
         model_config = dataclasses.replace(model_config, feature_dim=programs.x.shape[1])
     split = holdout_network(programs.workload, programs.workload_keys, db.manifest, holdout, seed=train_config.seed)
@@ -314,10 +317,10 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     transformer and the trees train on the same programs (the trees see no validation
     program).
     """
-    corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress)
+    corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress, loops=model_config.loop_tokens)
     model_config = dataclasses.replace(model_config, num_devices=len(corpus.devices))
     leaves_only = corpus
-    if model_config.trace_tokens:  # each program's trace, read from its tuning record, as a token before its leaves
+    if model_config.trace_tokens or model_config.loop_tokens:  # loops among the leaves; the trace as a token before
         corpus = corpus.for_model(model_config)
         model_config = dataclasses.replace(model_config, feature_dim=corpus.data.x.shape[1])
     holdout = None if data.split == "within-task" else data.holdout

@@ -39,6 +39,7 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
+from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
@@ -98,6 +99,12 @@ LEVERS: dict[str, Lever] = {
               "(TLP's input)", train={"huber_delta": 0.1}, trace_token=True),
         Lever("huber-rank-longer", "Huber loss plus RankNet's pairwise term (weight 0.3), 16-program task groups, "
               "twice the epochs", train={"huber_delta": 0.1, "task_group": 16, "rank_weight": 0.3, "epochs": -2}),
+        Lever("huber-trace-lse", "huber-trace with the log-sum-exp head: a latency term per token, summed",
+              model={"pooling": "lse"}, train={"huber_delta": 0.1}, trace_token=True),
+        Lever("huber-trace-loops", "huber-trace with every loop of the compact AST as a token among the leaves",
+              model={"loop_tokens": True}, train={"huber_delta": 0.1}, trace_token=True),
+        Lever("huber-trace-loops-lse", "huber-trace-loops with the log-sum-exp head",
+              model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1}, trace_token=True),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
@@ -300,7 +307,8 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
     from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs  # noqa: PLC0415  (keeps torch off this module's import)
     from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
-    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress)
+    loops = any(LEVERS[n].model.get("loop_tokens") for n in cfg.levers)
+    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops)
     base = split_corpus(corpus, None, seed=cfg.seed)
     data, descriptors = corpus.data, corpus.descriptors()
     folders = [d for d in corpus_dirs(cfg.datasets) if d.name not in cfg.exclude]
@@ -338,8 +346,11 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
         lever_data = data
+        if mcfg.loop_tokens:
+            lever_data = with_loop_tokens(lever_data)
         if lever.trace_token:
-            lever_data = with_trace_tokens(data, traces)
+            lever_data = with_trace_tokens(lever_data, traces)
+        if lever_data is not data:
             mcfg = dataclasses.replace(mcfg, feature_dim=lever_data.x.shape[1])
         t0 = time.time()
         model = fit_transformer(lever_data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
