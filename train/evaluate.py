@@ -105,15 +105,8 @@ def evaluate_checkpoint(
         if workload_db is None or record_db is None:
             raise InputError("give a dataset folder, or both a workload and a tuning-record file")
         device_id, manifest = database_device(meta, [Path(record_db)], device)
-        db = ds.load_database(Path(workload_db), Path(record_db), device_id, manifest)
-        data = featurize_database(db, cache_dir, progress=progress, loops=model.config.loop_tokens)
-        if model.config.loop_tokens:
-            data = with_loop_tokens(data)
-        if model.config.trace_tokens and traces:  # each record's own trace
-            data = with_trace_tokens(data, lined_up([database_traces(Path(workload_db), Path(record_db))],
-                                                    data.latency))
-        elif model.config.trace_tokens:
-            data = model_inputs(model.config, data, None, traces=False)
+        db, data = _database_inputs(model, Path(workload_db), Path(record_db), device_id, manifest, cache_dir,
+                                    progress, traces)
         model, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
@@ -289,13 +282,7 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
         wl, rec = ds.resolve(run / ds.WORKLOAD_FILE), ds.resolve(run / ds.RECORD_FILE)
         if wl is None:
             raise ds.DatasetError(f"{run} has tuning records but no {ds.WORKLOAD_FILE}")
-        db = ds.load_database(wl, rec, device_id, manifest)
-        data = featurize_database(db, opt.cache_dir, progress=False, loops=model.config.loop_tokens)
-        if model.config.loop_tokens:
-            data = with_loop_tokens(data)
-        if model.config.trace_tokens:
-            data = (with_trace_tokens(data, lined_up([database_traces(wl, rec)], data.latency)) if opt.traces
-                    else model_inputs(model.config, data, None, traces=False))
+        db, data = _database_inputs(model, wl, rec, device_id, manifest, opt.cache_dir, False, opt.traces)
         scoring, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))
         preds = {"cdmpp transformer": predict_latency_array(scoring, data, index)}
@@ -329,6 +316,22 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
              f"predicted for {device_id}" + ("" if opt.traces or not model.config.trace_tokens
                                              else ", without their traces") + note)
     return rows, title
+
+
+def _database_inputs(model, workload_db: Path, record_db: Path, device_id: str, manifest: dict,
+                     cache_dir: Path | None, progress: bool, traces: bool):
+    """``(DeviceDatabase, FeaturizedPrograms)`` of a bare JSONDatabase in ``model``'s input
+    columns: its loops among the leaves (a loop-token model), and each record's own trace
+    as a token (a trace-token model; none with ``traces=False``)."""
+    db = ds.load_database(workload_db, record_db, device_id, manifest)
+    data = featurize_database(db, cache_dir, progress=progress, loops=model.config.loop_tokens)
+    if model.config.loop_tokens:
+        data = with_loop_tokens(data)
+    if model.config.trace_tokens and traces:
+        data = with_trace_tokens(data, lined_up([database_traces(workload_db, record_db)], data.latency))
+    elif model.config.trace_tokens:
+        data = model_inputs(model.config, data, None, traces=False)
+    return db, data
 
 
 def _for_device(model, meta: dict, db, data: FeaturizedPrograms):

@@ -64,6 +64,7 @@ def heldout_table(
     from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     mine, ref = tuning_curves(Path(out_dir)), tuning_curves(Path(reference))
+    runs_of = {name: list(bench_runs(Path(folder))) for name, folder in ((plugin, out_dir), (yardstick, reference))}
     walls_at = max(k for k, _ in pairs)
     cols = [f"{plugin} {k} / {yardstick} {K}" for k, K in pairs] + [f"{yardstick} 64 / {yardstick} 512",
                                                                     f"{plugin} s/trial", f"{yardstick} s/trial"]
@@ -78,8 +79,8 @@ def heldout_table(
             vals.append(a / b if a is not None and b is not None else None)
         a, b = _mean_best(xgb, 64), _mean_best(xgb, 512)
         vals.append(a / b if a is not None and b is not None else None)
-        for name, folder in ((plugin, out_dir), (yardstick, reference)):
-            secs = [seconds_to_trials(run, walls_at) for t, m, _s, run in bench_runs(Path(folder)) if t == task and m == name]
+        for name in (plugin, yardstick):
+            secs = [seconds_to_trials(run, walls_at) for t, m, _s, run in runs_of[name] if t == task and m == name]
             secs = [s / walls_at for s in secs if s is not None]
             vals.append(float(np.mean(secs)) if secs else None)
         for c, v in zip(cols, vals):

@@ -99,7 +99,9 @@ def make_tune_context(
     if fresh_model and phase == "tuned" and guide == "cdmpp":
         from ..serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
 
-        cost_model = CdmppCostModel(str(checkpoint) if checkpoint else None, device=_known_device(device, checkpoint))
+        cost_model = CdmppCostModel(str(checkpoint) if checkpoint else None)
+        if device.device_id in cost_model.predictor.devices:  # its row; else the plugin's rule (the target's device)
+            cost_model.device = device.device_id
     elif fresh_model:
         extractor = _timed_per_store_feature(clock) if clock is not None else "per-store-feature"
         cost_model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, verbose_eval=1 << 30,
@@ -118,14 +120,6 @@ def make_tune_context(
         cands = [r.as_measure_candidate() for r in records]
         cost_model.update(ctx, cands, [ms.runner.RunnerResult(r.run_secs, None) for r in records])
     return ctx, cost_model
-
-
-def _known_device(device: DeviceDescriptor, checkpoint: Path | None) -> str | None:
-    """``device``'s id when the checkpoint knows it (the plugin then predicts for its row),
-    else ``None`` (the plugin's own rule: the device of the tuning target)."""
-    from ..predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
-
-    return device.device_id if device.device_id in LatencyPredictor.load(checkpoint).devices else None
 
 
 def tuned_task_keys(every: list[TaskEntry], per_network: int) -> set[str]:
