@@ -67,10 +67,12 @@ _CMP = {"Select", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Not"}
 _LEAF_EXPR = {"IntImm", "FloatImm", "StringImm", "Var", "SizeVar"}
 _LOADS = {"BufferLoad", "TensorLoad"}  # TVM 0.27 calls it TensorLoad, its buffer ``source``
 _SUB_EXPRS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
-
-
-def _slog(x: float) -> float:
-    return math.log2(1.0 + abs(x))
+_BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Max", "Min", "EQ", "NE", "LT", "LE", "GT", "GE",
+           "And", "Or")
+_CHILDREN = {**dict.fromkeys(_BINARY, ("a", "b")), "Not": ("a",), "Cast": ("value",), "Broadcast": ("value",),
+             "Select": ("condition", "true_value", "false_value"), "Ramp": ("base", "stride")}
+"""The operand attributes of the common expression kinds (each an expression); other kinds
+are searched for every name of ``_SUB_EXPRS``."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -82,6 +84,10 @@ def _dtype_bytes(dtype: str) -> int:
     bits = int(m.group(1) or 8)
     lanes = int(m.group(2) or 1)
     return max(1, bits * lanes // 8)
+
+
+_NO_LOOPS: dict = {}
+_UNKNOWN: tuple[dict, float] = (_NO_LOOPS, 0.0)
 
 
 class AccessState:
@@ -98,25 +104,33 @@ class AccessState:
 
     # affine forms: ({loop position: coefficient}, constant)
     def lin(self, e) -> tuple[dict, float]:
+        """The affine form of an index expression; the forms returned are shared, never changed."""
         # pylint: disable=too-many-return-statements
         name = type(e).__name__
-        if name == "IntImm":
-            return {}, float(e.value)
-        if name in ("Var", "SizeVar"):
+        if name == "Var" or name == "SizeVar":  # noqa: PLR1714  (the most frequent case first)
             h = e.__chandle__()
-            if h in self.loop_pos:
-                pos, lo = self.loop_pos[h]
-                return {pos: 1.0}, lo
-            if h in self.fixed:
-                return {}, self.fixed[h]
-            return self.env.get(h, ({}, 0.0))
-        if name in ("Add", "Sub"):
+            at = self.loop_pos.get(h)
+            if at is not None:
+                return {at[0]: 1.0}, at[1]
+            fixed = self.fixed.get(h)
+            if fixed is not None:
+                return _NO_LOOPS, fixed
+            return self.env.get(h, _UNKNOWN)
+        if name == "IntImm":
+            return _NO_LOOPS, float(e.value)
+        if name == "Add" or name == "Sub":  # noqa: PLR1714
             (ca, ka), (cb, kb) = self.lin(e.a), self.lin(e.b)
-            sign = 1.0 if name == "Add" else -1.0
+            if name == "Add":
+                if not cb:
+                    return ca, ka + kb
+                out = dict(ca)
+                for p, c in cb.items():
+                    out[p] = out.get(p, 0.0) + c
+                return out, ka + kb
             out = dict(ca)
             for p, c in cb.items():
-                out[p] = out.get(p, 0.0) + sign * c
-            return out, ka + sign * kb
+                out[p] = out.get(p, 0.0) - c
+            return out, ka - kb
         if name == "Mul":
             (ca, ka), (cb, kb) = self.lin(e.a), self.lin(e.b)
             if not ca:
@@ -133,7 +147,7 @@ class AccessState:
             return self.lin(e.a)
         if name == "Cast":
             return self.lin(e.value)
-        return {}, 0.0  # a gathered index, a call: unknown, taken as constant
+        return _UNKNOWN  # a gathered index, a call: unknown, taken as constant
 
     def enter_loop(self, loop, extent: int) -> None:
         """A ``For`` of constant ``extent`` > 1 (any other loop: :meth:`fix_loop`)."""
@@ -206,10 +220,16 @@ class AccessState:
                 st.select_cmp += 1
             elif name == "Cast":
                 st.casts += 1
-            for attr in _SUB_EXPRS:
-                sub = getattr(e, attr, None)
-                if sub is not None and not isinstance(sub, (int, float, str)):
-                    stack.append(sub)
+            attrs = _CHILDREN.get(name)
+            if attrs is None:  # another expression kind: look for every operand name
+                attrs = _SUB_EXPRS
+                for attr in attrs:
+                    sub = getattr(e, attr, None)
+                    if sub is not None and not isinstance(sub, (int, float, str)):
+                        stack.append(sub)
+                continue
+            for attr in attrs:
+                stack.append(getattr(e, attr))
         return acc
 
     def buffer_info(self, buf) -> tuple[list[float], int, list[float]]:
@@ -227,73 +247,39 @@ class AccessState:
     def features(self, store, st: ExprStats) -> np.ndarray:
         """float32 ``(90,)``: the buffer-access features of ``store`` under the current loop
         nest; counts its value expression's operations into ``st``."""
-        # pylint: disable=too-many-locals,too-many-branches
+        # pylint: disable=too-many-locals,too-many-branches,too-many-statements
         ext = self.extents
         n = len(ext)
         inner_prod = [1.0] * (n + 1)  # inner_prod[j]: product of the extents of loops j.. inside
         for j in range(n - 1, -1, -1):
             inner_prod[j] = inner_prod[j + 1] * ext[j]
         prod = inner_prod[0]
+        lin = self.lin
         subs = []
         for buf, kind, multi in self._accesses(store, st).values():
             shape, nbytes, dim_stride = self.buffer_info(buf)
             ndim = len(shape)
-            forms = [[self.lin(e) for e in idx[:ndim]] for idx in multi]
-            # the union of the indices' ranges when loops i.. vary: grow from the innermost loop out
-            up = [[f[1] for f in idx] for idx in forms]
-            down = [[f[1] for f in idx] for idx in forms]
-            by_loop: dict[int, list] = {}
-            for k, idx in enumerate(forms):
-                for d, (coefs, _) in enumerate(idx):
-                    for p, c in coefs.items():
-                        if c and p < n:
-                            by_loop.setdefault(p, []).append((k, d, c))
-            single = len(forms) == 1
-
-            def extent_of(d: int) -> float:
-                if single:
-                    hi, lo = up[0][d], down[0][d]
-                else:
-                    hi = max(u[d] for u in up)
-                    lo = min(w[d] for w in down)
-                return min(max(hi - lo + 1.0, 1.0), shape[d])
-
-            sizes = [extent_of(d) for d in range(ndim)]
-            total = math.prod(sizes)
-            numel = [1.0] * n
-            for i in range(n - 1, -1, -1):
-                entries = by_loop.get(i)
-                if entries:  # only the dimensions this loop indexes change
-                    span = ext[i] - 1
-                    for k, d, c in entries:
-                        if c > 0:
-                            up[k][d] += c * span
-                        else:
-                            down[k][d] += c * span
-                    for d in {d for _, d, _ in entries}:
-                        sizes[d] = extent_of(d)
-                    total = math.prod(sizes)
-                numel[i] = total
-            size0 = sizes if n else [1.0] * ndim
-            strides, in_region = [math.inf] * n, [False] * n
-            for p, entries in by_loop.items():
-                in_region[p] = True
-                strides[p] = min(abs(c) * dim_stride[d] for _, d, c in entries)
-            inner = next((j for j in range(n - 1, -1, -1) if strides[j] != math.inf), -1)
-            min_stride = strides[inner] if inner >= 0 else 0.0
+            if len(multi) == 1:
+                numel, size0, by_loop = _one_access([lin(e) for e in multi[0][:ndim]], shape, ext)
+            else:
+                numel, size0, by_loop = _many_accesses([[lin(e) for e in idx[:ndim]] for idx in multi], shape, ext)
+            # the innermost loop the indices depend on, and the smallest stride it moves them by
+            inner = max(by_loop) if by_loop else -1
+            min_stride = min(abs(c) * dim_stride[d] for d, c in by_loop[inner]) if inner >= 0 else 0.0
             continuous = 1.0
             for d in range(ndim - 1, -1, -1):
                 if size0[d] == shape[d]:
                     continuous = shape[d] * nbytes
                     break
-            subs.append((buf, kind, nbytes, numel, in_region, min_stride, min_stride if inner == n - 1 else 0.0,
+            subs.append((buf, kind, nbytes, numel, by_loop, min_stride, min_stride if inner == n - 1 else 0.0,
                          inner_prod[inner + 1], continuous))
         top_touch = float(sum(sub[2] for sub in subs))
         rows = []
-        for buf, kind, nbytes, numel, in_region, min_stride, innermost_stride, prod_non_strided, continuous in subs:
+        log2 = math.log2
+        for buf, kind, nbytes, numel, region, min_stride, innermost_stride, prod_non_strided, continuous in subs:
             reuse_type, reuse_iter, reuse_bytes, reuse_ct = _NO_REUSE, 0.0, 0.0, 0.0
             for i in range(n - 1, -1, -1):
-                if not in_region[i]:
+                if i not in region:
                     reuse_type, reuse_ct, reuse_iter = _LOOP_READ, ext[i], inner_prod[i + 1]
                     reuse_bytes = top_touch if i == n - 1 else sum(sub[3][i + 1] * sub[2] for sub in subs)
                     break
@@ -305,16 +291,90 @@ class AccessState:
             else:
                 unique = lines = unique_lines = 1.0
             proxy = reuse_ct if reuse_ct > 0 else 0.5
-            rows.append((lines, size, str(buf.name), [
+            rows.append((lines, size, str(buf.name), (
                 float(kind == _READ), float(kind == _WRITE), float(kind == _READ_WRITE),
-                _slog(size), _slog(unique), _slog(lines), _slog(unique_lines),
+                log2(1.0 + abs(size)), log2(1.0 + abs(unique)), log2(1.0 + abs(lines)), log2(1.0 + abs(unique_lines)),
                 float(reuse_type == _LOOP_READ), 0.0, float(reuse_type == _NO_REUSE),
-                _slog(reuse_iter), _slog(reuse_bytes), _slog(reuse_ct),
-                _slog(size / proxy), _slog(unique / proxy), _slog(lines / proxy), _slog(unique_lines / proxy),
-                _slog(innermost_stride),
-            ]))
+                log2(1.0 + abs(reuse_iter)), log2(1.0 + abs(reuse_bytes)), log2(1.0 + abs(reuse_ct)),
+                log2(1.0 + abs(size / proxy)), log2(1.0 + abs(unique / proxy)), log2(1.0 + abs(lines / proxy)),
+                log2(1.0 + abs(unique_lines / proxy)),
+                log2(1.0 + abs(innermost_stride)),
+            )))
         rows.sort(key=lambda r: (-r[0], -r[1], r[2]))
+        flat = [v for r in rows[:ACCESS_BUFFERS] for v in r[3]]
         out = np.zeros(ACCESS_DIM, dtype=np.float32)
-        for j, r in enumerate(rows[:ACCESS_BUFFERS]):
-            out[j * ACCESS_FEATURES_PER_BUFFER:(j + 1) * ACCESS_FEATURES_PER_BUFFER] = r[3]
+        out[:len(flat)] = flat
         return out
+
+
+def _one_access(form: list, shape: list[float], ext: list[float]) -> tuple[list[float], list[float], dict]:
+    """The region one index list (``form``: an affine form per dimension) touches under the
+    loops ``ext`` (outer to inner): ``(numel, size0, by_loop)``, ``numel[i]`` the elements
+    touched while loops ``i..`` vary, ``size0`` the region's size per dimension under all of
+    them, ``by_loop`` ``{loop: [(dimension, coefficient), ...]}`` of the loops it depends on."""
+    n = len(ext)
+    hi = [f[1] for f in form]
+    lo = list(hi)
+    by_loop: dict[int, list] = {}
+    for d, (coefs, _) in enumerate(form):
+        for p, c in coefs.items():
+            if c and p < n:
+                entries = by_loop.get(p)
+                if entries is None:
+                    by_loop[p] = [(d, c)]
+                else:
+                    entries.append((d, c))
+    # the index's range when loops i.. vary: grow from the innermost loop out
+    sizes = [min(max(h - w + 1.0, 1.0), sh) for h, w, sh in zip(hi, lo, shape)]
+    total = math.prod(sizes)
+    numel = [1.0] * n
+    for i in range(n - 1, -1, -1):
+        entries = by_loop.get(i)
+        if entries:  # only the dimensions this loop indexes change
+            span = ext[i] - 1
+            for d, c in entries:
+                if c > 0:
+                    hi[d] += c * span
+                else:
+                    lo[d] += c * span
+                sizes[d] = min(max(hi[d] - lo[d] + 1.0, 1.0), shape[d])
+            total = math.prod(sizes)
+        numel[i] = total
+    return numel, (sizes if n else [1.0] * len(shape)), by_loop
+
+
+def _many_accesses(forms: list[list], shape: list[float], ext: list[float]) -> tuple[list[float], list[float], dict]:
+    """:func:`_one_access` of the union of several index lists of one buffer."""
+    n, ndim = len(ext), len(shape)
+    up = [[f[1] for f in idx] for idx in forms]
+    down = [[f[1] for f in idx] for idx in forms]
+    by_k: dict[int, list] = {}
+    for k, idx in enumerate(forms):
+        for d, (coefs, _) in enumerate(idx):
+            for p, c in coefs.items():
+                if c and p < n:
+                    by_k.setdefault(p, []).append((k, d, c))
+
+    def extent_of(d: int) -> float:
+        hi = max(u[d] for u in up)
+        lo = min(w[d] for w in down)
+        return min(max(hi - lo + 1.0, 1.0), shape[d])
+
+    sizes = [extent_of(d) for d in range(ndim)]
+    total = math.prod(sizes)
+    numel = [1.0] * n
+    for i in range(n - 1, -1, -1):
+        entries = by_k.get(i)
+        if entries:
+            span = ext[i] - 1
+            for k, d, c in entries:
+                if c > 0:
+                    up[k][d] += c * span
+                else:
+                    down[k][d] += c * span
+            for d in {d for _, d, _ in entries}:
+                sizes[d] = extent_of(d)
+            total = math.prod(sizes)
+        numel[i] = total
+    by_loop = {p: [(d, c) for _, d, c in entries] for p, entries in by_k.items()}
+    return numel, (sizes if n else [1.0] * ndim), by_loop

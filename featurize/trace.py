@@ -37,6 +37,7 @@ from cdmpp.featurize.loops import with_loop_tokens
 TILES = 8
 """``SamplePerfectTile`` decisions kept per trace."""
 _COUNTED = ("SamplePerfectTile", "Parallel", "Vectorize", ("ComputeAt", "ReverseComputeAt"), "CacheWrite", "Fuse")
+_COUNTER = {name: c for c, names in enumerate(_COUNTED) for name in ((names,) if isinstance(names, str) else names)}
 TRACE_DIM = 4 * TILES + 2 + 2 + len(_COUNTED)
 """Length of :func:`trace_vector`'s output."""
 
@@ -61,26 +62,28 @@ def trace_vector(trace_json: list) -> np.ndarray:
         out = np.zeros(TRACE_DIM, dtype=np.float32)
         tiles = cats = 0
         annot = {"meta_schedule.parallel": 0.0, "meta_schedule.vectorize": 0.0}
-        counts = dict.fromkeys(range(len(_COUNTED)), 0)
+        counts = [0] * len(_COUNTED)
         for i, inst in enumerate(insts):
-            kind, inputs, attrs = inst[0], inst[1], inst[2]
+            kind = inst[0]
             if kind == "SamplePerfectTile" and tiles < TILES and i in decided:
                 for j, f in enumerate(decided[i][:4]):
                     out[4 * tiles + j] = math.log2(max(1, int(f)))
                 tiles += 1
             elif kind == "SampleCategorical" and cats < 2 and i in decided:
-                value = attrs[0][int(decided[i])]
+                value = inst[2][0][int(decided[i])]
                 out[4 * TILES + cats] = math.log2(1 + max(0, int(value)))
                 cats += 1
-            elif kind == "Annotate" and attrs and attrs[0] in annot and isinstance(inputs[1], int):
-                annot[attrs[0]] = max(annot[attrs[0]], math.log2(1 + max(0, inputs[1])))
-            for c, names in enumerate(_COUNTED):
-                if kind == names or (isinstance(names, tuple) and kind in names):
-                    counts[c] += 1
+            elif kind == "Annotate":
+                inputs, attrs = inst[1], inst[2]
+                if attrs and attrs[0] in annot and isinstance(inputs[1], int):
+                    annot[attrs[0]] = max(annot[attrs[0]], math.log2(1 + max(0, inputs[1])))
+            c = _COUNTER.get(kind)
+            if c is not None:
+                counts[c] += 1
     except (TypeError, ValueError, IndexError, KeyError) as err:
         raise InputError(f"not a schedule trace in tuning-record JSON form: {err}") from err
     out[4 * TILES + 2], out[4 * TILES + 3] = annot["meta_schedule.parallel"], annot["meta_schedule.vectorize"]
-    out[4 * TILES + 4:] = [counts[c] for c in range(len(_COUNTED))]
+    out[4 * TILES + 4:] = counts
     return out
 
 
@@ -269,6 +272,12 @@ def _plain(o):
     return str(o)
 
 
+_KIND_NAMES: dict[int, str] = {}
+"""Name of each MetaSchedule instruction kind by its object's handle."""
+_KIND_OBJECTS: list = []  # the kinds named in _KIND_NAMES, held so that their handles stay theirs
+_NONE: list = []  # the empty inputs, attributes and outputs of the instructions read by kind alone (never changed)
+
+
 def trace_decisions(trace) -> list:
     """The parts of a MetaSchedule ``Trace`` that :func:`trace_vector` reads, in its JSON
     form (``[instructions, decisions]``): every instruction's kind, and the inputs,
@@ -276,16 +285,20 @@ def trace_decisions(trace) -> list:
     vector as :func:`schedule_trace_json` gives, without converting every block and loop
     operand of every instruction."""
     insts, decisions = [], []
-    for i, inst in enumerate(trace.insts):
-        kind = str(inst.kind.name)
+    for i, inst in enumerate(trace.insts[:]):  # a slice converts the FFI array in one go
+        kind_obj = inst.kind
+        kind = _KIND_NAMES.get(kind_obj.__chandle__())
+        if kind is None:  # instruction kinds are registered once per process: their handles are stable
+            kind = _KIND_NAMES[kind_obj.__chandle__()] = str(kind_obj.name)
+            _KIND_OBJECTS.append(kind_obj)
         if kind == "Annotate":  # [loop or block, value], [annotation key]
-            inputs = inst.inputs
+            inputs = inst.inputs[:]
             insts.append([kind, [None, _plain(inputs[1]) if len(inputs) > 1 else None], [str(inst.attrs[0])], []])
             continue
         if kind == "SampleCategorical":  # its candidates are an attribute, its decision an index into them
             insts.append([kind, [], [_plain(inst.attrs[0])], []])
         else:
-            insts.append([kind, [], [], []])
+            insts.append([kind, _NONE, _NONE, _NONE])
         if kind in ("SamplePerfectTile", "SampleCategorical"):
             decision = trace.get_decision(inst)
             if decision is not None:

@@ -13,6 +13,7 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
         "compact AST",
         "schedule trace vectors",
         "transformer",
+        "online trees (residual XGBoost, fitted)",
         "predict (end to end)",
         "XGBModel.predict (TVM)",
         "CdmppCostModel.predict, new candidates",

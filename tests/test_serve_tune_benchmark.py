@@ -112,6 +112,33 @@ def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
     assert network_curve(tmp_path / "missing", {"111": 1.0}).shape == (0,)
 
 
+def test_gap_breakdown_splits_end_to_end_time_into_tasks_other_calls_and_overhead(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import cdmpp.tvm_compat
+    from cdmpp.bench.tune_network import gap_breakdown
+
+    wl = [["111", "a"], ["222", "b"]]
+    recs = [[0, ["t", [4e-3], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]], [0, ["t", [1e-3], {}, []]]]
+    (tmp_path / "database_workload.json").write_text("".join(json.dumps(x) + "\n" for x in wl))
+    (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    monkeypatch.setattr(cdmpp.tvm_compat, "structural_hash", lambda mod: mod)  # a task's mod is its hash here
+    tasks = [SimpleNamespace(task_name="fused_dense", weight=2.0, mod="111"),
+             SimpleNamespace(task_name="fused_conv", weight=3.0, mod="222"),
+             SimpleNamespace(task_name="never_tuned", weight=1.0, mod="333")]
+    profile = {"fused_dense": 3e-3, "fused_conv": 7e-3, "vm.builtin.alloc_storage": 1e-4, "layout_transform": 2e-3}
+    gap = gap_breakdown(tmp_path, tasks, profile, e2e_s=13e-3)
+    assert gap["tuned_sum_s"] != gap["tuned_sum_s"]  # a task without a trial: the sum is unknown (NaN)
+    by_name = {r["name"]: r for r in gap["per_task"]}
+    assert by_name["fused_dense"]["tuned_s"] == pytest.approx(2 * 1e-3)
+    assert by_name["fused_conv"]["tuned_s"] == pytest.approx(3 * 2e-3)
+    assert [r["name"] for r in gap["per_task"]][:2] == ["fused_conv", "fused_dense"]  # largest in the network first
+    assert gap["tasks_in_network_s"] == pytest.approx(10e-3)
+    assert gap["other_calls_s"] == pytest.approx(2.1e-3)
+    assert gap["overhead_s"] == pytest.approx(13e-3 - 12.1e-3)
+    assert set(gap["other_calls"]) == {"vm.builtin.alloc_storage", "layout_transform"}
+
+
 def test_network_tuning_config_and_cli_errors(capsys):
     from cdmpp.bench.tune_network import NetworkTuneConfig, format_network_tuning
     from cdmpp.cli import main

@@ -41,6 +41,7 @@ from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import folder_traces, with_trace_tokens
+from cdmpp.featurize.trace_steps import folder_trace_steps, with_trace_sequence
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
 from cdmpp.train.metrics import summary
@@ -61,6 +62,9 @@ class Lever:
         train: :class:`~cdmpp.train.lightning.TrainConfig` fields it sets.
         trace_token: add the schedule trace's decisions as one more token before each
             program's leaves (:func:`cdmpp.featurize.trace.with_trace_tokens`).
+        trace_sequence: add every instruction of the schedule trace as a token before each
+            program's leaves (:func:`cdmpp.featurize.trace_steps.with_trace_sequence`; TLP's
+            input), instead of the one token.
     """
 
     name: str
@@ -68,6 +72,7 @@ class Lever:
     model: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     trace_token: bool = False
+    trace_sequence: bool = False
 
 
 LEVERS: dict[str, Lever] = {
@@ -105,6 +110,11 @@ LEVERS: dict[str, Lever] = {
               model={"loop_tokens": True}, train={"huber_delta": 0.1}, trace_token=True),
         Lever("huber-trace-loops-lse", "huber-trace-loops with the log-sum-exp head",
               model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1}, trace_token=True),
+        Lever("huber-trace-seq", "Huber loss, every schedule instruction with its decisions as a token before "
+              "the leaves (TLP's sequence), instead of the one trace token", train={"huber_delta": 0.1},
+              trace_sequence=True),
+        Lever("huber-trace-seq-loops", "huber-trace-seq with every loop of the compact AST as a token among the "
+              "leaves", model={"loop_tokens": True}, train={"huber_delta": 0.1}, trace_sequence=True),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
@@ -329,6 +339,9 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         traces = folder_traces([corpus.folders[d.device_id] for d in corpus.devices], data.latency)  # row order
     if "trace" in cfg.residual_inputs:
         residual_inputs["trace"] = traces
+    steps = None
+    if any(LEVERS[n].trace_sequence for n in cfg.levers):
+        steps = folder_trace_steps([corpus.folders[d.device_id] for d in corpus.devices], data.latency)
     if "psf" in cfg.residual_inputs:
         residual_inputs["psf"] = tree_inputs(data, descriptors, np.arange(len(data)))
     if cfg.trees:
@@ -350,6 +363,8 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
             lever_data = with_loop_tokens(lever_data)
         if lever.trace_token:
             lever_data = with_trace_tokens(lever_data, traces)
+        if lever.trace_sequence:
+            lever_data = with_trace_sequence(lever_data, steps)
         if lever_data is not data:
             mcfg = dataclasses.replace(mcfg, feature_dim=lever_data.x.shape[1])
         t0 = time.time()

@@ -12,6 +12,9 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
 * ``schedule trace vectors``: each candidate's trace decisions, for a checkpoint that
   reads them (:func:`cdmpp.featurize.trace.trace_decisions`);
 * ``transformer``: collating the leaves and the model's forward pass;
+* ``online trees``: the plugin's residual XGBoost on the same candidates' cached entries,
+  fitted first on the measured programs XGBModel is fitted on (what each call adds once
+  the plugin has learned from trials);
 * ``predict (end to end)``: :meth:`LatencyPredictor.predict` on the Schedules, all of
   the above but the hash;
 * ``XGBModel.predict (TVM)``: TVM's own cost model on the same candidates, fitted first on
@@ -156,6 +159,12 @@ def predict_call_seconds(
     traces = predictor.trace_vectors(schs)
     plugin = CdmppCostModel(checkpoint)
     plugin.predict(ctx, cands)  # fills its cache for the "seen" row
+    # a plugin that has learned from measured trials: its residual trees score every candidate
+    learned = CdmppCostModel(checkpoint)
+    learned.update(ctx, [ms.MeasureCandidate(Schedule(m), ArgInfo.from_entry_func(m)) for m in fit_mods],
+                   [ms.runner.RunnerResult([float(x) for x in db.programs[i].run_secs], None) for i in fit])
+    learned.predict(ctx, cands)
+    entries = [e for e in learned._entries([c.sch for c in cands], ctx.target) if e is not None]  # noqa: SLF001
 
     return n, {
         "PerStoreFeature (TVM, not used by cdmpp)": _best_of(lambda: per_store_features(target, mods), repeats),
@@ -163,6 +172,7 @@ def predict_call_seconds(
         "compact AST": _best_of(lambda: [build_tree(m) for m in mods], repeats),
         "schedule trace vectors": _best_of(lambda: predictor.trace_vectors(schs), repeats),
         "transformer": _best_of(lambda: predictor.predict_trees(trees, traces=traces), repeats),
+        "online trees (residual XGBoost, fitted)": _best_of(lambda: learned._log_latency(entries), repeats),  # noqa: SLF001
         "predict (end to end)": _best_of(lambda: predictor.predict(schs, target), repeats),
         "XGBModel.predict (TVM)": _best_of(lambda: xgb.predict(ctx, cands), repeats),
         "CdmppCostModel.predict, new candidates": _best_of(

@@ -85,6 +85,24 @@ def compile_and_time(database, unfused, params: list, example_inputs: tuple, tar
     Returns:
         ``(median seconds of one inference, compile seconds)``.
     """
+    e2e_s, compile_s, _ = compile_time_and_profile(database, unfused, params, example_inputs, target, repeat, guard)
+    return e2e_s, compile_s
+
+
+def compile_time_and_profile(database, unfused, params: list, example_inputs: tuple, target, repeat: int, guard,
+                             profile_runs: int = 0) -> tuple[float, float, dict[str, float]]:
+    """:func:`compile_and_time`, then, with ``profile_runs``, where one inference's time goes.
+
+    The profile runs the network ``profile_runs`` more times with a Relax VM instrument
+    that times every call the VM makes (each kernel, each builtin such as an allocation),
+    after the end-to-end timing, so that the instrument does not slow the timed runs.
+
+    Returns:
+        ``(median seconds of one inference, compile seconds, profile)``, ``profile`` the
+        mean seconds per inference of each called function by name (empty without
+        ``profile_runs``); the end-to-end time less their sum is the VM's own overhead
+        (plus the instrument's).
+    """
     import tvm  # noqa: PLC0415  (keeps tvm off this module's import)
     from tvm import relax  # noqa: PLC0415  (keeps tvm off this module's import)
 
@@ -100,7 +118,26 @@ def compile_and_time(database, unfused, params: list, example_inputs: tuple, tar
     vm["main"](*args)  # warm-up
     guard.wait_quiet()
     timer = vm.time_evaluator("main", dev, number=1, repeat=repeat)
-    return float(np.median(list(timer(*args).results))), round(compile_s, 1)
+    e2e_s = float(np.median(list(timer(*args).results)))
+    profile: dict[str, float] = {}
+    if profile_runs > 0:
+        started: dict[str, list[float]] = {}
+
+        def instrument(_func, name, before_run, _ret, *_args):
+            now = time.perf_counter()
+            if before_run:
+                started.setdefault(str(name), []).append(now)
+            else:
+                key = str(name)
+                profile[key] = profile.get(key, 0.0) + now - started[key].pop()
+            return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
+
+        vm.set_instrument(instrument)
+        guard.wait_quiet()
+        for _ in range(profile_runs):
+            vm["main"](*args)
+        profile = {k: v / profile_runs for k, v in sorted(profile.items(), key=lambda kv: -kv[1])}
+    return e2e_s, round(compile_s, 1), profile
 
 
 def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) -> list[dict]:

@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--network", help="network whose tasks are tuned (several: comma-separated): one of the manifest's, or one "
                         "outside the zoo (convnext_tiny-b1, gpt2_small-b1s128; its tasks are extracted for this CPU)")
     parser.add_argument("--whole-network", metavar="NET", default=None,
-                        help="tune every task of a zoo network with tune_relax (a global budget of --trials), then "
-                        "compile it with each database and time it end to end")
+                        help="tune every task of a network (a zoo network or one outside the zoo, e.g. "
+                        "llama_1024-b1s128) with tune_relax (a global budget of --trials), then compile it with "
+                        "each database and time it end to end")
     parser.add_argument("--tasks", type=int, default=3, help="its largest tasks by weight x FLOPs")
     parser.add_argument("--task", action="append", default=[], metavar="NET:TASK",
                         help="also tune this task (a task name or its prefix, e.g. mobilenet_v2-b1:fused_conv2d7); repeatable")

@@ -1,6 +1,7 @@
 """``cdmpp bench tune --whole-network``: a whole network tuned with each cost model, then timed end to end.
 
-MetaSchedule's ``tune_relax`` tunes every task of a zoo network with one global trial
+MetaSchedule's ``tune_relax`` tunes every task of a network (a zoo network or one outside
+the zoo, :mod:`cdmpp.bench.unseen`) with one global trial
 budget (its gradient task scheduler divides it), once per cost model, on this CPU;
 the network is then compiled with each tuning database and timed in the Relax VM.
 The records are kept as one JSONDatabase per cost model and seed, like the per-task
@@ -22,7 +23,7 @@ from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import relax_tasks
 
-from .truth_check import compile_and_time
+from .truth_check import compile_time_and_profile
 from .tune import (
     WEIGHTS_FILE,
     check_cost_models,
@@ -38,10 +39,11 @@ from .tune import (
 
 @dataclass
 class NetworkTuneConfig:
-    """What ``run_network_tuning`` tunes: a whole zoo network with ``tune_relax``.
+    """What ``run_network_tuning`` tunes: a whole network with ``tune_relax``.
 
     Attributes:
-        network: a zoo network name (``cdmpp.networks.network_names``).
+        network: a zoo network name (``cdmpp.networks.network_names``) or one outside the zoo
+            (:func:`cdmpp.bench.unseen.unseen_networks`).
         trials: the global trial budget shared by all of the network's tasks (MetaSchedule's
             gradient task scheduler divides it).
         trials_per_iter: trials measured per search iteration of a task.
@@ -49,6 +51,8 @@ class NetworkTuneConfig:
         checkpoint: the checkpoint of ``"cdmpp"`` (``None``: the shipped one).
         seed: seed of the search (the same for every cost model).
         repeat: end-to-end runs timed after tuning (the median is reported).
+        profile_runs: inferences run after the timing with every Relax VM call timed
+            (:func:`gap_breakdown`); 0: none.
     """
 
     network: str
@@ -58,12 +62,13 @@ class NetworkTuneConfig:
     checkpoint: Path | None = None
     seed: int = 0
     repeat: int = 20
+    profile_runs: int = 5
 
     def __post_init__(self):
         check_cost_models(self.cost_models)
-        if self.trials < 1 or self.trials_per_iter < 1 or self.repeat < 1:
+        if self.trials < 1 or self.trials_per_iter < 1 or self.repeat < 1 or self.profile_runs < 0:
             raise InputError(f"trials, trials_per_iter and repeat must be >= 1, got {self.trials}, "
-                             f"{self.trials_per_iter}, {self.repeat}")
+                             f"{self.trials_per_iter}, {self.repeat}; profile_runs must be >= 0, got {self.profile_runs}")
 
 
 def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
@@ -89,6 +94,51 @@ def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+PROFILE_FILE = "network_profile.json"
+"""Where an end-to-end inference's time goes, per work dir (:func:`gap_breakdown`)."""
+
+
+def gap_breakdown(work_dir: Path, tasks: list, profile: dict[str, float], e2e_s: float) -> dict:
+    """Where the end-to-end time of a tuned network goes, against its tuned sum.
+
+    Args:
+        work_dir: the tuning run's JSONDatabase folder.
+        tasks: the network's MetaSchedule tasks (``task_name``, ``weight``, ``mod``).
+        profile: mean seconds per inference of each function the Relax VM called, by name
+            (:func:`cdmpp.bench.truth_check.compile_time_and_profile`).
+        e2e_s: the network's median end-to-end seconds.
+
+    Returns:
+        ``e2e_s``; ``tuned_sum_s`` (task weight x the task's best measured latency, summed);
+        ``tasks_in_network_s`` (the tasks' kernels as the profile timed them inside the
+        network); ``other_calls_s`` (every other call: kernels of no task, allocations,
+        the VM's builtins); ``overhead_s`` (the rest: the VM's own work and the
+        instrument's); and ``per_task``, each task's ``name``, ``weight``, ``best_s``,
+        ``tuned_s`` (weight x best) and ``in_network_s``, largest ``in_network_s`` first.
+    """
+    from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+
+    wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
+    hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)] if wl_path is not None else []
+    best: dict[str, float] = {}
+    for index, secs in run_records(Path(work_dir)):
+        if index < len(hashes) and secs:
+            best[hashes[index]] = min(best.get(hashes[index], np.inf), float(np.median(secs)))
+    per_task = []
+    for t in tasks:
+        b = best.get(str(structural_hash(t.mod)), float("nan"))
+        per_task.append({"name": t.task_name, "weight": float(t.weight), "best_s": b, "tuned_s": float(t.weight) * b,
+                         "in_network_s": profile.get(t.task_name, float("nan"))})
+    per_task.sort(key=lambda r: -(r["in_network_s"] if np.isfinite(r["in_network_s"]) else -1.0))
+    names = {t.task_name for t in tasks}
+    in_network = float(sum(v for k, v in profile.items() if k in names))
+    other = float(sum(v for k, v in profile.items() if k not in names))
+    return {"e2e_s": e2e_s, "tuned_sum_s": float(sum(r["tuned_s"] for r in per_task)),
+            "tasks_in_network_s": in_network, "other_calls_s": other,
+            "overhead_s": e2e_s - in_network - other if profile else float("nan"),
+            "per_task": per_task, "other_calls": {k: v for k, v in profile.items() if k not in names}}
+
+
 def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = True) -> list[dict]:
     """Tune a whole network once per cost model with ``tune_relax`` on this CPU, then compile
     it with each tuning database and time it end to end in the Relax VM; resumable.
@@ -103,12 +153,14 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
         One row per cost model: ``network``, ``cost_model``, ``seed``, ``tasks``,
         ``trials`` (measured), ``other_cores``, ``retimed_batches``, ``tuned_sum_s`` (sum of task weight x
         best measured latency), ``e2e_s`` (median end-to-end seconds in the Relax VM),
-        ``compile_s`` and ``tune_s`` (wall seconds; 0 for a run found finished).
+        ``tasks_in_network_s`` and ``other_calls_s`` (:func:`gap_breakdown`, also written
+        to ``PROFILE_FILE`` in the work dir), ``compile_s`` and ``tune_s`` (wall seconds; 0
+        for a run found finished).
 
     Raises:
-        UnknownNetworkError: not a zoo network.
+        UnknownNetworkError: neither a zoo network nor one outside the zoo.
     """
-    from cdmpp import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.bench.unseen import network_spec  # noqa: PLC0415  (keeps torch off this module's import)
     from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         Target,
         load_tensor_intrinsics,
@@ -118,7 +170,7 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     )
 
 
-    spec = zoo.get_network(cfg.network)
+    spec = network_spec(cfg.network)
     device = local_cpu()
     target = Target(device.target)
     guard = QuietGuard(QuietConfig())
@@ -146,11 +198,15 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
         database = ms.database.JSONDatabase(
             path_workload=str(work_dir / ds.WORKLOAD_FILE), path_tuning_record=str(work_dir / ds.RECORD_FILE)
         )
-        e2e_s, compile_s = compile_and_time(database, unfused, params, spec.example_inputs(), target, cfg.repeat, guard)
+        e2e_s, compile_s, profile = compile_time_and_profile(database, unfused, params, spec.example_inputs(), target,
+                                                             cfg.repeat, guard, cfg.profile_runs)
         curve = network_curve(work_dir, weights)
+        gap = gap_breakdown(work_dir, tasks, profile, e2e_s)
+        (work_dir / PROFILE_FILE).write_text(json.dumps(gap, indent=1), encoding="utf-8")
         row = {"network": cfg.network, "cost_model": model_name, "seed": cfg.seed, "tasks": len(tasks),
                "trials": int(curve.size), "other_cores": run["other_cores"], "retimed_batches": run["retimed_batches"],
                "tuned_sum_s": float(curve[-1]) if curve.size else float("nan"), "e2e_s": e2e_s,
+               "tasks_in_network_s": gap["tasks_in_network_s"], "other_calls_s": gap["other_calls_s"],
                "compile_s": compile_s, "tune_s": run["tune_s"]}
         if progress:
             print(format_network_tuning([row]), flush=True)
@@ -170,11 +226,11 @@ def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dic
     if weights_file.exists():
         weights = json.loads(weights_file.read_text(encoding="utf-8"))
     else:
-        from cdmpp.device import local_cpu  # noqa: PLC0415  (only on the branch that needs it)
-        from cdmpp.estimate import zoo_tasks  # noqa: PLC0415  (only on the branch that needs it)
-        from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+        from cdmpp.bench.unseen import network_tasks  # noqa: PLC0415  (only on the branch that needs it)
+        from cdmpp.tvm_compat import Target, structural_hash  # noqa: PLC0415  (keeps tvm off this module's import)
 
-        weights = {str(structural_hash(t.mod)): float(t.weight) for t in zoo_tasks(network, local_cpu().target)}
+        weights = {str(structural_hash(mod)): weight
+                   for _, weight, mod, _ in network_tasks(network, Target(local_cpu().target))}
     panel: dict[str, dict[int, np.ndarray]] = {}
     for model_dir in sorted(p for p in (Path(out_dir) / network).iterdir() if p.is_dir()):
         for run in sorted(model_dir.glob("seed*"), key=run_seed):
@@ -188,10 +244,13 @@ def format_network_tuning(rows: list[dict], markdown: bool = False) -> str:
     """The rows of :func:`run_network_tuning` as a table (milliseconds, minutes)."""
     from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
-    head = ["network", "cost model", "seed", "tasks", "trials", "tuned sum ms", "end to end ms", "tuning min"]
+    head = ["network", "cost model", "seed", "tasks", "trials", "tuned sum ms", "end to end ms",
+            "tasks in network ms", "other calls ms", "tuning min"]
     body = [
         [r["network"], r["cost_model"], str(r["seed"]), str(r["tasks"]), str(r["trials"]),
-         f"{1e3 * r['tuned_sum_s']:.2f}", f"{1e3 * r['e2e_s']:.2f}", f"{r['tune_s'] / 60:.1f}"]
+         f"{1e3 * r['tuned_sum_s']:.2f}", f"{1e3 * r['e2e_s']:.2f}",
+         f"{1e3 * r.get('tasks_in_network_s', float('nan')):.2f}", f"{1e3 * r.get('other_calls_s', float('nan')):.2f}",
+         f"{r['tune_s'] / 60:.1f}"]
         for r in rows
     ]
     return render_table(head, body, markdown)

@@ -183,6 +183,17 @@ def unseen_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     return _ranked(unseen_network(name), target)
 
 
+def network_spec(name: str) -> NetworkSpec:
+    """A network outside the zoo (:func:`unseen_networks`) or a zoo network
+    (:func:`cdmpp.networks.get_network`), by name.
+
+    Raises:
+        UnknownNetworkError: neither.
+    """
+    nets = unseen_networks()
+    return nets[name] if name in nets else get_network(name)
+
+
 def network_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     """:func:`unseen_tasks` of a network outside the zoo or of a zoo network
     (:func:`cdmpp.networks.get_network`), extracted for ``target``.
@@ -190,9 +201,7 @@ def network_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     Raises:
         UnknownNetworkError: neither.
     """
-
-    nets = unseen_networks()
-    return _ranked(nets[name] if name in nets else get_network(name), target)
+    return _ranked(network_spec(name), target)
 
 
 def _ranked(spec: NetworkSpec, target) -> list[tuple[str, float, object, int]]:
