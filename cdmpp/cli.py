@@ -51,7 +51,8 @@ def _model_configs(args):
             pooling=args.pooling,
             positional_encoding=pe,
             trace_tokens=getattr(args, "trace_tokens", None),
-            loop_tokens=True if getattr(args, "loop_tokens", False) else None,
+            loop_tokens=True if getattr(args, "loop_tokens", False) or getattr(args, "tree_attention", False) else None,
+            tree_attention=True if getattr(args, "tree_attention", False) else None,
         )
     )
     train = TrainConfig(
@@ -235,6 +236,9 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
     s.add_argument("--loop-tokens", action="store_true",
                    help="every loop of the compact AST as a token among the leaves, in pre-order (kind, extent, "
                    "depth, what it encloses, annotations)")
+    s.add_argument("--tree-attention", action="store_true",
+                   help="with loop tokens (implied): a learned attention bias per head along the compact AST's "
+                   "parent-child edges")
     s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
                    help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "
                    "dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, "

@@ -31,7 +31,7 @@ from cdmpp.errors import CheckpointError, InputError
 from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.ast import FEATURIZER_VERSION
 from cdmpp.featurize.batch import dense_programs, stack_leaves
-from cdmpp.featurize.loops import merge_tokens, stack_loops
+from cdmpp.featurize.loops import LOOP_DIM, LOOP_FEATURES, merge_tokens, stack_loops
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -74,6 +74,10 @@ class ModelConfig:
         loop_tokens: every loop of the compact AST is a token among the leaves, in
             pre-order (:func:`cdmpp.featurize.loops.with_loop_tokens`); the input rows
             gain ``LOOP_DIM + 1`` columns before the trace token's.
+        tree_attention: with ``loop_tokens``, the attention of every layer gets a learned
+            bias per head for a token's parent and for its children in the compact AST
+            (:func:`tree_parents`), so that the encoder sees the tree's edges, not only
+            the pre-order; zero at the start, so training begins from the plain encoder.
     """
 
     feature_dim: int = FEATURE_DIM
@@ -90,6 +94,7 @@ class ModelConfig:
     trace_tokens: bool = True
     trace_optional: bool = False
     loop_tokens: bool = False
+    tree_attention: bool = False
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -100,6 +105,8 @@ class ModelConfig:
             raise InputError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.trace_optional and not self.trace_tokens:
             raise InputError("trace_optional needs trace_tokens: only a model that reads traces can do without one")
+        if self.tree_attention and not self.loop_tokens:
+            raise InputError("tree_attention needs loop_tokens: the tree's inner nodes are the loop tokens")
 
     @staticmethod
     def from_json(obj: dict) -> "ModelConfig":
@@ -124,6 +131,35 @@ def sinusoidal_encoding(pos: torch.Tensor, dim: int) -> torch.Tensor:
     freq = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32, device=pos.device) / half)
     ang = pos.to(torch.float32).unsqueeze(-1) * freq
     return torch.stack([ang.sin(), ang.cos()], dim=-1).flatten(-2)
+
+
+LOOP_DEPTH = LOOP_FEATURES.index("depth")
+
+
+def tree_parents(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each token's parent in the compact AST, from the token rows themselves.
+
+    The rows are a loop-token model's (:func:`cdmpp.featurize.loops.with_loop_tokens`):
+    leaves and loops in pre-order, a loop flagged in column ``FEATURE_DIM + LOOP_DIM``,
+    a leaf's depth (its enclosing loops) in column 0 and a loop's in its ``depth``
+    column.  In pre-order, a token's parent is the last loop before it one level up;
+    tokens at depth 0, trace tokens and padding have none.
+
+    Args:
+        x: float32 ``(B, L, F)`` raw (not normalised) token rows.
+        mask: bool ``(B, L)``, True on real tokens.
+
+    Returns:
+        int64 ``(B, L)``: the parent's index in the sequence, -1 for none.
+    """
+    is_loop = (x[..., FEATURE_DIM + LOOP_DIM] > 0.5) & mask
+    depth = torch.where(is_loop, x[..., FEATURE_DIM + LOOP_DEPTH], x[..., 0]).round()
+    length = x.shape[1]
+    idx = torch.arange(length, device=x.device)
+    before = idx.view(1, 1, length) < idx.view(1, length, 1)  # [i, j]: j comes before i
+    cand = before & is_loop.unsqueeze(1) & (depth.unsqueeze(1) == depth.unsqueeze(2) - 1)
+    parent = torch.where(cand, idx.view(1, 1, length), torch.full_like(idx, -1).view(1, 1, length)).amax(dim=2)
+    return torch.where(mask & (depth > 0), parent, torch.full_like(parent, -1))
 
 
 class LatencyTransformer(nn.Module):
@@ -158,6 +194,8 @@ class LatencyTransformer(nn.Module):
         )
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(c.d_model)
+        if c.tree_attention:  # attention bias per head: towards the parent, towards the children
+            self.tree_bias = nn.Parameter(torch.zeros(2, c.n_heads))
         head_in = c.d_model
         if c.num_devices > 0:
             self.device_embedding = nn.Embedding(c.num_devices + 1, c.device_dim)
@@ -235,7 +273,23 @@ class LatencyTransformer(nn.Module):
         h = self.embed((x - self.feature_mean) / self.feature_std)
         if self.config.positional_encoding:
             h = h + sinusoidal_encoding(pos, self.config.d_model)
-        return self.norm(self.encoder(h, src_key_padding_mask=~mask))
+        if not self.config.tree_attention:
+            return self.norm(self.encoder(h, src_key_padding_mask=~mask))
+        return self.norm(self.encoder(h, mask=self.tree_attention_bias(x, mask),
+                                      src_key_padding_mask=torch.zeros_like(mask, dtype=h.dtype).masked_fill(~mask,
+                                                                                                             float("-inf"))))
+
+    def tree_attention_bias(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The attention bias of ``tree_attention``, float ``(B * n_heads, L, L)``: head
+        ``k``'s ``tree_bias[0, k]`` where a token attends to its parent, ``tree_bias[1, k]``
+        where a parent attends to its child, 0 elsewhere."""
+        b, length = mask.shape
+        parent = tree_parents(x, mask)
+        up = torch.nn.functional.one_hot(parent.clamp_min(0), length).to(self.tree_bias.dtype)
+        up = up * (parent >= 0).unsqueeze(-1).to(up.dtype)  # [b, i, j]: j is i's parent
+        bias = (self.tree_bias[0].view(1, -1, 1, 1) * up.unsqueeze(1)
+                + self.tree_bias[1].view(1, -1, 1, 1) * up.transpose(1, 2).unsqueeze(1))
+        return bias.reshape(b * self.config.n_heads, length, length)
 
     def pool(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Tokens ``h`` ``(B, L, d_model)`` pooled over ``mask`` (bool ``(B, L)``) into the

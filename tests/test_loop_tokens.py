@@ -71,3 +71,35 @@ def test_train_and_predict_with_loop_tokens(tiny_collection, tmp_path):
     assert pred.shape == (len(records),) and np.all(np.isfinite(pred)) and np.all(pred > 0)
     assert main(["evaluate", "-c", str(out), "-d", str(summary.device_dir), "--holdout", "none",
                  "--cache", str(tmp_path / "c")]) == 0
+
+
+def test_tree_parents_recover_the_compact_ast_from_the_token_rows():
+    import torch
+
+    from cdmpp.featurize.batch import dense_programs
+    from cdmpp.model import LatencyTransformer, ModelConfig, tree_parents
+
+    trees = featurize_many([vector_add, matmul_relu])
+    merged = with_loop_tokens(from_trees(trees, [1e-3, 2e-3], [0, 1], ["va", "mm"], [1.0, 2.0]))
+    x, pos, mask = dense_programs(merged, np.arange(2))
+    parent = tree_parents(x, mask)
+    # each token's parent index, mapped back to node numbers, is the AST's node_parent (the root: -1)
+    for k, tree in enumerate(trees):
+        n = int(mask[k].sum())
+        nodes = pos[k, :n].tolist()
+        got = [nodes[p] if p >= 0 else 0 for p in parent[k, :n].tolist()]
+        assert got == [int(tree.node_parent[i]) for i in nodes]
+    assert (parent[~mask] == -1).all()
+    with pytest.raises(InputError, match="needs loop_tokens"):
+        ModelConfig(tree_attention=True)
+    # the bias starts at zero: the same weights predict the same with and without it
+    torch.manual_seed(0)
+    cfg = ModelConfig(feature_dim=x.shape[-1], trace_tokens=False, loop_tokens=True, dropout=0.0)
+    plain = LatencyTransformer(cfg).eval()
+    tree = LatencyTransformer(ModelConfig(**{**cfg.__dict__, "tree_attention": True})).eval()
+    state = plain.state_dict()
+    tree.load_state_dict({**state, "tree_bias": torch.zeros(2, cfg.n_heads)})
+    with torch.no_grad():
+        assert torch.allclose(plain(x, pos, mask), tree(x, pos, mask), atol=1e-5)
+        tree.tree_bias.fill_(3.0)  # attention moves along the tree's edges: the output moves too
+        assert (plain(x, pos, mask) - tree(x, pos, mask)).abs().max() > 1e-5

@@ -110,6 +110,12 @@ def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
     assert curve[:2].tolist() == [np.inf, np.inf]  # task 222 has no trial yet
     assert np.allclose(curve[2:], [2 * 4e-3 + 3 * 2e-3, 2 * 1e-3 + 3 * 2e-3, 2 * 1e-3 + 3 * 2e-3])
     assert network_curve(tmp_path / "missing", {"111": 1.0}).shape == (0,)
+    # a task whose every trial failed counts with weight 0 (else the network never has a latency)
+    (tmp_path / "database_workload.json").write_text("".join(json.dumps(x) + "\n" for x in wl + [["333", "c"]]))
+    with (tmp_path / "database_tuning_record.json").open("a") as f:
+        f.write(json.dumps([2, ["t", [1e10], {}, []]]) + "\n")
+    curve = network_curve(tmp_path, {"111": 2.0, "222": 3.0, "333": 5.0})
+    assert np.isfinite(curve[-1]) and curve[-1] == pytest.approx(2 * 1e-3 + 3 * 2e-3)
 
 
 def test_gap_breakdown_splits_end_to_end_time_into_tasks_other_calls_and_overhead(tmp_path, monkeypatch):
@@ -123,14 +129,14 @@ def test_gap_breakdown_splits_end_to_end_time_into_tasks_other_calls_and_overhea
     (tmp_path / "database_workload.json").write_text("".join(json.dumps(x) + "\n" for x in wl))
     (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in recs))
     monkeypatch.setattr(cdmpp.tvm_compat, "structural_hash", lambda mod: mod)  # a task's mod is its hash here
-    tasks = [SimpleNamespace(task_name="fused_dense", weight=2.0, mod="111"),
-             SimpleNamespace(task_name="fused_conv", weight=3.0, mod="222"),
-             SimpleNamespace(task_name="never_tuned", weight=1.0, mod="333")]
+    tasks = [SimpleNamespace(name="fused_dense", weight=2.0, mod="111"),
+             SimpleNamespace(name="fused_conv", weight=3.0, mod="222"),
+             SimpleNamespace(name="never_tuned", weight=1.0, mod="333")]
     profile = {"fused_dense": 3e-3, "fused_conv": 7e-3, "vm.builtin.alloc_storage": 1e-4, "layout_transform": 2e-3}
     gap = gap_breakdown(tmp_path, tasks, profile, e2e_s=13e-3)
-    assert gap["tuned_sum_s"] != gap["tuned_sum_s"]  # a task without a trial: the sum is unknown (NaN)
+    assert gap["tuned_sum_s"] == pytest.approx(2 * 1e-3 + 3 * 2e-3) and gap["unmeasured_tasks"] == ["never_tuned"]
     by_name = {r["name"]: r for r in gap["per_task"]}
-    assert by_name["fused_dense"]["tuned_s"] == pytest.approx(2 * 1e-3)
+    assert by_name["fused_dense"]["tuned_s"] == pytest.approx(2 * 1e-3) and by_name["fused_dense"]["trials"] == 2
     assert by_name["fused_conv"]["tuned_s"] == pytest.approx(3 * 2e-3)
     assert [r["name"] for r in gap["per_task"]][:2] == ["fused_conv", "fused_dense"]  # largest in the network first
     assert gap["tasks_in_network_s"] == pytest.approx(10e-3)

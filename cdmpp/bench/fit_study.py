@@ -110,6 +110,9 @@ LEVERS: dict[str, Lever] = {
               model={"loop_tokens": True}, train={"huber_delta": 0.1}, trace_token=True),
         Lever("huber-trace-loops-lse", "huber-trace-loops with the log-sum-exp head",
               model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1}, trace_token=True),
+        Lever("huber-trace-loops-tree", "huber-trace-loops with an attention bias per head along the compact AST's "
+              "parent-child edges", model={"loop_tokens": True, "tree_attention": True}, train={"huber_delta": 0.1},
+              trace_token=True),
         Lever("huber-trace-seq", "Huber loss, every schedule instruction with its decisions as a token before "
               "the leaves (TLP's sequence), instead of the one trace token", train={"huber_delta": 0.1},
               trace_sequence=True),

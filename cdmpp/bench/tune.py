@@ -56,19 +56,21 @@ def check_cost_models(names) -> None:
         raise InputError(f"unknown cost models {bad}; choose from {COST_MODELS}")
 
 
-def run_dir(model_dir: Path, seed: int | None, trials: int) -> Path:
+def run_dir(model_dir: Path, seed: int | None, trials: int, overshoot: int = 0) -> Path:
     """The work dir of one run of ``trials`` trials: ``model_dir`` (a task's folder of one
     cost model), or its ``seed<seed>`` sub-folder.
 
     A finished run is kept gzipped (and may be tracked in git); a run with another budget
     never replaces it: it goes to ``<model_dir>-<trials>trials`` instead, which reads back
-    as a cost model of its own."""
+    as a cost model of its own.  A run of ``trials`` to ``trials + overshoot - 1`` trials
+    is the same budget (a whole network's global budget ends with the round that reaches
+    it: pass the trials per round)."""
     def at(folder: Path) -> Path:
         return folder if seed is None else folder / f"seed{seed}"
 
     base = at(model_dir)
     kept = any((base / f"{f}.gz").exists() for f in (ds.RECORD_FILE, ds.WORKLOAD_FILE))
-    if kept and len(run_trials(base)) != trials:
+    if kept and not trials <= len(run_trials(base)) < trials + max(overshoot, 1):
         return at(model_dir.with_name(f"{model_dir.name}-{trials}trials"))
     return base
 

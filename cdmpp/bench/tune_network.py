@@ -33,6 +33,7 @@ from .tune import (
     run_trials,
     search_tools,
     start_run,
+    trial_walls,
     tuned_run,
 )
 
@@ -73,8 +74,10 @@ class NetworkTuneConfig:
 
 def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
     """The tuned network's latency after each trial of a ``tune_relax`` work dir: float64 ``(T,)``
-    seconds, ``sum(task weight * the task's best measured latency so far)``; ``inf`` until
-    every task has a measured trial.
+    seconds, ``sum(task weight * the task's best measured latency so far)`` over the tasks
+    that have a successful trial by the end of the run (a task whose every trial failed,
+    e.g. a gather whose random test indices fall outside its table, counts with weight 0);
+    ``inf`` until each of those has one.
 
     Args:
         weights: task weight by the workload's structural hash (as the work dir's workload
@@ -84,9 +87,11 @@ def network_curve(work_dir: Path, weights: dict[str, float]) -> np.ndarray:
     if wl_path is None:
         return np.zeros(0, dtype=np.float64)
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
-    best = {h: np.inf for h in weights}
+    records = run_records(Path(work_dir))
+    measured = {hashes[i] for i, secs in records if i < len(hashes) and secs}
+    best = {h: np.inf for h in weights if h in measured}
     out = []
-    for index, secs in run_records(Path(work_dir)):
+    for index, secs in records:
         h = hashes[index] if index < len(hashes) else None
         if h in best and secs:
             best[h] = min(best[h], float(np.median(secs)))
@@ -103,37 +108,45 @@ def gap_breakdown(work_dir: Path, tasks: list, profile: dict[str, float], e2e_s:
 
     Args:
         work_dir: the tuning run's JSONDatabase folder.
-        tasks: the network's MetaSchedule tasks (``task_name``, ``weight``, ``mod``).
+        tasks: the network's tasks (:class:`cdmpp.estimate.Task`: ``name``, ``weight``, ``mod``).
         profile: mean seconds per inference of each function the Relax VM called, by name
             (:func:`cdmpp.bench.truth_check.compile_time_and_profile`).
         e2e_s: the network's median end-to-end seconds.
 
     Returns:
-        ``e2e_s``; ``tuned_sum_s`` (task weight x the task's best measured latency, summed);
+        ``e2e_s``; ``tuned_sum_s`` (task weight x the task's best measured latency, summed
+        over the tasks with a successful trial); ``unmeasured_tasks`` (the others, by name);
         ``tasks_in_network_s`` (the tasks' kernels as the profile timed them inside the
         network); ``other_calls_s`` (every other call: kernels of no task, allocations,
         the VM's builtins); ``overhead_s`` (the rest: the VM's own work and the
-        instrument's); and ``per_task``, each task's ``name``, ``weight``, ``best_s``,
-        ``tuned_s`` (weight x best) and ``in_network_s``, largest ``in_network_s`` first.
+        instrument's, less the run-to-run difference between the timed and the profiled
+        runs); and ``per_task``, each task's ``name``, ``weight``, ``trials`` (measured in
+        the run), ``best_s``, ``tuned_s`` (weight x best) and ``in_network_s``, largest
+        ``in_network_s`` first.
     """
     from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)] if wl_path is not None else []
     best: dict[str, float] = {}
+    trials: dict[str, int] = {}
     for index, secs in run_records(Path(work_dir)):
-        if index < len(hashes) and secs:
-            best[hashes[index]] = min(best.get(hashes[index], np.inf), float(np.median(secs)))
+        if index < len(hashes):
+            trials[hashes[index]] = trials.get(hashes[index], 0) + 1
+            if secs:
+                best[hashes[index]] = min(best.get(hashes[index], np.inf), float(np.median(secs)))
     per_task = []
     for t in tasks:
-        b = best.get(str(structural_hash(t.mod)), float("nan"))
-        per_task.append({"name": t.task_name, "weight": float(t.weight), "best_s": b, "tuned_s": float(t.weight) * b,
-                         "in_network_s": profile.get(t.task_name, float("nan"))})
+        h = str(structural_hash(t.mod))
+        b = best.get(h, float("nan"))
+        per_task.append({"name": t.name, "weight": float(t.weight), "trials": trials.get(h, 0), "best_s": b,
+                         "tuned_s": float(t.weight) * b, "in_network_s": profile.get(t.name, float("nan"))})
     per_task.sort(key=lambda r: -(r["in_network_s"] if np.isfinite(r["in_network_s"]) else -1.0))
-    names = {t.task_name for t in tasks}
+    names = {t.name for t in tasks}
     in_network = float(sum(v for k, v in profile.items() if k in names))
     other = float(sum(v for k, v in profile.items() if k not in names))
-    return {"e2e_s": e2e_s, "tuned_sum_s": float(sum(r["tuned_s"] for r in per_task)),
+    return {"e2e_s": e2e_s, "tuned_sum_s": float(sum(r["tuned_s"] for r in per_task if np.isfinite(r["tuned_s"]))),
+            "unmeasured_tasks": [r["name"] for r in per_task if not np.isfinite(r["tuned_s"])],
             "tasks_in_network_s": in_network, "other_calls_s": other,
             "overhead_s": e2e_s - in_network - other if profile else float("nan"),
             "per_task": per_task, "other_calls": {k: v for k, v in profile.items() if k not in names}}
@@ -154,8 +167,8 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
         ``trials`` (measured), ``other_cores``, ``retimed_batches``, ``tuned_sum_s`` (sum of task weight x
         best measured latency), ``e2e_s`` (median end-to-end seconds in the Relax VM),
         ``tasks_in_network_s`` and ``other_calls_s`` (:func:`gap_breakdown`, also written
-        to ``PROFILE_FILE`` in the work dir), ``compile_s`` and ``tune_s`` (wall seconds; 0
-        for a run found finished).
+        to ``PROFILE_FILE`` in the work dir), ``compile_s`` and ``tune_s`` (wall seconds; for
+        a run found finished, from its scheduler log, 0 without one).
 
     Raises:
         UnknownNetworkError: neither a zoo network nor one outside the zoo.
@@ -184,8 +197,9 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     (Path(out_dir) / cfg.network / WEIGHTS_FILE).write_text(json.dumps(weights), encoding="utf-8")
     rows = []
     for model_name in cfg.cost_models:
-        work_dir = run_dir(Path(out_dir) / cfg.network / model_name, cfg.seed, cfg.trials)
-        run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": 0.0}
+        work_dir = run_dir(Path(out_dir) / cfg.network / model_name, cfg.seed, cfg.trials, cfg.trials_per_iter)
+        walls = trial_walls(work_dir)  # a run found finished: its wall time from its scheduler log
+        run = {"other_cores": float("nan"), "retimed_batches": 0, "tune_s": walls[-1][1] if walls else 0.0}
         if len(run_trials(work_dir)) < cfg.trials:
             start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
                                                   f"seed {cfg.seed} ({cfg.trials} trials)")
