@@ -101,11 +101,40 @@ def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         DatasetError: the folder lacks its record files.
         InputError: a record's trace is malformed.
     """
+    return database_traces(*database_files(device_dir))
+
+
+def database_files(device_dir: Path) -> tuple[Path, Path]:
+    """A device folder's workload and record files (plain or gzipped).
+
+    Raises:
+        DatasetError: the folder lacks one of them.
+    """
     device_dir = Path(device_dir)
     wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
     if wl is None or rec is None:
         raise ds.DatasetError(f"{device_dir} lacks {ds.WORKLOAD_FILE} or {ds.RECORD_FILE}")
-    return database_traces(wl, rec)
+    return wl, rec
+
+
+def record_trace_rows(workload_file: Path, record_file: Path, read) -> tuple[list, np.ndarray]:
+    """``read`` applied to the trace (tuning-record JSON form) of every measured record of a
+    JSONDatabase, in the order its featurization keeps them
+    (:func:`cdmpp.featurize.batch.measured_record_lines`), and float64 ``(P,)`` seconds
+    (each record's median) to check the alignment with."""
+    workloads = sum(1 for _ in ds.iter_json_lines(Path(workload_file), []))
+    rows, latency = [], []
+    for _, arr, obj in measured_record_lines(Path(record_file), workloads):
+        rows.append(read(obj[1][0]))
+        latency.append(float(np.median(arr)))
+    return rows, np.asarray(latency)
+
+
+def check_lined_up(record_latency: np.ndarray, latency: np.ndarray) -> None:
+    """Raise ``InputError`` unless the records' latencies equal the featurized programs' labels."""
+    if np.shape(record_latency) != np.shape(latency) or not np.allclose(record_latency, latency, rtol=1e-9, atol=0):
+        raise InputError("the records do not line up with the featurized programs; "
+                         f"{np.size(record_latency)} records against {np.size(latency)} programs")
 
 
 def database_traces(workload_file: Path, record_file: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -114,15 +143,8 @@ def database_traces(workload_file: Path, record_file: Path) -> tuple[np.ndarray,
     Raises:
         InputError: a record's trace is malformed.
     """
-
-    wl, rec = Path(workload_file), Path(record_file)
-
-    workloads = sum(1 for _ in ds.iter_json_lines(wl, []))
-    rows, latency = [], []
-    for _, arr, obj in measured_record_lines(rec, workloads):
-        rows.append(trace_vector(obj[1][0]))
-        latency.append(float(np.median(arr)))
-    return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32), np.asarray(latency)
+    rows, latency = record_trace_rows(workload_file, record_file, trace_vector)
+    return np.stack(rows) if rows else np.zeros((0, TRACE_DIM), np.float32), latency
 
 
 def folder_traces(folders: Sequence[Path], latency: np.ndarray) -> np.ndarray:
@@ -151,10 +173,7 @@ def lined_up(parts: Sequence[tuple[np.ndarray, np.ndarray]], latency: np.ndarray
         InputError: the records do not line up with the programs.
     """
     mats, lats = zip(*parts) if parts else ((), ())
-    lat = np.concatenate(lats) if lats else np.zeros(0)
-    if lat.shape != latency.shape or not np.allclose(lat, latency, rtol=1e-9, atol=0):
-        raise InputError("the records do not line up with the featurized programs; "
-                         f"{lat.size} records against {latency.size} programs")
+    check_lined_up(np.concatenate(lats) if lats else np.zeros(0), latency)
     return np.concatenate(mats) if mats else np.zeros((0, TRACE_DIM), np.float32)
 
 

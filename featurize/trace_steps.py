@@ -33,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp import dataset as ds
 from cdmpp.errors import InputError
-from cdmpp.featurize.batch import measured_record_lines
+from cdmpp.featurize.trace import check_lined_up, database_files, record_trace_rows
 
 MAX_STEPS = 64
 """Instructions kept per trace (the look-ups left out first); a longer trace is cut."""
@@ -118,26 +117,6 @@ def trace_steps(trace_json: list) -> np.ndarray:
     return np.stack(rows) if rows else np.zeros((0, STEP_DIM), np.float32)
 
 
-def database_trace_steps(workload_file: Path, record_file: Path) -> tuple[list[np.ndarray], np.ndarray]:
-    """:func:`trace_steps` of every measured record of a MetaSchedule JSONDatabase, in the
-    order its featurization keeps them (:func:`cdmpp.featurize.batch.measured_record_lines`).
-
-    Returns:
-        ``(steps, latency)``: one float32 ``(S_i, STEP_DIM)`` array per program, and float64
-        ``(P,)`` seconds (each record's median) to check the alignment with.
-
-    Raises:
-        InputError: a record's trace is malformed.
-    """
-    wl, rec = Path(workload_file), Path(record_file)
-    workloads = sum(1 for _ in ds.iter_json_lines(wl, []))
-    steps, latency = [], []
-    for _, arr, obj in measured_record_lines(rec, workloads):
-        steps.append(trace_steps(obj[1][0]))
-        latency.append(float(np.median(arr)))
-    return steps, np.asarray(latency)
-
-
 def folder_trace_steps(folders: Sequence[Path], latency: np.ndarray) -> list[np.ndarray]:
     """The steps of the device folders' programs, in the order of their featurization one
     folder after another (a corpus's program order).
@@ -156,16 +135,10 @@ def folder_trace_steps(folders: Sequence[Path], latency: np.ndarray) -> list[np.
     """
     steps, lats = [], []
     for folder in folders:
-        wl, rec = ds.resolve(Path(folder) / ds.WORKLOAD_FILE), ds.resolve(Path(folder) / ds.RECORD_FILE)
-        if wl is None or rec is None:
-            raise ds.DatasetError(f"{folder} lacks {ds.WORKLOAD_FILE} or {ds.RECORD_FILE}")
-        s, lat = database_trace_steps(wl, rec)
+        s, lat = record_trace_rows(*database_files(folder), trace_steps)
         steps += s
         lats.append(lat)
-    lat = np.concatenate(lats) if lats else np.zeros(0)
-    if lat.shape != np.shape(latency) or not np.allclose(lat, latency, rtol=1e-9, atol=0):
-        raise InputError("the records do not line up with the featurized programs; "
-                         f"{lat.size} records against {np.size(latency)} programs")
+    check_lined_up(np.concatenate(lats) if lats else np.zeros(0), latency)
     return steps
 
 
