@@ -31,7 +31,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -305,8 +305,18 @@ def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
     return model, tc
 
 
-def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | None = None, log=print) -> dict:
+def run_fit_study(
+    cfg: StudyConfig, progress: bool = False, cache_dir: Path | None = None, log=print,
+    earlier: dict | None = None, on_lever: Callable[[dict], None] | None = None,
+) -> dict:
     """Train every lever of ``cfg`` on one split and score fit and validation.
+
+    Args:
+        earlier: the result of an earlier run of this study (same datasets, split, base
+            recipe and trees); its rows are kept, and its levers (and trees) are not
+            trained again. ``None``: start afresh.
+        on_lever: called with the result so far after the trees and after each lever,
+            so that a caller can save every finished row of a long study.
 
     Returns:
         ``{"config", "split", "noise", "ambiguity", "rows"}``; each row has ``lever``,
@@ -334,6 +344,17 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         "lever_descriptions": {n: LEVERS[n].description for n in cfg.levers},
         "rows": [],
     }
+    done = set()
+    if earlier is not None:
+        if not same_study(earlier, result):
+            raise InputError("the earlier study was run on other data, another split or another base recipe; "
+                             "give a new output file")
+        result["rows"] = [r for r in earlier["rows"] if r["lever"] != "-" or cfg.trees]
+        result["lever_descriptions"] = {**earlier.get("lever_descriptions", {}), **result["lever_descriptions"]}
+        done = {r["lever"] for r in result["rows"]}
+        kept = [n for n in earlier["config"]["levers"] if n in done]
+        result["config"]["levers"] = kept + [n for n in cfg.levers if n not in kept]
+        log(f"resuming: {', '.join(sorted(done))} already scored")
     log(f"split: {len(base.train)} training programs, {len(base.val)} validation programs; noise {result['noise']}")
     fit_index = thin_training(base, data.workload, cfg.train_share, cfg.seed).train
     residual_inputs = {}
@@ -347,7 +368,7 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
         steps = folder_trace_steps([corpus.folders[d.device_id] for d in corpus.devices], data.latency)
     if "psf" in cfg.residual_inputs:
         residual_inputs["psf"] = tree_inputs(data, descriptors, np.arange(len(data)))
-    if cfg.trees:
+    if cfg.trees and "-" not in done:
         t0 = time.time()
         tree = TreeBaseline(seed=cfg.seed).fit(tree_inputs(data, descriptors, fit_index), data.latency[fit_index])
         secs = round(time.time() - t0, 1)
@@ -356,7 +377,11 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
             result["rows"].append({"lever": "-", "model": "xgboost PerStoreFeature", "part": part,
                                    **_score(pred, data, index), "train_s": secs})
             log(result["rows"][-1])
+        if on_lever is not None:
+            on_lever(result)
     for name in cfg.levers:
+        if name in done:
+            continue
         lever = LEVERS[name]
         mcfg, tcfg = _configs(cfg, lever, len(corpus.devices))
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
@@ -387,7 +412,18 @@ def run_fit_study(cfg: StudyConfig, progress: bool = False, cache_dir: Path | No
                                        "part": part, **_score(corrected[part], data, idx), "train_s": secs,
                                        "train_programs": int(len(split.train))})
                 log(result["rows"][-1])
+        if on_lever is not None:
+            on_lever(result)
     return result
+
+
+def same_study(a: dict, b: dict) -> bool:
+    """Whether two fit-study results share their data, split and base recipe (their levers
+    may differ): the rows of one can stand beside the other's."""
+    def key(r):
+        c = {k: v for k, v in r["config"].items() if k not in ("levers", "trees", "residual_inputs")}
+        return json.loads(json.dumps([c, r["split"]]))  # tuples and lists alike
+    return key(a) == key(b)
 
 
 def format_study(result: dict) -> str:
@@ -432,7 +468,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="input check: trees on the transformer's residual from the schedule trace's decisions "
                         "(trace) or from PerStoreFeature (psf, the control)")
     parser.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
-    parser.add_argument("-o", "--out", required=True, help="JSON file to write (the markdown table goes beside it)")
+    parser.add_argument("-o", "--out", required=True,
+                        help="JSON file to write after every lever (the markdown table goes beside it); when it "
+                        "exists, the study resumes: its levers are kept and not trained again")
+    parser.add_argument("--fresh", action="store_true", help="start afresh even when --out exists")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -447,9 +486,14 @@ def main(args: argparse.Namespace) -> int:
     def log(row):
         print(row, flush=True)
 
-    result = run_fit_study(cfg, progress=False, cache_dir=Path(args.cache), log=log)
-    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
-    table = format_study(result)
-    out.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
-    print(table)
+    def save(result):
+        ds.write_json_atomic(out, result)
+        out.with_suffix(".md").write_text(format_study(result) + "\n", encoding="utf-8")
+
+    earlier = None
+    if out.exists() and not args.fresh:
+        earlier = json.loads(out.read_text(encoding="utf-8"))
+    result = run_fit_study(cfg, progress=False, cache_dir=Path(args.cache), log=log, earlier=earlier, on_lever=save)
+    save(result)
+    print(format_study(result))
     return 0
