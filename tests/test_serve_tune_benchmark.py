@@ -266,3 +266,21 @@ def test_runs_are_paired_by_seed_number_not_by_position(tmp_path):
             ratio_summary(curves, at=(1,), markdown=False).splitlines()}
     assert rows[("cdmpp", "10", "1")][0] == "0.500"  # 5.0 against seed 10's 10.0, not seed 2's 2.0
     assert not any(k[0] == "cdmpp" and k[1] == "2" for k in rows)
+
+
+def test_the_heldout_table_has_one_table_per_plugin_variant_from_the_kept_records(tmp_path):
+    """The search settings' published means, read back from the records in git."""
+    import shutil
+    from pathlib import Path
+
+    from cdmpp.bench.tune_cli import _write_heldout_table
+
+    root = Path(__file__).resolve().parent.parent / "datasets/tuning/cpu-amd_epyc-znver4-avx512"
+    out = shutil.copytree(root / "heldout6-search-64", tmp_path / "search")
+    _write_heldout_table(out, root / "heldout6-xgb-512", 16, ["cdmpp-wide", "cdmpp-explore"])
+    text = (out / "tune_heldout.md").read_text()
+    tables = [t for t in text.split("\n\n") if t.strip()]
+    assert len(tables) == 2 and "cdmpp-wide 64 / xgb 512" in tables[0] and "cdmpp-explore 64 / xgb 512" in tables[1]
+    means = [t.splitlines()[-1].split("|") for t in tables]
+    assert [m[3].strip() for m in means] == ["1.20", "1.32"]  # after 32 trials over XGBoost's 256-trial best
+    assert [m[4].strip() for m in means] == ["1.21", "1.27"]  # after 64 over its 512

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from cdmpp.bench.tune import (
@@ -125,8 +126,8 @@ def _cmd_tune_benchmark(args) -> int:
             if not own:
                 walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
-            plugin = next((m for m in args.cost_models if m != "xgb"), "cdmpp")
-            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugin)
+            plugins = [m for m in args.cost_models if m != "xgb"] or ["cdmpp"]
+            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins)
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
@@ -136,13 +137,15 @@ def _cmd_tune_benchmark(args) -> int:
     return 0
 
 
-def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugin: str = "cdmpp") -> None:
-    """Print the held-out table (:func:`cdmpp.bench.tune_table.heldout_table`) and write it
-    (``tune_heldout.md``) and every run's best-so-far every ``every`` trials (``tune_curves.csv``,
-    the reference's runs included) into ``out_dir``."""
+def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",)) -> None:
+    """Print the held-out table (:func:`cdmpp.bench.tune_table.heldout_table`) of each of
+    ``plugins`` and write them (``tune_heldout.md``, one table per cost model) and every
+    run's best-so-far every ``every`` trials (``tune_curves.csv``, the reference's runs
+    included) into ``out_dir``."""
     from .tune_table import curve_rows, heldout_table  # noqa: PLC0415  (only on the branch that needs it)
 
-    table, _ = heldout_table(out_dir, reference, plugin=plugin)
+    tables = [heldout_table(out_dir, reference, plugin=p)[0] for p in plugins]
+    table = "\n\n".join(tables)
     print(table)
     (out_dir / "tune_heldout.md").write_text(table + "\n", encoding="utf-8")
     rows = curve_rows([out_dir] if out_dir.resolve() == reference.resolve() else [out_dir, reference], every)
