@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,12 +187,20 @@ class FeaturizedPrograms:
         )
 
     def save(self, path: Path) -> None:
-        """Write to an ``.npz`` file (no pickle)."""
+        """Write to an ``.npz`` file (no pickle), through a temporary file and a rename, so
+        that a process killed while writing leaves no partial file behind."""
         psf = {} if self.psf is None or self.psf_ptr is None else {"psf": self.psf, "psf_ptr": self.psf_ptr}
         loops = ({"loop_x": self.loop_x, "loop_pos": self.loop_pos, "loop_ptr": self.loop_ptr,
                   "loop_dim": np.asarray(LOOP_DIM)} if self.has_loops else {})
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            self._write(f, loops, psf)
+        os.replace(tmp, path)
+
+    def _write(self, f, loops: dict, psf: dict) -> None:
         np.savez_compressed(
-            path,
+            f,
             **loops,
             x=self.x,
             pos=self.pos,
@@ -231,7 +241,7 @@ class FeaturizedPrograms:
                     **({"loop_x": z["loop_x"], "loop_pos": z["loop_pos"], "loop_ptr": z["loop_ptr"]}
                        if "loop_x" in z and int(z["loop_dim"]) == LOOP_DIM else {}),
                 )
-        except (OSError, KeyError, EOFError) as err:
+        except (OSError, KeyError, EOFError, zipfile.BadZipFile) as err:
             raise ValueError(f"corrupt featurized-programs file {path}: {err}") from err
 
 

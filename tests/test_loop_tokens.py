@@ -44,6 +44,11 @@ def test_merged_tokens_follow_the_pre_order_and_survive_the_cache(tmp_path):
     data.save(tmp_path / "f.npz")
     again = FeaturizedPrograms.load(tmp_path / "f.npz")
     assert again.has_loops and np.array_equal(again.loop_x, data.loop_x)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.npz"]  # written through a renamed temporary file
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes((tmp_path / "f.npz").read_bytes()[:200])  # what a killed writer would have left
+    with pytest.raises(ValueError, match="corrupt featurized-programs file"):
+        FeaturizedPrograms.load(cut)
     both = FeaturizedPrograms.concat([data.subset(np.array([1])), data.subset(np.array([0]))])
     np.testing.assert_array_equal(with_loop_tokens(both).x, with_loop_tokens(data.subset(np.array([1, 0]))).x)
     with pytest.raises(InputError, match="without their loops"):
