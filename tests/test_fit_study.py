@@ -26,7 +26,9 @@ def test_a_study_resumes_from_its_output_and_keeps_finished_levers(two_device_da
 
     said = []
     monkeypatch.setattr("builtins.print", lambda *a, **k: said.append(" ".join(map(str, a))))
-    assert fit_study.main(_args(two_device_dataset, out, ["huber", "current"])) == 0
+    monkeypatch.chdir(two_device_dataset.parent)  # the same folders, by a relative path
+    assert fit_study.main(_args(two_device_dataset.relative_to(two_device_dataset.parent), out,
+                                ["huber", "current"])) == 0
     second = json.loads(out.read_text())
     levers = [r["lever"] for r in second["rows"]]
     assert levers == ["huber", "huber", "current", "current"]

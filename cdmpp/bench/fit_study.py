@@ -420,8 +420,8 @@ def run_fit_study(
 def same_study(a: dict, b: dict) -> bool:
     """Whether two fit-study results share their data, split and base recipe (their levers
     may differ): the rows of one can stand beside the other's."""
-    def key(r):
-        c = {k: v for k, v in r["config"].items() if k not in ("levers", "trees", "residual_inputs")}
+    def key(r):  # the devices name the data: the same folders may be given by another path
+        c = {k: v for k, v in r["config"].items() if k not in ("levers", "trees", "residual_inputs", "datasets")}
         return json.loads(json.dumps([c, r["split"]]))  # tuples and lists alike
     return key(a) == key(b)
 
