@@ -90,6 +90,7 @@ def _cmd_collect(args) -> int:
         tuned_guide=args.tuned_guide,
         tuned_checkpoint=Path(args.tuned_checkpoint) if args.tuned_checkpoint else None,
         tuned_population=args.tuned_population,
+        tuned_skip_networks=tuple(args.tuned_skip_network or ()),
     )
     requests = []
 
@@ -234,6 +235,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="the cost model guiding the tuned phase: MetaSchedule's XGBModel or cdmpp's plugin")
     s.add_argument("--tuned-checkpoint", default=None, help="the plugin's checkpoint (default: the shipped one)")
     s.add_argument("--tuned-population", type=int, default=512, help="population of the tuned phase's search")
+    s.add_argument("--tuned-skip-network", nargs="+", default=None, metavar="NET",
+                   help="never tune the workloads of these networks (a held-out test network; its tasks must be "
+                        "in the folder's manifest)")
     s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
                    help="2: one task's batch builds while another task samples (build workers are paused "
                         "during every timing); 1: sample, build and time each batch in turn")

@@ -217,6 +217,9 @@ class CollectConfig:
             ``tuned_checkpoint``) guides the tuned phase.
         tuned_checkpoint: the plugin's checkpoint (``None``: the shipped one).
         tuned_population: population of the tuned phase's search (TVM's default 512).
+        tuned_skip_networks: networks whose workloads never get a tuned phase, such as a
+            held-out test network whose workloads other networks share (their tasks must
+            be in the folder's manifest: collect them first).
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -249,10 +252,12 @@ class CollectConfig:
     tuned_guide: str = "xgb"
     tuned_checkpoint: Path | None = None
     tuned_population: int = 512
+    tuned_skip_networks: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
         self.rounds = tuple(int(r) for r in self.rounds)
+        self.tuned_skip_networks = tuple(self.tuned_skip_networks)
         if not self.networks:
             raise InputError("no networks to collect (see `cdmpp networks`)")
         if self.programs_per_task < 1 or self.batch_size < 1:
@@ -285,7 +290,8 @@ class CollectConfig:
             return None
         return {"tasks_per_network": self.tuned_tasks, "programs": self.tuned_programs, "guide": self.tuned_guide,
                 "checkpoint": str(self.tuned_checkpoint) if self.tuned_checkpoint else None,
-                "population": self.tuned_population}
+                "population": self.tuned_population,
+                **({"skip_networks": list(self.tuned_skip_networks)} if self.tuned_skip_networks else {})}
 
 
 @dataclass

@@ -16,7 +16,7 @@ from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectConfig, CollectSummary, MachineBusyError
 from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
-from .sampling import make_tune_context, plan_tasks, sampling_threads, tuned_task_keys
+from .sampling import make_tune_context, plan_tasks, sampling_threads, skipped_workloads, tuned_task_keys
 from .store import (
     DatasetStore,
     TaskEntry,
@@ -343,6 +343,7 @@ def collect(
     target = Target(device.target)
     device_dir = Path(cfg.out_dir) / device.device_id
     store = DatasetStore(device_dir)
+    skip = skipped_workloads(ds.read_manifest(device_dir), cfg.tuned_skip_networks)  # raises before anything is written
     clock = StageClock()
     every, visit, workloads = plan_tasks(cfg, device_dir, store, target, clock)
     manifest = build_manifest(device, cfg, ds.read_manifest(device_dir), every)
@@ -369,7 +370,7 @@ def collect(
         bench = make_bench(cfg, device, target, clock, tmp)
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
         if cfg.tuned_tasks:
-            run.tuned_keys = tuned_task_keys(visit, cfg.tuned_tasks)  # of the tasks this run visits
+            run.tuned_keys = tuned_task_keys(visit, cfg.tuned_tasks, skip)  # of the tasks this run visits
         try:
             for goal in cfg.goals:
                 run.run_round(visit, goal)

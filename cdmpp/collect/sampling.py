@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import dataset as ds
 from ..device import DeviceDescriptor
+from ..errors import InputError
 from .config import CollectConfig
 from .machine import StageClock
 from .store import DatasetStore, TaskEntry, known_tasks
@@ -122,13 +123,31 @@ def make_tune_context(
     return ctx, cost_model
 
 
-def tuned_task_keys(every: list[TaskEntry], per_network: int) -> set[str]:
+def tuned_task_keys(every: list[TaskEntry], per_network: int, skip: set[str] = frozenset()) -> set[str]:
     """Workload keys of the ``per_network`` largest tasks of each network by task weight x
-    FLOPs (the tuned phase's tasks)."""
+    FLOPs (the tuned phase's tasks), leaving out the workload keys in ``skip``."""
     keys: set[str] = set()
     for net in dict.fromkeys(t.network for t in every):
-        ranked = sorted((t for t in every if t.network == net), key=lambda t: -t.weight * t.flops)
+        ranked = sorted((t for t in every if t.network == net and t.workload_key not in skip),
+                        key=lambda t: -t.weight * t.flops)
         keys |= {t.workload_key for t in ranked[:per_network]}
+    return keys
+
+
+def skipped_workloads(manifest: dict, networks: tuple[str, ...]) -> set[str]:
+    """Workload keys of these networks' tasks in a device folder's manifest (the tuned
+    phase's :attr:`CollectConfig.tuned_skip_networks`).
+
+    Raises:
+        InputError: a network has no tasks in the manifest.
+    """
+    keys: set[str] = set()
+    for net in networks:
+        found = {t["workload_key"] for t in manifest.get("tasks", []) if t["network"] == net and t.get("workload_key")}
+        if not found:
+            raise InputError(f"tuned_skip_networks: {net!r} has no tasks in this folder's manifest; collect it "
+                             f"first (any number of programs) so that its workloads are known")
+        keys |= found
     return keys
 
 
