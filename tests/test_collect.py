@@ -938,3 +938,22 @@ def test_collect_config_rejects_unusable_settings_for_python_callers_too(tmp_pat
         MeasureConfig(repeat=0)
     with pytest.raises(InputError, match="max_other_cores"):
         QuietConfig(max_other_cores=-1)
+
+
+def test_the_tuned_phase_skips_a_held_out_networks_workloads():
+    """A workload that the held-out network shares with a training network is never tuned: the
+    next largest task of that network is tuned instead."""
+    from cdmpp.collect.sampling import skipped_workloads, tuned_task_keys
+    from cdmpp.collect.store import TaskEntry
+
+    tasks = [TaskEntry("net_a", "big", 2, 1e9, None, "k1"), TaskEntry("net_a", "mid", 1, 1e9, None, "k2"),
+             TaskEntry("net_a", "small", 1, 1e6, None, "k3"), TaskEntry("net_b", "only", 1, 1e6, None, "k4")]
+    assert tuned_task_keys(tasks, 1) == {"k1", "k4"}
+    manifest = {"tasks": [{"network": "held_out", "task_name": "t", "workload_key": "k1"},
+                          {"network": "net_a", "task_name": "big", "workload_key": "k1"}]}
+    skip = skipped_workloads(manifest, ("held_out",))
+    assert skip == {"k1"}
+    assert tuned_task_keys(tasks, 1, skip) == {"k2", "k4"}
+    assert skipped_workloads(manifest, ()) == set()
+    with pytest.raises(InputError, match="'resnet_50-b1' has no tasks"):
+        skipped_workloads(manifest, ("resnet_50-b1",))

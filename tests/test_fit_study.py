@@ -3,6 +3,7 @@
 import argparse
 import json
 
+import numpy as np
 import pytest
 
 from cdmpp.bench import fit_study
@@ -45,3 +46,69 @@ def test_a_study_refuses_to_resume_onto_another_split(two_device_dataset, tmp_pa
     # --fresh starts again and replaces the file
     assert fit_study.main(_args(two_device_dataset, out, ["current"], seed=1, fresh=True)) == 0
     assert {r["lever"] for r in json.loads(out.read_text())["rows"]} == {"current"}
+
+
+def _with_tuned_phase(src, dst):
+    """A copy of ``src`` whose first device folder marks each task's last program as measured by
+    a tuned phase (``tuned_from`` in its manifest entry), as `cdmpp collect --tuned-tasks` does."""
+    import shutil
+
+    from cdmpp import dataset as ds
+
+    shutil.copytree(src, dst)
+    folder = sorted(p for p in dst.iterdir() if p.is_dir())[0]
+    m = ds.read_manifest(folder)
+    db = ds.load_device_dir(folder)
+    counts = {}
+    for p in db.programs:
+        key = db.workload_keys[p.workload_index]
+        counts[key] = counts.get(key, 0) + 1
+    marked = 0
+    for t in m["tasks"]:
+        n = counts.get(t["workload_key"], 0)
+        if n >= 4 and "tuned_from" not in t and not any(u.get("tuned_from") for u in m["tasks"]
+                                                         if u["workload_key"] == t["workload_key"]):
+            t["tuned_from"] = n - 1
+            marked += 1
+    ds.write_json_atomic(folder / ds.MANIFEST_FILE, m)
+    return marked
+
+
+def test_tuned_phase_programs_are_found_by_their_rank_in_the_task(two_device_dataset, tmp_path):
+    from cdmpp.train.devices import load_corpus, tuned_phase
+
+    marked = _with_tuned_phase(two_device_dataset, tmp_path / "data")
+    corpus = load_corpus(tmp_path / "data", tmp_path / "cache", progress=False)
+    mask = tuned_phase(corpus)
+    assert marked > 0 and mask.sum() == marked  # one per marked task: its last record
+    first = corpus.data.device == 1
+    assert not mask[~first].any()
+    for key in np.unique(corpus.raw_keys[mask]):  # the last program of its task on that device
+        rows = np.flatnonzero(first & (corpus.raw_keys == key))
+        assert mask[rows].tolist() == [False] * (len(rows) - 1) + [True]
+
+
+def test_tuned_data_against_as_many_random_programs(two_device_dataset, tmp_path):
+    """The fast-end data's validation check: the tuned lever trains on the thinned random
+    programs plus every tuned one, the control on as many more random ones; tuned programs of
+    validation workloads are a part of their own."""
+    marked = _with_tuned_phase(two_device_dataset, tmp_path / "data")
+    out = tmp_path / "study.json"
+    parser = argparse.ArgumentParser()
+    fit_study.add_arguments(parser)
+    args = parser.parse_args(["-d", str(tmp_path / "data"), "--levers", "huber-trace", "huber-trace-tuned",
+                              "huber-trace-random", "--epochs", "1", "--no-trees", "--train-share", "0.25",
+                              "--cache", str(tmp_path / "cache"), "-o", str(out)])
+    assert fit_study.main(args) == 0
+    result = json.loads(out.read_text())
+    split = result["split"]
+    assert split["tuned_train"] + split["tuned_validation"] == marked and split["tuned_train"] > 0
+    fit = {r["lever"]: r["train_programs"] for r in result["rows"] if r["part"] == "fit"}
+    assert fit["huber-trace-tuned"] == fit["huber-trace-random"] == fit["huber-trace"] + split["tuned_train"]
+    parts = {r["part"] for r in result["rows"]}
+    assert parts == {"fit", "validation"} | ({"validation-tuned"} if split["tuned_validation"] else set())
+
+
+def test_tuned_levers_need_tuned_programs(two_device_dataset, tmp_path):
+    with pytest.raises(InputError, match="tuned-phase programs"):
+        fit_study.main(_args(two_device_dataset, tmp_path / "s.json", ["huber-trace-tuned"]))

@@ -83,6 +83,33 @@ class DeviceCorpus:
         return np.stack(rows + [descriptor_vector(d) for d in self.devices]).astype(np.float32)
 
 
+def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
+    """Which programs a collection's tuned phase measured (the fast-end policy,
+    :data:`cdmpp.collect.config.TUNED_POLICY`).
+
+    A task's manifest entry gives ``tuned_from``, the count of its records (in file order)
+    measured before its tuned phase began; the corpus keeps each folder's records in file
+    order, so a task's programs from that rank on are the tuned ones.
+
+    Returns:
+        bool ``(P,)``, True for a tuned-phase program.
+    """
+    out = np.zeros(len(corpus.data), dtype=bool)
+    for row, dev in enumerate(corpus.devices, start=1):
+        starts: dict[str, int] = {}
+        for t in corpus.manifests[dev.device_id].get("tasks", []):
+            if "tuned_from" in t:
+                key = t["workload_key"]
+                starts[key] = min(int(t["tuned_from"]), starts.get(key, int(t["tuned_from"])))
+        if not starts:
+            continue
+        idx = np.flatnonzero(corpus.data.device == row)
+        keys = corpus.raw_keys[idx]
+        for key, start in starts.items():
+            out[idx[keys == key][start:]] = True
+    return out
+
+
 def device_of_manifest(manifest: dict, folder: Path) -> DeviceDescriptor:
     """The device descriptor a device folder's manifest records.
 

@@ -45,7 +45,7 @@ from cdmpp.featurize.trace_steps import folder_trace_steps, with_trace_sequence
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
 from cdmpp.train.metrics import summary
-from cdmpp.train.splits import drop_unstable_labels, thin_training
+from cdmpp.train.splits import Split, drop_unstable_labels, thin_training
 
 STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slope",
                  "best_speed")
@@ -65,6 +65,11 @@ class Lever:
         trace_sequence: add every instruction of the schedule trace as a token before each
             program's leaves (:func:`cdmpp.featurize.trace_steps.with_trace_sequence`; TLP's
             input), instead of the one token.
+        extra_data: ``"tuned"``: add every tuned-phase program of the training workloads
+            (:func:`cdmpp.train.devices.tuned_phase`) to the training programs;
+            ``"random"``: add as many more programs of the other phases, drawn from the
+            training workloads' programs the ``train_share`` left out (the control);
+            ``""``: neither.
     """
 
     name: str
@@ -73,6 +78,7 @@ class Lever:
     train: dict = field(default_factory=dict)
     trace_token: bool = False
     trace_sequence: bool = False
+    extra_data: str = ""
 
 
 LEVERS: dict[str, Lever] = {
@@ -116,6 +122,11 @@ LEVERS: dict[str, Lever] = {
         Lever("huber-trace-seq", "Huber loss, every schedule instruction with its decisions as a token before "
               "the leaves (TLP's sequence), instead of the one trace token", train={"huber_delta": 0.1},
               trace_sequence=True),
+        Lever("huber-trace-tuned", "huber-trace, plus every tuned-phase program of the training workloads (the "
+              "fast-end collection policy)", train={"huber_delta": 0.1}, trace_token=True, extra_data="tuned"),
+        Lever("huber-trace-random", "huber-trace, plus as many more random and evolutionary programs of the "
+              "training workloads (the control of huber-trace-tuned)", train={"huber_delta": 0.1}, trace_token=True,
+              extra_data="random"),
         Lever("huber-trace-seq-loops", "huber-trace-seq with every loop of the compact AST as a token among the "
               "leaves", model={"loop_tokens": True}, train={"huber_delta": 0.1}, trace_sequence=True),
     )
@@ -290,6 +301,27 @@ def residual_rows(pred: dict[str, np.ndarray], data, inputs: dict[str, np.ndarra
     return out
 
 
+def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int):
+    """``split`` with a lever's extra training programs (:attr:`Lever.extra_data`): the
+    tuned-phase programs ``tuned_train``, or as many of ``base``'s training programs that
+    ``split`` left out, drawn with ``seed``.
+
+    Raises:
+        InputError: fewer left-out programs than tuned ones (a ``train_share`` too large).
+    """
+    if not extra:
+        return split
+    if extra == "tuned":
+        add = tuned_train
+    else:
+        rest = np.setdiff1d(base.train, split.train)
+        if len(rest) < len(tuned_train):
+            raise InputError(f"the random control needs {len(tuned_train)} more training programs, but the train "
+                             f"share leaves out only {len(rest)}; lower --train-share")
+        add = np.random.default_rng(seed).choice(rest, size=len(tuned_train), replace=False)
+    return Split(np.sort(np.concatenate([split.train, add])), split.val, split.test, split.holdout)
+
+
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
     from cdmpp.model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
 
@@ -327,20 +359,36 @@ def run_fit_study(
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
     from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs, tuned_phase  # noqa: PLC0415  (keeps torch off this module's import)
     from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     loops = any(LEVERS[n].model.get("loop_tokens") for n in cfg.levers)
     corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops)
     base = split_corpus(corpus, None, seed=cfg.seed)
+    # tuned-phase programs train only the levers that ask for them; on validation workloads they are a part of their own
+    tuned = tuned_phase(corpus)
+    tuned_train = base.train[tuned[base.train]]
+    base = Split(base.train[~tuned[base.train]], base.val, base.test, base.holdout)
+    val_parts = {"validation": base.val[~tuned[base.val]]}
+    if tuned[base.val].any():
+        val_parts["validation-tuned"] = base.val[tuned[base.val]]
+    for name in cfg.levers:
+        if LEVERS[name].extra_data and not len(tuned_train):
+            raise InputError(f"lever {name} needs tuned-phase programs of training workloads; collect some with "
+                             f"`cdmpp collect --tuned-tasks N`")
     data, descriptors = corpus.data, corpus.descriptors()
     folders = [d for d in corpus_dirs(cfg.datasets) if d.name not in cfg.exclude]
+    split_counts = {"train": int(len(base.train)), "validation": int(len(val_parts["validation"]))}
+    if tuned.any():
+        split_counts.update(tuned_train=int(len(tuned_train)),
+                            tuned_validation=int(len(val_parts.get("validation-tuned", ()))))
     result = {
         "config": {**dataclasses.asdict(cfg), "datasets": [str(d) for d in cfg.datasets],
                    "devices": [d.device_id for d in corpus.devices]},
-        "split": {"train": int(len(base.train)), "validation": int(len(base.val))},
+        "split": split_counts,
         "noise": noise_ceiling(folders),
-        "ambiguity": {"train": feature_ambiguity(data, base.train), "validation": feature_ambiguity(data, base.val)},
+        "ambiguity": {"train": feature_ambiguity(data, base.train),
+                      "validation": feature_ambiguity(data, val_parts["validation"])},
         "lever_descriptions": {n: LEVERS[n].description for n in cfg.levers},
         "rows": [],
     }
@@ -355,7 +403,7 @@ def run_fit_study(
         kept = [n for n in earlier["config"]["levers"] if n in done]
         result["config"]["levers"] = kept + [n for n in cfg.levers if n not in kept]
         log(f"resuming: {', '.join(sorted(done))} already scored")
-    log(f"split: {len(base.train)} training programs, {len(base.val)} validation programs; noise {result['noise']}")
+    log(f"split: {split_counts}; noise {result['noise']}")
     fit_index = thin_training(base, data.workload, cfg.train_share, cfg.seed).train
     residual_inputs = {}
     traces = None
@@ -372,7 +420,7 @@ def run_fit_study(
         t0 = time.time()
         tree = TreeBaseline(seed=cfg.seed).fit(tree_inputs(data, descriptors, fit_index), data.latency[fit_index])
         secs = round(time.time() - t0, 1)
-        for part, index in (("fit", fit_index), ("validation", base.val)):
+        for part, index in (("fit", fit_index), *val_parts.items()):
             pred = tree.predict(tree_inputs(data, descriptors, index))
             result["rows"].append({"lever": "-", "model": "xgboost PerStoreFeature", "part": part,
                                    **_score(pred, data, index), "train_s": secs})
@@ -385,6 +433,7 @@ def run_fit_study(
         lever = LEVERS[name]
         mcfg, tcfg = _configs(cfg, lever, len(corpus.devices))
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
+        split = _with_extra_data(split, base, tuned_train, lever.extra_data, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
         lever_data = data
         if mcfg.loop_tokens:
@@ -399,7 +448,7 @@ def run_fit_study(
         model = fit_transformer(lever_data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
                                 device_descriptors=descriptors)
         secs = round(time.time() - t0, 1)
-        index = {"fit": split.train, "validation": base.val}
+        index = {"fit": split.train, **val_parts}
         pred = {part: predict_latency_array(model, lever_data, idx) for part, idx in index.items()}
         for part, idx in index.items():
             result["rows"].append({"lever": name, "model": "cdmpp transformer", "part": part,
