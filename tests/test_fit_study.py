@@ -112,3 +112,15 @@ def test_tuned_data_against_as_many_random_programs(two_device_dataset, tmp_path
 def test_tuned_levers_need_tuned_programs(two_device_dataset, tmp_path):
     with pytest.raises(InputError, match="tuned-phase programs"):
         fit_study.main(_args(two_device_dataset, tmp_path / "s.json", ["huber-trace-tuned"]))
+
+
+def test_a_folder_that_gained_tuned_programs_keeps_its_study():
+    """Tuned-phase programs train only the levers that ask for them: the other levers' split is
+    unchanged, so a study resumes; another split does not."""
+    config = {"levers": ["huber"], "epochs": 8, "seed": 0, "datasets": ["a"], "devices": ["d"]}
+    before = {"config": config, "split": {"train": 10, "validation": 3}}
+    after = {"config": {**config, "levers": ["huber-trace-tuned"], "datasets": ["b"]},
+             "split": {"train": 10, "validation": 3, "tuned_train": 5, "tuned_validation": 1}}
+    assert fit_study.same_study(before, after)
+    assert not fit_study.same_study(before, {**after, "split": {**after["split"], "validation": 4}})
+    assert not fit_study.same_study(before, {**after, "config": {**after["config"], "seed": 1}})

@@ -471,7 +471,10 @@ def same_study(a: dict, b: dict) -> bool:
     may differ): the rows of one can stand beside the other's."""
     def key(r):  # the devices name the data: the same folders may be given by another path
         c = {k: v for k, v in r["config"].items() if k not in ("levers", "trees", "residual_inputs", "datasets")}
-        return json.loads(json.dumps([c, r["split"]]))  # tuples and lists alike
+        # tuned-phase programs train only the levers that ask for them, so a folder that gained
+        # some still has the same split for the others
+        split = {k: r["split"][k] for k in ("train", "validation")}
+        return json.loads(json.dumps([c, split]))  # tuples and lists alike
     return key(a) == key(b)
 
 
