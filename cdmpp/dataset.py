@@ -362,6 +362,19 @@ def _repeats_line(programs: list) -> str:
     return f"- Programs by repeats kept: {parts}{note}"
 
 
+def _tuned_lines(m: dict, per_wl: np.ndarray, index_of: dict[str, int]) -> list[str]:
+    """The card's line on the tuned phase's programs (none without a tuned phase)."""
+    starts: dict[str, int] = {}
+    for t in m.get("tasks", []):
+        if "tuned_from" in t:
+            starts[t["workload_key"]] = min(int(t["tuned_from"]), starts.get(t["workload_key"], int(t["tuned_from"])))
+    if not starts:
+        return []
+    count = sum(max(0, int(per_wl[index_of[k]]) - s) for k, s in starts.items() if k in index_of)
+    return [f"- Tuned phase (the fast-end policy, `sampling.tuned_policy`): {count} programs of {len(starts)} tasks, "
+            f"each task's records from its manifest entry's `tuned_from` on"]
+
+
 def card(device_dir: Path) -> str:
     """A markdown dataset card of one device folder: counts, latency range and noise.
 
@@ -397,6 +410,7 @@ def card(device_dir: Path) -> str:
         f"max {lat.max() * 1e3:.2f} ms",
         f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
         _repeats_line(db.programs),
+        *_tuned_lines(m, per_wl, index_of),
         drift_line(device_dir),
         _throughput_line(m),
         "",

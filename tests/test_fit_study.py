@@ -86,6 +86,12 @@ def test_tuned_phase_programs_are_found_by_their_rank_in_the_task(two_device_dat
     for key in np.unique(corpus.raw_keys[mask]):  # the last program of its task on that device
         rows = np.flatnonzero(first & (corpus.raw_keys == key))
         assert mask[rows].tolist() == [False] * (len(rows) - 1) + [True]
+    # the device folder's card counts them
+    from cdmpp import dataset as ds
+
+    folder = corpus.folders[corpus.devices[0].device_id]
+    assert f"Tuned phase (the fast-end policy, `sampling.tuned_policy`): {marked} programs of {marked} tasks" in \
+        ds.card(folder)
 
 
 def test_tuned_data_against_as_many_random_programs(two_device_dataset, tmp_path):
