@@ -362,12 +362,20 @@ def _repeats_line(programs: list) -> str:
     return f"- Programs by repeats kept: {parts}{note}"
 
 
+def tuned_starts(manifest: dict) -> dict[str, int]:
+    """Per workload key with a tuned phase, the count of its records (in file order)
+    measured before that phase began (the smallest ``tuned_from`` of its tasks)."""
+    starts: dict[str, int] = {}
+    for t in manifest.get("tasks", []):
+        if "tuned_from" in t:
+            start = int(t["tuned_from"])
+            starts[t["workload_key"]] = min(start, starts.get(t["workload_key"], start))
+    return starts
+
+
 def _tuned_lines(m: dict, per_wl: np.ndarray, index_of: dict[str, int]) -> list[str]:
     """The card's line on the tuned phase's programs (none without a tuned phase)."""
-    starts: dict[str, int] = {}
-    for t in m.get("tasks", []):
-        if "tuned_from" in t:
-            starts[t["workload_key"]] = min(int(t["tuned_from"]), starts.get(t["workload_key"], int(t["tuned_from"])))
+    starts = tuned_starts(m)
     if not starts:
         return []
     count = sum(max(0, int(per_wl[index_of[k]]) - s) for k, s in starts.items() if k in index_of)

@@ -96,11 +96,7 @@ def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
     """
     out = np.zeros(len(corpus.data), dtype=bool)
     for row, dev in enumerate(corpus.devices, start=1):
-        starts: dict[str, int] = {}
-        for t in corpus.manifests[dev.device_id].get("tasks", []):
-            if "tuned_from" in t:
-                key = t["workload_key"]
-                starts[key] = min(int(t["tuned_from"]), starts.get(key, int(t["tuned_from"])))
+        starts = ds.tuned_starts(corpus.manifests[dev.device_id])
         if not starts:
             continue
         idx = np.flatnonzero(corpus.data.device == row)
