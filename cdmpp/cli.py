@@ -92,7 +92,7 @@ def _cmd_train(args) -> int:
         benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
         cache_dir=Path(args.cache),
     )
-    result = train(data, Path(args.out), mcfg, tcfg, use_wandb=not args.no_wandb)
+    result = train(data, Path(args.out), mcfg, tcfg, use_wandb=not args.no_wandb, resume=args.resume)
     print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
     if result.rows:
         print(result.table())
@@ -288,6 +288,9 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--no-wandb", action="store_true", help="do not log to wandb (offline by default)")
+    s.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run of the same command from its latest finished epoch "
+                        "(OUT/resume/last.ckpt, written after every epoch and removed when training ends)")
     s.add_argument("--benchmark-table", default=None, help="benchmark.md to embed in the model card")
     s.add_argument(
         "--cmd-target",

@@ -240,3 +240,38 @@ def test_train_data_rejects_options_that_do_not_fit_the_data(tmp_path):
     with pytest.raises(InputError, match="several device folders"):
         TrainData([tmp_path], split="within-task").check(several=False)
     TrainData([tmp_path], split="within-task").check(several=True)  # fits: no error
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_featurized, tmp_path, monkeypatch):
+    from cdmpp.errors import InputError
+    from cdmpp.train.lightning import EpochHistory
+
+    db, data = tiny_featurized
+    split = _split(data, db.manifest["tasks"])
+    cfg = ModelConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64, dropout=0.2)
+    tc = TrainConfig(batch_size=4, epochs=3)
+    whole: list = []
+    uninterrupted = fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, history=whole)
+
+    end_of_epoch = EpochHistory.on_train_epoch_end
+
+    def stop_after_two(self, trainer, module):  # an interruption after the second epoch
+        end_of_epoch(self, trainer, module)
+        trainer.should_stop = trainer.current_epoch + 1 == 2
+
+    monkeypatch.setattr(EpochHistory, "on_train_epoch_end", stop_after_two)
+    folder = tmp_path / "resume"
+    fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, resume_dir=folder)
+    monkeypatch.setattr(EpochHistory, "on_train_epoch_end", end_of_epoch)
+    assert (folder / "last.ckpt").exists()
+    with pytest.raises(InputError, match="another recipe or split"):
+        fit_transformer(data, split, cfg, TrainConfig(batch_size=4, epochs=4), use_wandb=False, progress=False,
+                        resume_dir=folder, resume=True)
+    assert (folder / "last.ckpt").exists()  # a refused resume keeps the checkpoint
+    resumed_history: list = []
+    resumed = fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, history=resumed_history,
+                              resume_dir=folder, resume=True)
+    assert not folder.exists()  # every epoch ran
+    assert [h["epoch"] for h in resumed_history] == [1, 2, 3]
+    assert [h["train_loss"] for h in resumed_history] == [h["train_loss"] for h in whole]
+    np.testing.assert_array_equal(predict_latency_array(resumed, data), predict_latency_array(uninterrupted, data))

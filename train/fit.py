@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import shutil
 from pathlib import Path
 
 import lightning as L
@@ -14,8 +17,11 @@ from cdmpp.featurize.batch import FeaturizedPrograms
 from cdmpp.model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
 
 from .config import resolve_precision
-from .lightning import EpochHistory, LatencyModule, ProgramDataModule, TrainConfig, make_trainer
+from .lightning import EpochHistory, LatencyModule, ModelCheckpoint, ProgramDataModule, TrainConfig, make_trainer
 from .splits import Split
+
+RESUME_CHECKPOINT = "last.ckpt"  # Lightning's name for the checkpoint of the latest finished epoch
+RESUME_RUN = "run.json"  # what the run in a resume folder trains: its recipe and its split's sizes
 
 
 def fit_transformer(
@@ -30,6 +36,8 @@ def fit_transformer(
     target: np.ndarray | None = None,
     device_descriptors: np.ndarray | None = None,
     history: list | None = None,
+    resume_dir: Path | None = None,
+    resume: bool = False,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
@@ -45,14 +53,23 @@ def fit_transformer(
             each program's row).
         history: a list that gets one dict per epoch: ``epoch`` (1-based), ``train_loss``
             and ``val_loss`` (the epoch's mean loss on the training and validation
-            programs; ``val_loss`` is absent without validation programs).  The validation
-            curve behind a choice of ``epochs`` (RESULTS.md).
+            programs; ``val_loss`` is absent without validation programs) and ``seconds``
+            (its wall seconds).  The validation curve behind a choice of ``epochs``
+            (RESULTS.md).
+        resume_dir: a folder for the checkpoint of the latest finished epoch (Lightning's
+            ``last.ckpt``, with the optimiser, the learning-rate schedule, the random
+            state and ``history``) and ``run.json`` (the recipe and the split's sizes).
+            It is removed once every epoch has run.
+        resume: continue the run whose checkpoint ``resume_dir`` holds, from its latest
+            finished epoch (a resumed run draws the batches and the dropout of an
+            uninterrupted one).  Without a checkpoint there, training starts afresh.
 
     Returns:
         The trained model, in eval mode.
 
     Raises:
         ValueError: an empty training split, or ``cmd_weight > 0`` without target programs.
+        InputError: ``resume`` with a checkpoint of another recipe or split in ``resume_dir``.
     """
 
     model_config = model_config or ModelConfig()
@@ -93,19 +110,45 @@ def fit_transformer(
         save_dir.mkdir(parents=True, exist_ok=True)
         logger = WandbLogger(project="cdmpp", save_dir=str(save_dir), mode=os.environ["WANDB_MODE"])
         logger.log_hyperparams({"holdout": split.holdout, **vars(model_config), **vars(train_config)})
+    callbacks = [EpochHistory(history if history is not None else [])]
+    ckpt_path = None
+    if resume_dir is not None:
+        run = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+               "train_programs": int(len(split.train)), "val_programs": int(len(split.val)),
+               "programs": int(len(data.latency))}
+        ckpt_path = _resume_point(Path(resume_dir), run, resume)
+        callbacks.append(ModelCheckpoint(dirpath=str(resume_dir), save_last=True, save_top_k=0,
+                                         save_on_train_epoch_end=True))
     trainer = make_trainer(
         train_config.epochs,
         precision=resolve_precision(train_config.precision),
         progress=progress,
         logger=logger,
-        callbacks=[EpochHistory(history)] if history is not None else None,
+        callbacks=callbacks,
         fast_dev_run=fast_dev_run,
         num_sanity_val_steps=0,
         limit_val_batches=1.0 if len(split.val) else 0,
         default_root_dir=str(log_dir) if log_dir else None,
     )
-    trainer.fit(module, datamodule=dm)
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
     if logger:
         logger.experiment.finish()
+    if resume_dir is not None and trainer.current_epoch >= train_config.epochs:
+        shutil.rmtree(resume_dir, ignore_errors=True)  # every epoch ran: nothing to resume
     return module.model.cpu().eval()
+
+
+def _resume_point(folder: Path, run: dict, resume: bool) -> str | None:
+    """The checkpoint to continue from (``None``: start afresh, clearing ``folder``)."""
+    ckpt, spec = folder / RESUME_CHECKPOINT, folder / RESUME_RUN
+    if resume and ckpt.exists():
+        saved = json.loads(spec.read_text(encoding="utf-8")) if spec.exists() else None
+        if saved != json.loads(json.dumps(run, default=str)):
+            raise InputError(f"{ckpt} is a checkpoint of another recipe or split than this run's; "
+                             f"train afresh without --resume, or remove {folder}")
+        return str(ckpt)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    spec.write_text(json.dumps(run, indent=1, default=str), encoding="utf-8")
+    return None
 

@@ -11,9 +11,13 @@ term.
 
 from __future__ import annotations
 
+import json
+import time
+
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -111,6 +115,23 @@ class ProgramDataModule(L.LightningDataModule):
         self.task_group = task_group
         self.target_index = np.asarray(target if target is not None else [], dtype=np.int64)
         self._target_rng = np.random.default_rng(seed + 1)
+        self._train_gen = torch.Generator().manual_seed(seed)  # the training shuffle, carried across epochs
+        self._sampler: TaskGroupBatchSampler | None = None
+        self._sampler_state: str | None = None
+
+    def state_dict(self) -> dict:
+        """Where the training shuffle and the CMD draws stand (saved in a resume checkpoint), so
+        that a resumed run draws the batches an uninterrupted one would."""
+        state = {"train_generator": self._train_gen.get_state(),
+                 "target_rng": json.dumps(self._target_rng.bit_generator.state)}
+        if self._sampler is not None:
+            state["sampler_rng"] = json.dumps(self._sampler.rng.bit_generator.state)
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._train_gen.set_state(state_dict["train_generator"])
+        self._target_rng.bit_generator.state = json.loads(state_dict["target_rng"])
+        self._sampler_state = state_dict.get("sampler_rng")
 
     def _leaves(self, idx: np.ndarray):
         return dense_programs(self.data, idx)
@@ -141,7 +162,7 @@ class ProgramDataModule(L.LightningDataModule):
         return batch
 
     def _loader(self, index, shuffle: bool, collate=None) -> DataLoader:
-        gen = torch.Generator().manual_seed(self.seed)
+        gen = self._train_gen if shuffle else torch.Generator().manual_seed(self.seed)
         return DataLoader(
             _Indices(index),
             batch_size=self.batch_size,
@@ -154,6 +175,9 @@ class ProgramDataModule(L.LightningDataModule):
         if self.task_group > 0:
             idx = np.asarray(self.train_index, np.int64)
             sampler = TaskGroupBatchSampler(idx, self.data.workload[idx], self.batch_size, self.task_group, self.seed)
+            if self._sampler_state is not None:
+                sampler.rng.bit_generator.state = json.loads(self._sampler_state)
+            self._sampler = sampler
             # the sampler yields program indices; an identity dataset over all programs passes them on
             return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
         return self._loader(self.train_index, True, self.collate_train)
@@ -343,8 +367,9 @@ class LatencyModule(L.LightningModule):
 def make_trainer(max_epochs: int, *, precision: str = "32-true", progress: bool = False, logger=False,
                  callbacks=None, **kwargs) -> L.Trainer:
     """The one Lightning ``Trainer`` of cdmpp: ``accelerator="auto"`` (a GPU when torch
-    sees one, else the CPU), one device, no checkpoints or model summary, deterministic
-    on the CPU (``"warn"`` on a GPU, where some kernels have no deterministic version).
+    sees one, else the CPU), one device, no model summary, deterministic on the CPU
+    (``"warn"`` on a GPU, where some kernels have no deterministic version).  It writes
+    checkpoints only where ``callbacks`` holds a ``ModelCheckpoint`` (a resumable run).
 
     Args:
         max_epochs: passes over the training data.
@@ -360,7 +385,7 @@ def make_trainer(max_epochs: int, *, precision: str = "32-true", progress: bool 
         precision=precision,
         logger=logger,
         callbacks=callbacks,
-        enable_checkpointing=False,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks or ()),
         enable_progress_bar=progress,
         enable_model_summary=False,
         deterministic="warn" if torch.cuda.is_available() else True,
@@ -371,10 +396,19 @@ def make_trainer(max_epochs: int, *, precision: str = "32-true", progress: bool 
 class EpochHistory(L.Callback):
     """Appends one dict per epoch to ``out``: ``epoch`` (1-based), ``train_loss`` and
     ``val_loss`` (the epoch's mean losses, as logged by :class:`LatencyModule`; a loss
-    that was not logged is absent)."""
+    that was not logged is absent) and ``seconds`` (the epoch's wall seconds, its
+    validation included).
+
+    Its rows and the torch random state (dropout, trace and device dropout) travel in a
+    resume checkpoint, so that a resumed run keeps the epochs before it and continues
+    the random stream where it stopped."""
 
     def __init__(self, out: list):
         self.out = out
+        self._start = time.perf_counter()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module):  # runs after the epoch's validation
         metrics = trainer.callback_metrics
@@ -382,7 +416,15 @@ class EpochHistory(L.Callback):
         for name in ("train_loss", "val_loss"):
             if name in metrics:
                 row[name] = round(float(metrics[name]), 5)
+        row["seconds"] = round(time.perf_counter() - self._start, 1)
         self.out.append(row)
+
+    def state_dict(self) -> dict:
+        return {"rows": json.dumps(self.out), "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.out[:] = json.loads(state_dict["rows"])
+        torch.set_rng_state(state_dict["torch_rng"])
 
 
 class SegmentSumModule(L.LightningModule):

@@ -86,6 +86,7 @@ def train(
     train_config: TrainConfig | None = None,
     use_wandb: bool = True,
     progress: bool = True,
+    resume: bool = False,
 ) -> TrainResult:
     """Train the transformer and the tree baseline on ``data`` and save them to ``out``.
 
@@ -127,11 +128,11 @@ def train(
         raise InputError("loop tokens take no pooled devices and no CMD target device: train without --loop-tokens "
                          "with --pool or --cmd-target")
     if several:
-        rows = _train_corpus(data, Path(out), model_config, train_config, use_wandb, progress)
+        rows = _train_corpus(data, Path(out), model_config, train_config, use_wandb, progress, resume)
         what = {"network": f"held-out network {data.holdout}", "within-task": "within-task test programs",
                 "cdmpp": f"CDMPP's protocol, held-out network {data.holdout}"}[data.split]
         return TrainResult(rows, True, f"{what} ({', '.join(str(d) for d in data.datasets)})")
-    rows = _train_one_device(data, Path(out), model_config, train_config, use_wandb, progress)
+    rows = _train_one_device(data, Path(out), model_config, train_config, use_wandb, progress, resume)
     return TrainResult(rows, False, f"held-out network {data.holdout} ({data.datasets[0]})")
 
 
@@ -146,14 +147,16 @@ def training_machine() -> dict:
 
 
 def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wandb, progress, target,
-         descriptors=None):
-    """The transformer fitted on ``split.train``, its loss history and its wall seconds."""
+         descriptors=None, resume: bool = False):
+    """The transformer fitted on ``split.train``, its loss history and its wall seconds (those
+    of every epoch, the epochs before a resume included)."""
 
     t0 = time.time()
     history: list[dict] = []
     model = fit_transformer(fit_data, split, model_config, train_config, out / "logs", use_wandb, progress=progress,
-                            target=target, history=history, device_descriptors=descriptors)
-    return model, history, time.time() - t0
+                            target=target, history=history, device_descriptors=descriptors,
+                            resume_dir=out / "resume", resume=resume)
+    return model, history, max(time.time() - t0, sum(row.get("seconds", 0.0) for row in history))
 
 
 def _save(model, tree, meta: dict, out: Path, card: str) -> None:
@@ -162,7 +165,8 @@ def _save(model, tree, meta: dict, out: Path, card: str) -> None:
     (out / CARD_FILE).write_text(card, encoding="utf-8")
 
 
-def _train_one_device(data: TrainData, out: Path, model_config, train_config, use_wandb, progress) -> dict:
+def _train_one_device(data: TrainData, out: Path, model_config, train_config, use_wandb, progress,
+                      resume: bool = False) -> dict:
     """One device folder: held-out-network split, optional pooling; returns the held-out rows."""
     dataset, holdout = data.datasets[0], data.holdout
     db, programs = load_featurized(dataset, data.cache_dir, progress, loops=model_config.loop_tokens)
@@ -187,7 +191,8 @@ def _train_one_device(data: TrainData, out: Path, model_config, train_config, us
         target, target_device = np.arange(n, len(fit_data)), tdb.device_id
     elif train_config.cmd_weight > 0:
         target = cmd_programs  # held-out or validation programs (features only, never latencies)
-    model, history, t_model = _fit(fit_data, fit_split, model_config, train_config, out, use_wandb, progress, target)
+    model, history, t_model = _fit(fit_data, fit_split, model_config, train_config, out, use_wandb, progress, target,
+                                   resume=resume)
     t0 = time.time()
     # the baselines learn from the transformer's training programs, no more (not its validation programs)
     tree = TreeBaseline(seed=train_config.seed).fit(fit_data.psf_sum[fit_split.train], fit_data.latency[fit_split.train])
@@ -308,7 +313,8 @@ def _corpus_cmd_target(corpus: DeviceCorpus, data: TrainData, split: Split, trai
     return fit_data, np.arange(len(corpus.data), len(fit_data)), tdb.device_id
 
 
-def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wandb, progress) -> dict:
+def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wandb, progress,
+                  resume: bool = False) -> dict:
     """Several device folders: one model with a device table; returns the test rows per device.
 
     The split is :func:`~cdmpp.train.devices.split_corpus`'s (``"network"``, holding out
@@ -328,7 +334,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     fit_data, target, target_device = _corpus_cmd_target(corpus, data, split, train_config, progress)
     descriptors = corpus.descriptors()
     model, history, t_model = _fit(fit_data, split, model_config, train_config, out, use_wandb, progress, target,
-                                   descriptors)
+                                   descriptors, resume)
     t0 = time.time()
     tree = TreeBaseline(seed=train_config.seed).fit(tree_inputs(corpus.data, descriptors, split.train),
                                                     corpus.data.latency[split.train])
