@@ -73,6 +73,7 @@ def _model_configs(args):
             max_repeat_cv=getattr(args, "max_repeat_cv", None),
             trace_dropout=getattr(args, "trace_dropout", None),
             precision=getattr(args, "precision", None),
+            length_pool=getattr(args, "length_pool", None),
         )
     )
     return model, train
@@ -252,6 +253,9 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
     s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
+    s.add_argument("--length-pool", type=int, default=None,
+                   help="batches of programs of similar token count, drawn from pools of this many batches "
+                        "(0, the default: programs shuffled freely)")
     s.add_argument("--within-weight", type=float, default=None,
                    help="weight of the within-task term (each program's deviation from its task's batch mean; "
                    "needs --task-group)")

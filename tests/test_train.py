@@ -275,3 +275,29 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_featurized, tmp
     assert [h["epoch"] for h in resumed_history] == [1, 2, 3]
     assert [h["train_loss"] for h in resumed_history] == [h["train_loss"] for h in whole]
     np.testing.assert_array_equal(predict_latency_array(resumed, data), predict_latency_array(uninterrupted, data))
+
+
+def test_length_pools_pad_less_and_serve_every_program_once():
+    from cdmpp.train.lightning import LengthPoolBatchSampler
+
+    rng = np.random.default_rng(0)
+    index = np.arange(5, 1005)
+    lengths = rng.integers(1, 40, len(index))
+    token_count = dict(zip(index.tolist(), lengths.tolist()))
+
+    def padded(batches):  # tokens after padding each batch to its longest program
+        return sum(max(token_count[i] for i in b) * len(b) for b in batches)
+
+    sampler = LengthPoolBatchSampler(index, lengths, 16, 10, torch.Generator().manual_seed(3))
+    first, second = list(sampler), list(sampler)
+    assert len(first) == len(sampler) == 63  # 6 pools of 10 batches, then 40 programs in 3 batches
+    for epoch in (first, second):
+        assert sorted(i for b in epoch for i in b) == index.tolist()
+    assert first != second  # each epoch draws anew
+    assert list(LengthPoolBatchSampler(index, lengths, 16, 10, torch.Generator().manual_seed(3))) == first
+    shuffled = [index[rng.permutation(len(index))][s : s + 16].tolist() for s in range(0, len(index), 16)]
+    assert padded(first) < 0.8 * padded(shuffled)
+    from cdmpp.errors import InputError
+
+    with pytest.raises(InputError, match="length_pool"):
+        TrainConfig(length_pool=10, task_group=16)

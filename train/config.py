@@ -148,6 +148,12 @@ class TrainConfig:
             random once per (device, task) with ``seed`` (at least one program per
             task; validation and test untouched): the data-scaling curve, programs
             per task against accuracy on one split.  1.0 trains on every program.
+        length_pool: when > 0, training batches hold programs of similar token count:
+            each epoch's shuffled programs are cut into pools of this many batches, each
+            pool is sorted by token count and cut into batches, and the batches are
+            shuffled (:class:`~cdmpp.train.lightning.LengthPoolBatchSampler`), so that a
+            batch pads less; validation runs sorted by token count.  0 shuffles programs
+            freely.  Not with ``task_group``.
     """
 
     epochs: int = 20
@@ -168,6 +174,7 @@ class TrainConfig:
     max_repeat_cv: float = 0.0
     trace_dropout: float = 0.2
     precision: str = "32-true"
+    length_pool: int = 0
 
     def __post_init__(self):
         if self.rank_weight < 0 or self.rank_margin < 0 or self.task_group < 0 or self.cmd_weight < 0:
@@ -194,6 +201,9 @@ class TrainConfig:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not 0 < self.train_share <= 1:
             raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
+        if self.length_pool < 0 or (self.length_pool > 0 and self.task_group > 0):
+            raise InputError(f"length_pool must be >= 0 and takes no task_group, got length_pool {self.length_pool}, "
+                             f"task_group {self.task_group}")
 
 
 PRECISIONS = ("32-true", "bf16-mixed", "auto")

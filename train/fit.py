@@ -99,6 +99,7 @@ def fit_transformer(
         train_config.seed,
         train_config.task_group,
         target,
+        train_config.length_pool,
     )
     logger = False
     if use_wandb and not fast_dev_run:

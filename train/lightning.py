@@ -80,6 +80,44 @@ class TaskGroupBatchSampler(Sampler):
         return -(-len(self.index) // self.batch_size)
 
 
+class LengthPoolBatchSampler(Sampler[list[int]]):
+    """Training batches of programs of similar token count, so that a batch pads less.
+
+    Each epoch shuffles ``index``, cuts the order into pools of ``pool`` batches, sorts
+    each pool by token count (stable), cuts it into batches of ``batch_size`` programs and
+    yields the batches in shuffled order: the bucketing by length of sequence-model
+    trainers (for example fairseq's and torchtext's ``BucketIterator``), kept local to a
+    pool so that a batch still mixes tasks.  Every program appears exactly once per
+    epoch.  The draws come from ``generator``, so that a resumed run continues them.
+
+    Args:
+        index: int64 ``(N,)`` program indices.
+        lengths: int64 ``(N,)`` token count of each of them.
+        generator: the ``torch.Generator`` of the shuffles.
+    """
+
+    def __init__(self, index: np.ndarray, lengths: np.ndarray, batch_size: int, pool: int, generator: torch.Generator):
+        super().__init__()
+        self.index, self.lengths = np.asarray(index, np.int64), np.asarray(lengths, np.int64)
+        self.batch_size, self.pool, self.generator = max(1, batch_size), max(1, pool), generator
+
+    def __iter__(self):
+        perm = torch.randperm(len(self.index), generator=self.generator).numpy()
+        batches = []
+        size = self.batch_size * self.pool
+        for start in range(0, len(perm), size):
+            chunk = perm[start : start + size]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches += [self.index[chunk[i : i + self.batch_size]] for i in range(0, len(chunk), self.batch_size)]
+        for b in torch.randperm(len(batches), generator=self.generator).tolist():
+            yield batches[b].tolist()
+
+    def __len__(self) -> int:
+        size = self.batch_size * self.pool
+        full, rest = divmod(len(self.index), size)
+        return full * self.pool + -(-rest // self.batch_size)
+
+
 class ProgramDataModule(L.LightningDataModule):
     """Batches of featurized programs for one split.
 
@@ -89,7 +127,9 @@ class ProgramDataModule(L.LightningDataModule):
     ``(B,)`` (each program's task) and ``device`` int64 ``(B,)`` (each program's row
     in the model's device table; zeros when ``data.device`` is ``None``).  With
     ``task_group > 0`` the training batches are
-    drawn by :class:`TaskGroupBatchSampler`.  With ``target`` (program indices of the
+    drawn by :class:`TaskGroupBatchSampler`; with ``length_pool > 0`` by
+    :class:`LengthPoolBatchSampler`, and the validation programs go through sorted by
+    token count.  With ``target`` (program indices of the
     target domain), every training batch also holds ``target_x``, ``target_pos`` and
     ``target_mask`` (same layout, ``B`` programs drawn uniformly from ``target``,
     seeded); the target programs' latencies are never read.
@@ -105,8 +145,10 @@ class ProgramDataModule(L.LightningDataModule):
         seed: int = 0,
         task_group: int = 0,
         target=None,
+        length_pool: int = 0,
     ):
         super().__init__()
+        self.length_pool = length_pool
         self.data = data
         self.train_index, self.val_index = np.asarray(train), np.asarray(val)
         self.test_index = np.asarray(test if test is not None else [], dtype=np.int64)
@@ -180,9 +222,17 @@ class ProgramDataModule(L.LightningDataModule):
             self._sampler = sampler
             # the sampler yields program indices; an identity dataset over all programs passes them on
             return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
+        if self.length_pool > 0:
+            idx = np.asarray(self.train_index, np.int64)
+            lengths = np.diff(self.data.ptr)[idx]
+            sampler = LengthPoolBatchSampler(idx, lengths, self.batch_size, self.length_pool, self._train_gen)
+            return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
         return self._loader(self.train_index, True, self.collate_train)
 
     def val_dataloader(self):
+        if self.length_pool > 0:  # sorted by token count: each batch pads to a similar length
+            idx = np.asarray(self.val_index, np.int64)
+            return self._loader(idx[np.argsort(np.diff(self.data.ptr)[idx], kind="stable")], False)
         return self._loader(self.val_index, False)
 
     def test_dataloader(self):

@@ -129,6 +129,12 @@ LEVERS: dict[str, Lever] = {
               extra_data="random"),
         Lever("huber-trace-seq-loops", "huber-trace-seq with every loop of the compact AST as a token among the "
               "leaves", model={"loop_tokens": True}, train={"huber_delta": 0.1}, trace_sequence=True),
+        Lever("huber-trace-pool", "huber-trace with training batches of programs of similar token count (pools of "
+              "50 batches sorted by length), so that a batch pads less", train={"huber_delta": 0.1, "length_pool": 50},
+              trace_token=True),
+        Lever("huber-trace-loops-lse-pool", "huber-trace-loops-lse with training batches of programs of similar "
+              "token count (pools of 50 batches)", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "length_pool": 50}, trace_token=True),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
