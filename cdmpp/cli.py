@@ -255,7 +255,8 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
     s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
     s.add_argument("--length-pool", type=int, default=None,
                    help="batches of programs of similar token count, drawn from pools of this many batches "
-                        "(0, the default: programs shuffled freely)")
+                        "(0, the default: programs shuffled freely); about half the epoch time, at a cost in "
+                        "accuracy (RESULTS.md, Training speed)")
     s.add_argument("--within-weight", type=float, default=None,
                    help="weight of the within-task term (each program's deviation from its task's batch mean; "
                    "needs --task-group)")
