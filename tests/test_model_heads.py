@@ -60,3 +60,5 @@ def test_train_with_the_lse_head(tiny_collection, tmp_path):
     assert main(args) == 0
     model, _ = load_checkpoint(out)
     assert model.config.pooling == "lse"
+    head = (out / "README.md").read_text().split("\n\n")[1]  # the card's architecture sentence
+    assert "log-sum-exp" in head and "pooled" not in head

@@ -117,7 +117,7 @@ def write_rows(rows: Mapping, path: Path) -> None:
 _ARCHITECTURE = (
     "Predicts the latency (seconds) of a scheduled TensorIR PrimFunc on {what}, from its compact AST "
     "(CDMPP, EuroSys 2024, sections 3-4){and_device}: a transformer encoder over the leaves' feature "
-    "vectors with a sinusoidal encoding of their pre-order positions, {pooled}then an MLP head on log-latency."
+    "vectors with a sinusoidal encoding of their pre-order positions, {head}."
 )
 
 
@@ -138,8 +138,7 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         _ARCHITECTURE.format(
             what="a device" if several else "the device below",
             and_device=" and the device" if several else "",
-            pooled="mean-pooled, concatenated with the device's vector (a learned embedding plus a linear map of its "
-                   "descriptor), " if several else "pooled, ",
+            head=_head_words(model_config, several),
         ),
         "",
         *(_device_data(meta) if several else _one_device_data(meta, program_counts or {})),
@@ -181,6 +180,16 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
     if meta.get("interval_without_trace"):
         lines += _interval_section(meta["interval_without_trace"], "Prediction intervals of programs without a trace")
     return "\n".join(lines) + "\n"
+
+
+def _head_words(model_config: ModelConfig, several: bool) -> str:
+    """How the token embeddings become a latency: the end of the architecture sentence."""
+    device = ("concatenated with the device's vector (a learned embedding plus a linear map of its descriptor)"
+              if several else "")
+    if model_config.pooling == "lse":
+        return ("then an MLP head on each token" + (f", {device}," if several else "")
+                + " gives the token's latency term, and the program's log-latency is their log-sum-exp")
+    return f"{model_config.pooling}-pooled" + (f", {device}" if several else "") + ", then an MLP head on log-latency"
 
 
 def _machine_words(machine: dict | None) -> str:

@@ -135,6 +135,9 @@ LEVERS: dict[str, Lever] = {
         Lever("huber-trace-loops-lse-pool", "huber-trace-loops-lse with training batches of programs of similar "
               "token count (pools of 50 batches)", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "length_pool": 50}, trace_token=True),
+        Lever("huber-trace-loops-lse-bf16", "huber-trace-loops-lse trained with bf16 autocast "
+              "(`--precision bf16-mixed`)", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "precision": "bf16-mixed"}, trace_token=True),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
