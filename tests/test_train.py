@@ -253,17 +253,16 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_featurized, tmp
     whole: list = []
     uninterrupted = fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, history=whole)
 
-    end_of_epoch = EpochHistory.on_train_epoch_end
+    def killed_in_the_third(self, trainer, module):  # a hard stop (no train-end hooks) after two epochs
+        if trainer.current_epoch == 2:
+            raise RuntimeError("killed")
 
-    def stop_after_two(self, trainer, module):  # an interruption after the second epoch
-        end_of_epoch(self, trainer, module)
-        trainer.should_stop = trainer.current_epoch + 1 == 2
-
-    monkeypatch.setattr(EpochHistory, "on_train_epoch_end", stop_after_two)
+    monkeypatch.setattr(EpochHistory, "on_train_epoch_start", killed_in_the_third, raising=False)
     folder = tmp_path / "resume"
-    fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, resume_dir=folder)
-    monkeypatch.setattr(EpochHistory, "on_train_epoch_end", end_of_epoch)
-    assert (folder / "last.ckpt").exists()
+    with pytest.raises(RuntimeError, match="killed"):
+        fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, resume_dir=folder)
+    monkeypatch.undo()
+    assert (folder / "last.ckpt").exists() and len(list(folder.glob("*.ckpt"))) == 1
     with pytest.raises(InputError, match="another recipe or split"):
         fit_transformer(data, split, cfg, TrainConfig(batch_size=4, epochs=4), use_wandb=False, progress=False,
                         resume_dir=folder, resume=True)

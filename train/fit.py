@@ -20,7 +20,7 @@ from .config import resolve_precision
 from .lightning import EpochHistory, LatencyModule, ModelCheckpoint, ProgramDataModule, TrainConfig, make_trainer
 from .splits import Split
 
-RESUME_CHECKPOINT = "last.ckpt"  # Lightning's name for the checkpoint of the latest finished epoch
+RESUME_CHECKPOINT = "last.ckpt"  # the checkpoint of the latest finished epoch
 RESUME_RUN = "run.json"  # what the run in a resume folder trains: its recipe and its split's sizes
 
 
@@ -118,8 +118,10 @@ def fit_transformer(
                "train_programs": int(len(split.train)), "val_programs": int(len(split.val)),
                "programs": int(len(data.latency))}
         ckpt_path = _resume_point(Path(resume_dir), run, resume)
-        callbacks.append(ModelCheckpoint(dirpath=str(resume_dir), save_last=True, save_top_k=0,
-                                         save_on_train_epoch_end=True))
+        # the one checkpoint kept, overwritten after every training epoch (``save_last`` alone writes
+        # nothing before training ends when ``save_top_k`` is 0, so a killed run would keep nothing)
+        callbacks.append(ModelCheckpoint(dirpath=str(resume_dir), filename=Path(RESUME_CHECKPOINT).stem,
+                                         save_top_k=1, save_on_train_epoch_end=True, enable_version_counter=False))
     trainer = make_trainer(
         train_config.epochs,
         precision=resolve_precision(train_config.precision),
