@@ -162,6 +162,44 @@ def tree_parents(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask & (depth > 0), parent, torch.full_like(parent, -1))
 
 
+def encode_packed(layers: nn.ModuleList, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Pre-norm encoder layers on the real tokens only; the same function as
+    ``nn.TransformerEncoder(layers)(h, src_key_padding_mask=~mask)`` with the same
+    parameters, without the work on padding.
+
+    Only attention needs the padded ``(B, L)`` layout.  The projections, the
+    feed-forward block, the layer norms and the dropouts run on the ``N = mask.sum()``
+    real tokens, a little over half of a randomly batched ``B * L`` (the "unpadding" of
+    packed-sequence BERT training).
+
+    Args:
+        layers: ``nn.TransformerEncoderLayer`` modules built with ``batch_first=True``
+            and ``norm_first=True`` (their ``self_attn``, ``linear1``/``linear2``,
+            ``norm1``/``norm2``, ``dropout``/``dropout1``/``dropout2``, ``activation``).
+        h: float ``(B, L, d_model)`` token embeddings.
+        mask: bool ``(B, L)``, True on real tokens; every row needs at least one.
+
+    Returns:
+        float ``(B, L, d_model)``: the encoded tokens, zero on padding.
+    """
+    b, length, d = h.shape
+    flat = mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+    t = h.reshape(b * length, d).index_select(0, flat)  # (N, d)
+    keys = mask[:, None, None, :]  # (B, 1, 1, L): which keys a query attends to
+    for layer in layers:
+        attn = layer.self_attn
+        heads = attn.num_heads
+        qkv = nn.functional.linear(layer.norm1(t), attn.in_proj_weight, attn.in_proj_bias)  # (N, 3d)
+        qkv = qkv.new_zeros(b * length, 3 * d).index_copy(0, flat, qkv)
+        q, k, v = qkv.view(b, length, 3, heads, d // heads).permute(2, 0, 3, 1, 4)  # (B, H, L, d / H) each
+        o = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=keys, dropout_p=attn.dropout if layer.training else 0.0)
+        o = o.transpose(1, 2).reshape(b * length, d).index_select(0, flat)
+        t = t + layer.dropout1(attn.out_proj(o))
+        t = t + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(layer.norm2(t))))))
+    return t.new_zeros(b * length, d).index_copy(0, flat, t).view(b, length, d)
+
+
 class LatencyTransformer(nn.Module):
     """Predicts standardised log-latency from a padded batch of leaf sequences.
 
@@ -274,7 +312,7 @@ class LatencyTransformer(nn.Module):
         if self.config.positional_encoding:
             h = h + sinusoidal_encoding(pos, self.config.d_model)
         if not self.config.tree_attention:
-            return self.norm(self.encoder(h, src_key_padding_mask=~mask))
+            return self.norm(encode_packed(self.encoder.layers, h, mask))
         return self.norm(self.encoder(h, mask=self.tree_attention_bias(x, mask),
                                       src_key_padding_mask=torch.zeros_like(mask, dtype=h.dtype).masked_fill(~mask,
                                                                                                              float("-inf"))))
