@@ -216,7 +216,13 @@ class LatencyTransformer(nn.Module):
     embedding trained by device dropout (:class:`~cdmpp.train.lightning.TrainConfig`)
     that, with a device's descriptor, stands for a device never measured.
     :meth:`add_device` appends a row.
+
+    ``pack_tokens`` (default True) runs the encoder on the real tokens only
+    (:func:`encode_packed`); False runs ``nn.TransformerEncoder`` on the padded batch,
+    the same function with more work (the before of ``cdmpp bench epoch-time``).
     """
+
+    pack_tokens: bool = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -311,8 +317,10 @@ class LatencyTransformer(nn.Module):
         h = self.embed((x - self.feature_mean) / self.feature_std)
         if self.config.positional_encoding:
             h = h + sinusoidal_encoding(pos, self.config.d_model)
-        if not self.config.tree_attention:
+        if not self.config.tree_attention and self.pack_tokens:
             return self.norm(encode_packed(self.encoder.layers, h, mask))
+        if not self.config.tree_attention:
+            return self.norm(self.encoder(h, src_key_padding_mask=~mask))
         return self.norm(self.encoder(h, mask=self.tree_attention_bias(x, mask),
                                       src_key_padding_mask=torch.zeros_like(mask, dtype=h.dtype).masked_fill(~mask,
                                                                                                              float("-inf"))))

@@ -38,6 +38,7 @@ def fit_transformer(
     history: list | None = None,
     resume_dir: Path | None = None,
     resume: bool = False,
+    padded_encoder: bool = False,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
@@ -63,6 +64,9 @@ def fit_transformer(
         resume: continue the run whose checkpoint ``resume_dir`` holds, from its latest
             finished epoch (a resumed run draws the batches and the dropout of an
             uninterrupted one).  Without a checkpoint there, training starts afresh.
+        padded_encoder: run the encoder on the padded batch
+            (:attr:`LatencyTransformer.pack_tokens` False): the same model with more
+            work, for the epoch-time benchmark's before and after.
 
     Returns:
         The trained model, in eval mode.
@@ -82,6 +86,7 @@ def fit_transformer(
     L.seed_everything(train_config.seed, workers=True, verbose=False)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     module = LatencyModule(model_config, train_config)
+    module.model.pack_tokens = not padded_encoder
     if model_config.num_devices > 0:
         if device_descriptors is None or data.device is None:
             raise ValueError("a model with device input needs data.device and device_descriptors")

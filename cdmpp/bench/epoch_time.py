@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import time
 from pathlib import Path
 
@@ -27,25 +28,31 @@ RECIPES = {
 }
 """Model-config changes of each timed recipe, on top of the shipped one (:class:`~cdmpp.model.ModelConfig`'s defaults)."""
 
+ENCODERS = ("packed", "padded")
+"""How the encoder meets a batch (:attr:`cdmpp.model.LatencyTransformer.pack_tokens`)."""
+
 
 def time_epochs(
     datasets: list[Path], cache_dir: Path, precisions: list[str], epochs: int = 1, recipe: str = "shipped",
     holdout: str | None = "resnet_50-b1", log=print, length_pools: tuple[int, ...] = (0,),
+    encoders: tuple[str, ...] = ("packed",),
 ) -> dict:
     """Train the transformer for ``epochs`` epochs per precision and batching, and time each run.
 
     Args:
         length_pools: :attr:`~cdmpp.train.config.TrainConfig.length_pool` values to time
             (0: freely shuffled batches; k: batches of similar token count from pools of k).
+        encoders: ``"packed"`` (the encoder on the real tokens only, as trained) and/or
+            ``"padded"`` (``nn.TransformerEncoder`` on the padded batch, the same function).
 
     Returns:
         ``{"device", "recipe", "programs", "train_programs", "val_programs", "epochs",
         "rows"}``; each row has ``precision`` (as given), ``resolved`` (what Lightning
-        got), ``length_pool``, ``seconds`` (wall seconds of the whole fit) and
+        got), ``length_pool``, ``encoder``, ``seconds`` (wall seconds of the whole fit) and
         ``seconds_per_epoch``.
 
     Raises:
-        InputError: an unknown recipe or precision, ``epochs < 1`` or a negative pool.
+        InputError: an unknown recipe, precision or encoder, ``epochs < 1`` or a negative pool.
         DatasetError: no measured device folder under ``datasets``.
     """
     from cdmpp.model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
@@ -59,6 +66,8 @@ def time_epochs(
         raise InputError(f"precisions must be among {', '.join(PRECISIONS)}, got {', '.join(precisions) or 'none'}")
     if epochs < 1:
         raise InputError(f"epochs must be >= 1, got {epochs}")
+    if not encoders or set(encoders) - set(ENCODERS):
+        raise InputError(f"encoders must be among {', '.join(ENCODERS)}, got {', '.join(encoders) or 'none'}")
     if not length_pools or min(length_pools) < 0:
         raise InputError(f"length pools must be >= 0, got {list(length_pools)}")
     model_config = dataclasses.replace(ModelConfig(), **RECIPES[recipe])
@@ -73,17 +82,16 @@ def time_epochs(
     result = {"device": local_cpu().device_id, "recipe": recipe, "model": dataclasses.asdict(model_config),
               "programs": len(corpus.data), "train_programs": int(len(split.train)),
               "val_programs": int(len(split.val)), "epochs": epochs, "rows": []}
-    for precision in precisions:
-        for pool in length_pools:
-            train_config = TrainConfig(epochs=epochs, precision=precision, length_pool=pool)
-            t0 = time.time()
-            fit_transformer(corpus.data, split, model_config, train_config, None, use_wandb=False, progress=False,
-                            device_descriptors=corpus.descriptors())
-            secs = time.time() - t0
-            result["rows"].append({"precision": precision, "resolved": resolve_precision(precision),
-                                   "length_pool": pool, "seconds": round(secs, 1),
-                                   "seconds_per_epoch": round(secs / epochs, 1)})
-            log(result["rows"][-1])
+    for precision, pool, encoder in itertools.product(precisions, length_pools, encoders):
+        train_config = TrainConfig(epochs=epochs, precision=precision, length_pool=pool)
+        t0 = time.time()
+        fit_transformer(corpus.data, split, model_config, train_config, None, use_wandb=False, progress=False,
+                        device_descriptors=corpus.descriptors(), padded_encoder=encoder == "padded")
+        secs = time.time() - t0
+        result["rows"].append({"precision": precision, "resolved": resolve_precision(precision),
+                               "length_pool": pool, "encoder": encoder, "seconds": round(secs, 1),
+                               "seconds_per_epoch": round(secs / epochs, 1)})
+        log(result["rows"][-1])
     return result
 
 
@@ -91,9 +99,10 @@ def format_epoch_times(result: dict) -> str:
     """The timings as a markdown table."""
     lines = [f"{result['device']}, recipe {result['recipe']}: {result['train_programs']} training and "
              f"{result['val_programs']} validation programs, {result['epochs']} epoch(s) per precision", "",
-             "| precision | Lightning precision | length pool | seconds per epoch |", "| --- | --- | ---: | ---: |"]
-    lines += [f"| {r['precision']} | {r['resolved']} | {r.get('length_pool', 0)} | {r['seconds_per_epoch']:.1f} |"
-              for r in result["rows"]]
+             "| precision | Lightning precision | length pool | encoder | seconds per epoch |",
+             "| --- | --- | ---: | --- | ---: |"]
+    lines += [f"| {r['precision']} | {r['resolved']} | {r.get('length_pool', 0)} | {r.get('encoder', 'padded')} "
+              f"| {r['seconds_per_epoch']:.1f} |" for r in result["rows"]]
     return "\n".join(lines)
 
 
@@ -106,6 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--length-pools", nargs="+", type=int, default=[0],
                         help="batchings to time: 0 shuffles programs freely, k draws batches of similar token count "
                              "from pools of k batches (TrainConfig.length_pool)")
+    parser.add_argument("--encoders", nargs="+", default=["packed"], choices=ENCODERS,
+                        help="packed: the encoder on the real tokens only (as trained); padded: "
+                             "nn.TransformerEncoder on the padded batch, the same function with more work")
     parser.add_argument("--holdout", default="resnet_50-b1", help="network whose workloads stay out of training")
     parser.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     parser.add_argument("-o", "--out", default=None, help="JSON file to write (the markdown table goes beside it)")
@@ -114,7 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench epoch-time``."""
     result = time_epochs([Path(d) for d in args.dataset], Path(args.cache), list(args.precisions), args.epochs,
-                         args.recipe, args.holdout, length_pools=tuple(args.length_pools))
+                         args.recipe, args.holdout, length_pools=tuple(args.length_pools),
+                         encoders=tuple(args.encoders))
     table = format_epoch_times(result)
     print(table)
     if args.out:
