@@ -147,10 +147,10 @@ def test_trace_tokens_take_no_pooled_device_and_no_cmd_target(tiny_collection, t
     folder = tiny_collection[1].device_dir
     with pytest.raises(InputError, match="trace tokens take no pooled devices"):
         train(TrainData([folder], "dcgan-b1", pool=[folder]), tmp_path / "x",
-              ModelConfig(trace_tokens=True), use_wandb=False, progress=False)
+              ModelConfig(trace_tokens=True, loop_tokens=False), use_wandb=False, progress=False)
     with pytest.raises(InputError, match="trace tokens take no pooled devices"):
         train(TrainData([folder], "dcgan-b1", cmd_target=folder), tmp_path / "x",
-              ModelConfig(trace_tokens=True), TrainConfig(cmd_weight=0.5), use_wandb=False, progress=False)
+              ModelConfig(trace_tokens=True, loop_tokens=False), TrainConfig(cmd_weight=0.5), use_wandb=False, progress=False)
     assert not (tmp_path / "x").exists()
 
 
@@ -230,6 +230,17 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     assert "without their traces" in title_bare and "without" not in title
     a, b = rows[device]["cdmpp transformer"], rows_bare[device]["cdmpp transformer"]
     assert a["programs"] == b["programs"] > 0 and a["mape"] != b["mape"]
+    # its own validation part, while the dataset still gives its split; refused once it does not
+    val_rows, val_title = evaluate_devices(out, two_device_dataset, "validation", tmp_path / "cache", progress=False)
+    assert "validation programs" in val_title and sum(r["cdmpp transformer"]["programs"]
+                                                      for r in val_rows.values()) == meta["val_programs"]
+    config = json.loads((out / "config.json").read_text())
+    config["metadata"]["val_programs"] += 1  # as if programs had been added since training
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="no longer gives this checkpoint's split"):
+        evaluate_devices(out, two_device_dataset, "validation", tmp_path / "cache", progress=False)
+    config["metadata"]["val_programs"] -= 1
+    (out / "config.json").write_text(json.dumps(config))
     # any JSONDatabase: each record's own trace, as from the device folder
     from cdmpp.featurize.trace import database_traces, trace_matrix
     from cdmpp.train.evaluate import evaluate_checkpoint

@@ -361,6 +361,25 @@ def checkpoint_corpus(
     return corpus, to_model[corpus.data.device]
 
 
+def _check_same_split(meta: dict, split: Split, root: Path) -> None:
+    """Raise ``InputError`` when ``root`` no longer gives the checkpoint's own split.
+
+    The validation workloads are a random draw over the dataset's workload keys, so
+    programs added since training (new workloads) draw them anew: the "validation" part
+    would then hold workloads the checkpoint trained on.  The check compares the split's
+    sizes with those the checkpoint recorded (``train_programs``, ``val_programs``); a
+    split with filters (``split_filters``) or of another kind is not checked."""
+    if meta.get("split_filters") or meta.get("split") not in ("network", None):
+        return
+    want = (meta.get("train_programs"), meta.get("val_programs"))
+    got = (int(len(split.train)), int(len(split.val)))
+    if None not in want and tuple(want) != got:
+        raise InputError(f"{root} no longer gives this checkpoint's split: it trained on {want[0]} programs and "
+                         f"validated on {want[1]}, the dataset now splits into {got[0]} and {got[1]} (programs were "
+                         f"added or removed since), so its validation workloads cannot be told apart from its "
+                         f"training ones; score it on the dataset as it was (git history) or on a held-out network")
+
+
 def evaluate_devices(
     checkpoint: Path,
     root: Path,
@@ -400,6 +419,7 @@ def evaluate_devices(
     net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
     if part:  # the checkpoint's own split: its validation workloads, or the programs it trained on
         split = split_corpus(corpus, meta.get("holdout"))
+        _check_same_split(meta, split, root)
         index = split.val if part == "validation" else split.train
     else:
         index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
