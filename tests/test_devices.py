@@ -20,7 +20,8 @@ def device_checkpoint(two_device_dataset, tmp_path_factory):
     result = train(
         TrainData([two_device_dataset], "dcgan-b1"),
         out,
-        ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=False),
+        ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=False, loop_tokens=False,
+                    pooling="mean"),
         TrainConfig(epochs=3, batch_size=16),
         use_wandb=False,
         progress=False,
@@ -371,7 +372,8 @@ def test_cmd_toward_the_left_out_device_reads_its_programs_but_never_trains_on_t
         data = TrainData([root], holdout, exclude_devices=exclude, cmd_target=cmd_target, cache_dir=cache)
         return train(data, out, mcfg, tcfg, **kw)
 
-    mcfg = ModelConfig(d_model=16, n_heads=2, ff_dim=32, n_layers=1, device_dim=4, trace_tokens=False)
+    mcfg = ModelConfig(d_model=16, n_heads=2, ff_dim=32, n_layers=1, device_dim=4, trace_tokens=False,
+                       loop_tokens=False)
     cmd = TrainConfig(epochs=1, batch_size=16, cmd_weight=0.5)
     out = tmp_path / "lodo-cmd"
     train_device_model(two_device_dataset, None, out, mcfg, cmd, tmp_path / "c", (AVX2,), use_wandb=False,

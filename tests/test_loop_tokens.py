@@ -96,7 +96,7 @@ def test_tree_parents_recover_the_compact_ast_from_the_token_rows():
         assert got == [int(tree.node_parent[i]) for i in nodes]
     assert (parent[~mask] == -1).all()
     with pytest.raises(InputError, match="needs loop_tokens"):
-        ModelConfig(tree_attention=True)
+        ModelConfig(tree_attention=True, loop_tokens=False)
     # the bias starts at zero: the same weights predict the same with and without it
     torch.manual_seed(0)
     cfg = ModelConfig(feature_dim=x.shape[-1], trace_tokens=False, loop_tokens=True, dropout=0.0)

@@ -87,7 +87,7 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
 
     out = tmp_path / "trace"
     train(TrainData([two_device_dataset], "dcgan-b1"), out,
-          ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=True),
+          ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=True, loop_tokens=False),
           TrainConfig(epochs=2, batch_size=16, trace_dropout=0.0), use_wandb=False, progress=False)
     predictor = LatencyPredictor.load(out)
     assert predictor.reads_traces and predictor.model.config.feature_dim == FEATURE_DIM + TRACE_DIM + 1
