@@ -1,6 +1,7 @@
 """Tuned sets: a checkpoint scored on every trial of tuning runs, pooled per task; and the
 held-out tuning table of the plugin's short runs against XGBoost's long ones."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,34 @@ def test_a_tuned_set_names_its_device_or_fails_clearly(tmp_path):
         database_device(meta, [DENSE], "cpu-nowhere")
     with pytest.raises(InputError, match="no MetaSchedule work dir"):
         evaluate_tuned(Path("cdmpp/checkpoints/default"), [tmp_path])
+
+
+def test_a_tuned_set_of_a_device_the_checkpoint_does_not_know_is_read_from_its_device_json(tmp_path):
+    import json
+    import shutil
+
+    from cdmpp.bench.tune import DEVICE_FILE, record_device
+    from cdmpp.device import DeviceDescriptor
+    from cdmpp.errors import InputError, UnknownDeviceError
+    from cdmpp.train.evaluate import database_device
+
+    meta = {"devices": [{"device_id": DEVICE, "row": 1}]}
+    other = DeviceDescriptor("cpu-acme_x-acme1-avx2", "cpu", "ACME X", 2, "avx2", ("avx2", "fma"),
+                             {"kind": "llvm", "num-cores": 2, "mcpu": "acme1"})
+    out = tmp_path / other.device_id / "set"
+    run = out / "convnext_tiny-b1" / "12-fused_conv2d5_add8" / "cdmpp" / "seed0"
+    shutil.copytree(DEPTHWISE / "cdmpp" / "seed0", run)
+    # a folder named for a device that is neither known nor this machine, and nothing describes it
+    with pytest.raises(UnknownDeviceError, match="cpu-acme_x-acme1-avx2.*device.json"):
+        database_device(meta, [run], None)
+    record_device(out, other)
+    assert json.loads((out / DEVICE_FILE).read_text())["device_id"] == other.device_id
+    got, manifest = database_device(meta, [run], None)
+    assert got == other.device_id and DeviceDescriptor.from_json(manifest["device"]) == other
+    assert database_device(meta, [run], DEVICE) == (DEVICE, {})  # --device still wins
+    record_device(out, other)  # the same device again: fine
+    with pytest.raises(InputError, match="holds tuning runs of cpu-acme_x-acme1-avx2"):
+        record_device(out, dataclasses.replace(other, device_id="cpu-other-x-avx2"))
 
 
 def test_heldout_table_divides_seed_means_and_curves_come_every_k_trials():

@@ -9,6 +9,7 @@ JSONDatabase).  Checkpoints with a device table are scored by
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -193,12 +194,15 @@ def database_device(meta: dict, paths: list[Path], device: str | None) -> tuple[
     a device table predicts for the device it was measured on.
 
     The device is ``device`` when given; else the one device of the checkpoint whose id
-    is a folder name in ``paths`` (``datasets/tuning/<device id>/...``); else this
-    machine.  A device the checkpoint does not know is scored zero-shot from its
-    descriptor, which only this machine's can give (``manifest["device"]``).
+    is a folder name in ``paths`` (``datasets/tuning/<device id>/...``); else the device
+    described above the paths (a ``device.json``, which ``cdmpp bench tune`` writes, or a
+    dataset folder's ``manifest.json``); else this machine.  A device the checkpoint does not know is scored zero-shot from its
+    descriptor (``manifest["device"]``): the one found above the paths, or this machine's.
 
     Raises:
-        UnknownDeviceError: ``device`` is neither known to the checkpoint nor this machine.
+        UnknownDeviceError: ``device`` is neither known to the checkpoint nor this machine;
+            or a path names a device folder (``cpu-...``, ``gpu-...``) that is neither
+            known to the checkpoint nor this machine, and nothing above the paths describes it.
     """
     from cdmpp.device import local_cpu  # noqa: PLC0415  (keeps the CPU probe off this module's import)
 
@@ -207,13 +211,38 @@ def database_device(meta: dict, paths: list[Path], device: str | None) -> tuple[
         named = {part for p in paths for part in Path(p).resolve().parts if part in known}
         if len(named) == 1:
             return named.pop(), {}
+    described = {json.dumps(d, sort_keys=True) for d in map(_described_device, paths) if d is not None}
+    desc = DeviceDescriptor.from_json(json.loads(described.pop())) if len(described) == 1 else None
+    if desc is not None and device in (None, desc.device_id):
+        return desc.device_id, {} if desc.device_id in known else {"device": desc.to_json()}
     here = local_cpu()
+    if device is None and known:
+        folders = {part for p in paths for part in Path(p).resolve().parts
+                   if part.startswith(("cpu-", "gpu-")) and part != here.device_id}
+        if folders:
+            raise UnknownDeviceError(f"{', '.join(sorted(folders))}: a device folder that this checkpoint does not "
+                                     f"know (it knows {', '.join(known) or 'none'}), that is not this machine "
+                                     f"({here.device_id}), and that holds no device.json or manifest.json "
+                                     f"to describe it: give --device, or score it on that machine")
     if device is None or device == here.device_id:
         return here.device_id, {"device": here.to_json()}
     if device in known or not known:
         return device, {}
     raise UnknownDeviceError(f"device {device!r} is not in this checkpoint (it knows {', '.join(known)}) and is not "
                              f"this machine ({here.device_id}), so it cannot be scored zero-shot")
+
+
+def _described_device(path: Path) -> dict | None:
+    """The device descriptor (JSON) nearest above ``path``: a ``device.json`` (``cdmpp bench
+    tune``'s) or a dataset device folder's ``manifest.json``; ``None`` if there is none."""
+    for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
+        if (folder / "device.json").is_file():
+            return json.loads((folder / "device.json").read_text())
+        if (folder / ds.MANIFEST_FILE).is_file():
+            found = json.loads((folder / ds.MANIFEST_FILE).read_text()).get("device")
+            if found:
+                return found
+    return None
 
 
 TUNED_ALL = "all tasks"
