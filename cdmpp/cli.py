@@ -80,6 +80,7 @@ def _model_configs(args):
 
 
 def _cmd_train(args) -> int:
+    from .featurize.parallel import default_workers  # noqa: PLC0415  (keeps the featurizer off this module's import)
     from .train.train import train  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     mcfg, tcfg = _model_configs(args)
@@ -92,6 +93,7 @@ def _cmd_train(args) -> int:
         cmd_target=Path(args.cmd_target) if args.cmd_target else None,
         benchmark_table=Path(args.benchmark_table) if args.benchmark_table else None,
         cache_dir=Path(args.cache),
+        featurize_workers=default_workers(),
     )
     result = train(data, Path(args.out), mcfg, tcfg, use_wandb=not args.no_wandb, resume=args.resume)
     print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")

@@ -9,11 +9,13 @@ reports it and its compute capability (``gpu-<name>-sm<XY>``).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -368,3 +370,27 @@ def nearest_device(device: DeviceDescriptor, known: list[DeviceDescriptor]) -> D
     if not scored:
         raise ValueError(f"no known {device.kind} device to stand in for {device.device_id}")
     return max(scored, key=lambda s: (s[0], s[1]))[2]
+
+
+DEVICE_FILE = "device.json"
+"""The measuring device's descriptor (:class:`cdmpp.device.DeviceDescriptor`, JSON) at the top
+of a tune-benchmark output, so that a checkpoint that does not know the device can be
+scored on its records zero-shot on any machine (:func:`cdmpp.train.evaluate.database_device`)."""
+
+
+def record_device(out_dir: Path, device: DeviceDescriptor) -> None:
+    """Write ``device`` to ``out_dir/device.json``, or check that the runs already there are
+    of the same device.
+
+    Raises:
+        InputError: ``out_dir`` holds runs of another device.
+    """
+    path = Path(out_dir) / DEVICE_FILE
+    if path.exists():
+        there = json.loads(path.read_text()).get("device_id")
+        if there != device.device_id:
+            raise InputError(f"{out_dir} holds tuning runs of {there}, not of this machine ({device.device_id}): "
+                             f"give another --output")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(device.to_json(), indent=1) + "\n")

@@ -23,9 +23,9 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 
-from . import featurize_many
 from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, ProgramAST
 from .loops import LOOP_DIM, stack_loops
+from .parallel import featurize_records
 
 
 @dataclass
@@ -375,7 +375,7 @@ def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> Featu
 
 
 def featurize_database(db, cache_dir: Path | None = None, progress: bool = False,
-                       loops: bool = False) -> FeaturizedPrograms:
+                       loops: bool = False, workers: int = 1) -> FeaturizedPrograms:
     """Featurize every measured program of a :class:`cdmpp.dataset.DeviceDatabase`.
 
     The programs carry TVM's ``PerStoreFeature`` rows too (``psf``, the baselines' input),
@@ -384,14 +384,12 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
     With ``cache_dir``, the result is cached under a key of the database's content; a
     folder that grew since its last featurization (collections append records) reuses
     that cache entry for its first programs, featurizes only the new ones, and caches the
-    grown state beside it.
+    grown state beside it.  ``workers`` processes featurize a large database
+    (:func:`cdmpp.featurize.parallel.featurize_records`).
 
     Raises:
         UnsupportedProgramError: a program that cannot be featurized.
     """
-    from cdmpp.tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-
     key, prefix = None, None
     if cache_dir is not None:
         key = _cache_key(cache_dir, db.device_id, db.workload_keys, ((p.workload_index, p.run_secs) for p in db.programs))
@@ -406,22 +404,16 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
         if prefix is not None and loops and not prefix.has_loops:
             prefix = None
     if db.manifest.get("device"):
-        target = Target(db.manifest["device"]["target"])
+        target = db.manifest["device"]["target"]  # the dict: it travels to the featurizing processes
     else:  # a bare JSONDatabase: the target its records were measured for
         target = db.programs[0].record.target if db.programs else None
     flops_of = {}
     for t in db.manifest.get("tasks", []):
         flops_of[t["workload_key"]] = float(t.get("flops", 0.0))
     done = len(prefix) if prefix is not None else 0
-    trees = []
-    chunk = 256
-    rng = range(done, len(db.programs), chunk)
-    if progress:
-        from tqdm import tqdm  # noqa: PLC0415  (only on the branch that needs it)
+    trees = featurize_records([p.record for p in db.programs[done:]], target, psf=True, workers=workers,
+                              progress=progress)
 
-        rng = tqdm(rng, desc="featurize", unit="chunk")
-    for s in rng:
-        trees += featurize_many([p.record for p in db.programs[s : s + chunk]], target, psf=True)
     def flops(workload):
         return np.asarray([flops_of.get(db.workload_keys[w], 0.0) for w in workload], dtype=np.float64)
 

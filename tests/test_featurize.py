@@ -184,7 +184,7 @@ def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_pa
 
     import numpy as np
 
-    import cdmpp.featurize.batch as featurize_pkg
+    import cdmpp.featurize as featurize_pkg
     from cdmpp import dataset as ds
     from cdmpp.featurize.batch import featurize_database
 
@@ -218,3 +218,29 @@ def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_pa
     featurized.clear()
     featurize_database(db, cache)  # the grown entry itself
     assert featurized == []
+
+
+def test_records_featurized_on_a_pool_of_processes_are_the_same_trees_in_order(tiny_collection):
+    import numpy as np
+
+    from cdmpp import dataset as ds
+    from cdmpp.featurize import UnsupportedProgramError, featurize_many
+    from cdmpp.featurize.parallel import featurize_records
+
+    _, summary = tiny_collection
+    db = ds.load_device_dir(summary.device_dir)
+    records = [p.record for p in db.programs][:12]
+    assert len(records) >= 4
+    target = db.manifest["device"]["target"]
+    alone = featurize_many(records, target, psf=True)
+    pooled = featurize_records(records, target, workers=2, chunk=2, pool_from=0)
+    assert len(pooled) == len(alone) == len(records)
+    for a, b in zip(alone, pooled):
+        for name in ("node_parent", "node_kind", "node_extent", "leaf_position", "leaf_features", "psf"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert (a.node_name, a.node_annotations, a.leaf_buffer) == (b.node_name, b.node_annotations, b.leaf_buffer)
+    assert len({a.leaf_features.tobytes() for a in pooled}) > 1  # not one tree repeated
+    with pytest.raises(ValueError, match="workers and chunk"):
+        featurize_records(records, target, workers=0)
+    with pytest.raises(UnsupportedProgramError, match="records 2-3: program 0"):
+        featurize_records([*records[:2], "not a record", *records[3:]], target, chunk=2)

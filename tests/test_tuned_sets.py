@@ -71,8 +71,7 @@ def test_a_tuned_set_of_a_device_the_checkpoint_does_not_know_is_read_from_its_d
     import json
     import shutil
 
-    from cdmpp.bench.tune import DEVICE_FILE, record_device
-    from cdmpp.device import DeviceDescriptor
+    from cdmpp.device import DEVICE_FILE, DeviceDescriptor, record_device
     from cdmpp.errors import InputError, UnknownDeviceError
     from cdmpp.train.evaluate import database_device
 

@@ -39,6 +39,9 @@ class TrainData:
         benchmark_table: with one device folder: a markdown file of ``cdmpp evaluate
             --benchmark`` embedded in the model card.
         cache_dir: featurization cache (``None``: none).
+        featurize_workers: processes that featurize a large device folder that is not
+            cached yet (:func:`cdmpp.featurize.parallel.featurize_records`; the command
+            line uses every core).
 
     Raises ``InputError`` on construction: no dataset, an unknown split, or a split
     other than the network split without several devices' worth of options.
@@ -52,6 +55,7 @@ class TrainData:
     cmd_target: Path | None = None
     benchmark_table: Path | None = None
     cache_dir: Path | None = None
+    featurize_workers: int = 1
 
     def __post_init__(self):
         self.datasets = [Path(d) for d in ([self.datasets] if isinstance(self.datasets, (str, Path)) else self.datasets)]

@@ -145,7 +145,7 @@ def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
 
 def load_corpus(
     root: Path | Sequence[Path], cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True,
-    loops: bool = False,
+    loops: bool = False, workers: int = 1,
 ) -> DeviceCorpus:
     """Featurize (or read from the cache) every device folder under ``root`` (with each
     program's loop tokens when ``loops``: a cache entry without them is featurized again).
@@ -155,6 +155,8 @@ def load_corpus(
             (:func:`corpus_dirs`).
         exclude: device ids to leave out (for example the device of a
             leave-one-device-out run).
+        workers: processes that featurize a large folder that is not cached
+            (:func:`cdmpp.featurize.parallel.featurize_records`).
 
     Raises:
         DatasetError: no device folder, an excluded id that is not there, a device
@@ -175,7 +177,7 @@ def load_corpus(
         if data is None or light is None or len(light[1]) != len(data) or (loops and not data.has_loops):
             # not cached yet (or cached without the loop tokens): parse the records into TVM objects and featurize
             db = ds.load_device_dir(folder)
-            data = featurize_database(db, cache_dir, progress=progress, loops=loops)
+            data = featurize_database(db, cache_dir, progress=progress, loops=loops, workers=workers)
             secs = [p.run_secs for p in db.programs]
         else:
             secs = [a for _, a in light[1]]

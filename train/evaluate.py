@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
-from cdmpp.device import DeviceDescriptor, descriptor_vector
+from cdmpp.device import DEVICE_FILE, DeviceDescriptor, descriptor_vector
 from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
@@ -236,8 +236,8 @@ def _described_device(path: Path) -> dict | None:
     """The device descriptor (JSON) nearest above ``path``: a ``device.json`` (``cdmpp bench
     tune``'s) or a dataset device folder's ``manifest.json``; ``None`` if there is none."""
     for folder in [Path(path).resolve(), *Path(path).resolve().parents]:
-        if (folder / "device.json").is_file():
-            return json.loads((folder / "device.json").read_text())
+        if (folder / DEVICE_FILE).is_file():
+            return json.loads((folder / DEVICE_FILE).read_text())
         if (folder / ds.MANIFEST_FILE).is_file():
             found = json.loads((folder / ds.MANIFEST_FILE).read_text()).get("device")
             if found:

@@ -323,7 +323,8 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     transformer and the trees train on the same programs (the trees see no validation
     program).
     """
-    corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress, loops=model_config.loop_tokens)
+    corpus = load_corpus(data.datasets, data.cache_dir, data.exclude_devices, progress, loops=model_config.loop_tokens,
+                         workers=data.featurize_workers)
     model_config = dataclasses.replace(model_config, num_devices=len(corpus.devices))
     leaves_only = corpus
     if model_config.trace_tokens or model_config.loop_tokens:  # loops among the leaves; the trace as a token before

@@ -20,6 +20,7 @@ from pathlib import Path
 from cdmpp import dataset as ds
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
+from cdmpp.featurize.parallel import default_workers
 from cdmpp.train.config import PRECISIONS, TrainConfig, resolve_precision
 
 RECIPES = {
@@ -72,7 +73,8 @@ def time_epochs(
         raise InputError(f"length pools must be >= 0, got {list(length_pools)}")
     model_config = dataclasses.replace(ModelConfig(), **RECIPES[recipe])
     t0 = time.time()
-    corpus = load_corpus(datasets, cache_dir, (), progress=False, loops=model_config.loop_tokens)
+    corpus = load_corpus(datasets, cache_dir, (), progress=False, loops=model_config.loop_tokens,
+                         workers=default_workers())
     model_config = dataclasses.replace(model_config, num_devices=len(corpus.devices))
     corpus = corpus.for_model(model_config)
     model_config = dataclasses.replace(model_config, feature_dim=corpus.data.x.shape[1])

@@ -40,6 +40,7 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 from cdmpp.featurize.loops import with_loop_tokens
+from cdmpp.featurize.parallel import default_workers
 from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 from cdmpp.featurize.trace_steps import folder_trace_steps, with_trace_sequence
 from cdmpp.train.baselines import TreeBaseline
@@ -372,7 +373,7 @@ def run_fit_study(
     from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     loops = any(LEVERS[n].model.get("loop_tokens") for n in cfg.levers)
-    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops)
+    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops, workers=default_workers())
     base = split_corpus(corpus, None, seed=cfg.seed)
     # tuned-phase programs train only the levers that ask for them; on validation workloads they are a part of their own
     tuned = tuned_phase(corpus)

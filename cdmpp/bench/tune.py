@@ -26,7 +26,7 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
 from cdmpp.collect.machine import build_tmpdir
-from cdmpp.device import local_cpu
+from cdmpp.device import local_cpu, record_device
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.serve.config import OnlineConfig, SearchConfig
 
@@ -392,30 +392,6 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
                 row["tune_s"] = run["tune_s"]
                 rows.append(row)
     return rows
-
-
-DEVICE_FILE = "device.json"
-"""The measuring device's descriptor (:class:`cdmpp.device.DeviceDescriptor`, JSON) at the top
-of a tune-benchmark output, so that a checkpoint that does not know the device can be
-scored on its records zero-shot on any machine (:func:`cdmpp.train.evaluate.database_device`)."""
-
-
-def record_device(out_dir: Path, device) -> None:
-    """Write ``device`` to ``out_dir/device.json``, or check that the runs already there are
-    of the same device.
-
-    Raises:
-        InputError: ``out_dir`` holds runs of another device.
-    """
-    path = Path(out_dir) / DEVICE_FILE
-    if path.exists():
-        there = json.loads(path.read_text()).get("device_id")
-        if there != device.device_id:
-            raise InputError(f"{out_dir} holds tuning runs of {there}, not of this machine ({device.device_id}): "
-                             f"give another --output")
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(device.to_json(), indent=1) + "\n")
 
 
 def run_seed(run: Path) -> int:

@@ -1,0 +1,164 @@
+"""Featurizing many tuning records on several processes.
+
+Replaying a record's schedule trace, building its ``Schedule`` and walking its loop nest
+run in Python and on one thread, so a large folder (the Zen 4 corpus: 110k records)
+featurizes on one core however many the machine has.  :func:`featurize_records` splits
+the records into chunks and featurizes them on a pool of processes
+(:class:`concurrent.futures.ProcessPoolExecutor`, spawned, so that no TVM or PyTorch
+thread pool is forked).  Each chunk travels as plain JSON (the records' and their
+workloads' MetaSchedule JSON), and comes back as :class:`~cdmpp.featurize.ast.ProgramAST`
+objects, in order: the result is the same as :func:`cdmpp.featurize.featurize_many`'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+from .ast import ProgramAST
+
+CHUNK = 256
+"""Records per chunk (one call of :func:`cdmpp.featurize.featurize_many`)."""
+
+
+POOL_FROM = 4096
+"""Records from which :func:`featurize_records` uses a pool: starting the processes (each
+imports TVM) costs several seconds, about as long as featurizing a few hundred records."""
+
+
+def default_workers() -> int:
+    """Processes for featurizing: this machine's usable cores (at most 16)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 16))
+
+
+def featurize_records(records: Sequence, target, psf: bool = True, workers: int = 1, chunk: int = CHUNK,
+                      progress: bool = False, pool_from: int = POOL_FROM) -> list[ProgramAST]:
+    """Featurize MetaSchedule tuning records (:func:`cdmpp.featurize.featurize_many`), on
+    ``workers`` processes when there is more than one chunk.
+
+    Args:
+        records: ``tvm.s_tir.meta_schedule.database.TuningRecord`` objects.
+        target: the TVM target their programs were built for (``Target`` or its dict).
+        psf: also extract TVM's ``PerStoreFeature`` rows.
+        workers: processes (:func:`default_workers`: every core); 1 featurizes in this
+            process.  The pool is spawned: a script that calls this with ``workers > 1``
+            needs the ``if __name__ == "__main__":`` guard, as for any spawned pool.
+        chunk: records per chunk.
+        progress: show a progress bar (tqdm) over the chunks.
+        pool_from: fewer records than this featurize in this process whatever ``workers``.
+
+    Returns:
+        One :class:`~cdmpp.featurize.ast.ProgramAST` per record, in order.
+
+    Raises:
+        UnsupportedProgramError: a record that cannot be featurized (naming its index).
+        ValueError: ``workers`` or ``chunk`` below 1.
+    """
+    from . import featurize_many  # noqa: PLC0415  (the package imports this module)
+
+    if workers < 1 or chunk < 1:
+        raise ValueError(f"workers and chunk must be at least 1, got {workers} and {chunk}")
+    starts = range(0, len(records), chunk)
+    bar = None
+    if progress:
+        from tqdm import tqdm  # noqa: PLC0415  (only on the branch that needs it)
+
+        bar = tqdm(total=len(starts), desc="featurize", unit="chunk")
+    out: list[ProgramAST] = []
+    try:
+        if workers == 1 or len(starts) < 2 or len(records) < pool_from:
+            for s in starts:
+                out += _renumbered(featurize_many, records[s : s + chunk], target, psf, s)
+                if bar is not None:
+                    bar.update()
+            return out
+        for part in _pooled(records, _target_json(target), psf, workers, chunk):
+            out += part
+            if bar is not None:
+                bar.update()
+        return out
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _renumbered(featurize_many, records, target, psf: bool, start: int) -> list[ProgramAST]:
+    """``featurize_many`` of one chunk, its errors naming the record's index in the whole list."""
+    from . import UnsupportedProgramError  # noqa: PLC0415  (the package imports this module)
+
+    try:
+        return featurize_many(list(records), target, psf=psf)
+    except UnsupportedProgramError as err:
+        raise UnsupportedProgramError(f"records {start}-{start + len(records) - 1}: {err}") from err
+
+
+def _pooled(records: Sequence, target: dict, psf: bool, workers: int, chunk: int) -> Iterator[list[ProgramAST]]:
+    """Each chunk's trees, in order, from a pool of ``workers`` spawned processes (at most
+    two chunks in flight per process, so that the JSON of a large folder is never all in
+    memory at once)."""
+    import multiprocessing  # noqa: PLC0415  (only on the branch that needs it)
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    threads = max(1, default_workers() // workers)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                             initargs=(threads,)) as pool:
+        pending: deque = deque()
+        for s in range(0, len(records), chunk):
+            pending.append(pool.submit(_featurize_chunk, _chunk_json(records[s : s + chunk]), target, psf, s))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _init_worker(threads: int) -> None:
+    """Before TVM loads in a worker: its thread pool takes this process's share of the cores."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+
+
+def _featurize_chunk(chunk: tuple[list, list], target: dict, psf: bool, start: int) -> list[ProgramAST]:
+    """A worker's part: rebuild the chunk's records from their JSON and featurize them."""
+    from cdmpp.tvm_compat import Target, TuningRecord, Workload  # noqa: PLC0415  (keeps tvm off this module's import)
+
+    from . import featurize_many  # noqa: PLC0415  (the package imports this module)
+
+    workloads_json, records_json = chunk
+    workloads = [Workload.from_json(w) for w in workloads_json]
+    records = [TuningRecord.from_json(r, workloads[w]) for w, r in records_json]
+    return _renumbered(featurize_many, records, Target(target), psf, start)
+
+
+def _chunk_json(records: Sequence) -> tuple[list, list]:
+    """``(workloads, [(workload index, record), ...])`` of a chunk, as plain JSON (each
+    workload once)."""
+    index: dict[int, int] = {}
+    workloads, out = [], []
+    for rec in records:
+        w = rec.workload
+        key = w.id_  # the same workload object: its address
+        if key not in index:
+            index[key] = len(workloads)
+            workloads.append(_plain(w.as_json()))
+        out.append((index[key], _plain(rec.as_json())))
+    return workloads, out
+
+
+def _plain(obj):
+    """A TVM FFI JSON value (Array, Map, String, numbers) as plain Python."""
+    if isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
+        return str(obj) if type(obj) is not str and isinstance(obj, str) else obj
+    if hasattr(obj, "items"):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    return [_plain(v) for v in obj]
+
+
+def _target_json(target) -> dict:
+    """A target as the dict TVM's ``Target`` accepts."""
+    if isinstance(target, dict):
+        return target
+    return {str(k): _plain(v) for k, v in target.export().items()}
