@@ -244,3 +244,20 @@ def test_records_featurized_on_a_pool_of_processes_are_the_same_trees_in_order(t
         featurize_records(records, target, workers=0)
     with pytest.raises(UnsupportedProgramError, match="records 2-3: program 0"):
         featurize_records([*records[:2], "not a record", *records[3:]], target, chunk=2)
+
+
+def test_the_featurize_rate_bench_times_each_process_count_on_the_same_programs(tmp_path, capsys):
+    import json
+
+    from cdmpp.cli import main
+
+    folder = "datasets/slice/cpu-intel_xeon_processor-emeraldrapids-avx512"
+    out = tmp_path / "rate.json"
+    assert main(["bench", "featurize-rate", "-d", folder, "--workers", "1", "2", "--max-records", "6",
+                 "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["programs"] == 6 and [r["workers"] for r in result["rows"]] == [1, 2]
+    assert all(r["programs_per_s"] > 0 for r in result["rows"])
+    assert "| processes |" in capsys.readouterr().out and out.with_suffix(".md").exists()
+    assert main(["bench", "featurize-rate", "-d", folder, "--workers", "0"]) != 0
+    assert "workers must be >= 1" in capsys.readouterr().err

@@ -19,6 +19,8 @@ BENCHES = {
     "repeat-check": ("cdmpp.bench.repeat_check", "replay the adaptive-repeat rule on device folders' stored repeats"),
     "adapt-table": ("cdmpp.bench.adapt_table", "leave-one-device-out: zero-shot and after 16-64 shots"),
     "epoch-time": ("cdmpp.bench.epoch_time", "seconds per training epoch over a whole dataset, per precision"),
+    "featurize-rate": ("cdmpp.bench.featurize_rate", "featurized programs per second, in one process and on a "
+                       "pool"),
     "fit-study": ("cdmpp.bench.fit_study", "what limits the model: fit, validation, fast end, noise, per lever"),
 }
 """Each bench's module (with ``add_arguments(parser)`` and ``main(args) -> int``) and help line."""
