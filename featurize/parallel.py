@@ -5,9 +5,12 @@ run in Python and on one thread, so a large folder (the Zen 4 corpus: 110k recor
 featurizes on one core however many the machine has.  :func:`featurize_records` splits
 the records into chunks and featurizes them on a pool of processes
 (:class:`concurrent.futures.ProcessPoolExecutor`, spawned, so that no TVM or PyTorch
-thread pool is forked).  Each chunk travels as plain JSON (the records' and their
+thread pool is forked).  The records are grouped by workload first (a
+worker parses each workload it meets once, and parsing a workload's module costs more than
+featurizing a program).  Each chunk travels as plain JSON (the records' and their
 workloads' MetaSchedule JSON), and comes back as :class:`~cdmpp.featurize.ast.ProgramAST`
-objects, in order: the result is the same as :func:`cdmpp.featurize.featurize_many`'s.
+objects, put back in the records' order: the result is the same as
+:func:`cdmpp.featurize.featurize_many`'s.
 """
 
 from __future__ import annotations
@@ -73,32 +76,45 @@ def featurize_records(records: Sequence, target, psf: bool = True, workers: int 
     try:
         if workers == 1 or len(starts) < 2 or len(records) < pool_from:
             for s in starts:
-                out += _renumbered(featurize_many, records[s : s + chunk], target, psf, s)
+                out += _renumbered(featurize_many, records[s : s + chunk], target, psf, list(range(s, s + chunk)))
                 if bar is not None:
                     bar.update()
             return out
-        for part in _pooled(records, _target_json(target), psf, workers, chunk):
+        # chunks of one workload's records each (mostly): a worker then parses few workloads
+        order = sorted(range(len(records)), key=lambda i: records[i].workload.id_)
+        for part in _pooled(records, order, _target_json(target), psf, workers, chunk):
             out += part
             if bar is not None:
                 bar.update()
-        return out
+        trees: list = [None] * len(records)
+        for i, tree in zip(order, out):
+            trees[i] = tree
+        return trees
     finally:
         if bar is not None:
             bar.close()
 
 
-def _renumbered(featurize_many, records, target, psf: bool, start: int) -> list[ProgramAST]:
-    """``featurize_many`` of one chunk, its errors naming the record's index in the whole list."""
+def _renumbered(featurize_many, records, target, psf: bool, indices: list[int]) -> list[ProgramAST]:
+    """``featurize_many`` of one chunk, its errors naming the records' indices in the whole
+    list (``indices``; "program k" of the error is the k-th of them)."""
     from . import UnsupportedProgramError  # noqa: PLC0415  (the package imports this module)
 
     try:
         return featurize_many(list(records), target, psf=psf)
     except UnsupportedProgramError as err:
-        raise UnsupportedProgramError(f"records {start}-{start + len(records) - 1}: {err}") from err
+        indices = indices[: len(records)]
+        if indices == list(range(indices[0], indices[-1] + 1)):
+            where = f"records {indices[0]}-{indices[-1]}"
+        else:
+            where = f"records {', '.join(map(str, indices[:8]))}{', ...' if len(indices) > 8 else ''}"
+        raise UnsupportedProgramError(f"{where}: {err}") from err
 
 
-def _pooled(records: Sequence, target: dict, psf: bool, workers: int, chunk: int) -> Iterator[list[ProgramAST]]:
-    """Each chunk's trees, in order, from a pool of ``workers`` spawned processes (at most
+def _pooled(records: Sequence, order: list[int], target: dict, psf: bool, workers: int,
+            chunk: int) -> Iterator[list[ProgramAST]]:
+    """The trees of each chunk of ``records`` taken in ``order``, chunk after chunk, from a
+    pool of ``workers`` spawned processes (at most
     two chunks in flight per process, so that the JSON of a large folder is never all in
     memory at once)."""
     import multiprocessing  # noqa: PLC0415  (only on the branch that needs it)
@@ -108,8 +124,11 @@ def _pooled(records: Sequence, target: dict, psf: bool, workers: int, chunk: int
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
                              initargs=(threads,)) as pool:
         pending: deque = deque()
+        seen: dict[int, list] = {}  # each workload's JSON, serialised once
         for s in range(0, len(records), chunk):
-            pending.append(pool.submit(_featurize_chunk, _chunk_json(records[s : s + chunk]), target, psf, s))
+            part = order[s : s + chunk]
+            pending.append(pool.submit(_featurize_chunk, _chunk_json([records[i] for i in part], seen), target, psf,
+                                       part))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
@@ -121,21 +140,30 @@ def _init_worker(threads: int) -> None:
     os.environ["TVM_NUM_THREADS"] = str(threads)
 
 
-def _featurize_chunk(chunk: tuple[list, list], target: dict, psf: bool, start: int) -> list[ProgramAST]:
+_PARSED: dict[str, object] = {}
+"""In a worker process: the workloads it has parsed, by structural hash.  A chunk of an
+interleaved folder holds a few dozen workloads, and parsing a workload's module costs
+more than featurizing a program, so each worker parses each workload once."""
+
+
+def _featurize_chunk(chunk: tuple[list, list], target: dict, psf: bool, indices: list[int]) -> list[ProgramAST]:
     """A worker's part: rebuild the chunk's records from their JSON and featurize them."""
     from cdmpp.tvm_compat import Target, TuningRecord, Workload  # noqa: PLC0415  (keeps tvm off this module's import)
 
     from . import featurize_many  # noqa: PLC0415  (the package imports this module)
 
     workloads_json, records_json = chunk
-    workloads = [Workload.from_json(w) for w in workloads_json]
+    for w in workloads_json:
+        if str(w[0]) not in _PARSED:
+            _PARSED[str(w[0])] = Workload.from_json(w)
+    workloads = [_PARSED[str(w[0])] for w in workloads_json]
     records = [TuningRecord.from_json(r, workloads[w]) for w, r in records_json]
-    return _renumbered(featurize_many, records, Target(target), psf, start)
+    return _renumbered(featurize_many, records, Target(target), psf, indices)
 
 
-def _chunk_json(records: Sequence) -> tuple[list, list]:
+def _chunk_json(records: Sequence, seen: dict[int, list]) -> tuple[list, list]:
     """``(workloads, [(workload index, record), ...])`` of a chunk, as plain JSON (each
-    workload once)."""
+    workload once); ``seen`` keeps the JSON of the workloads of earlier chunks."""
     index: dict[int, int] = {}
     workloads, out = [], []
     for rec in records:
@@ -143,7 +171,9 @@ def _chunk_json(records: Sequence) -> tuple[list, list]:
         key = w.id_  # the same workload object: its address
         if key not in index:
             index[key] = len(workloads)
-            workloads.append(_plain(w.as_json()))
+            if key not in seen:
+                seen[key] = _plain(w.as_json())
+            workloads.append(seen[key])
         out.append((index[key], _plain(rec.as_json())))
     return workloads, out
 
