@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from cdmpp import dataset as ds
+from cdmpp.bench import write_result
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 
@@ -72,8 +73,5 @@ def main(args: argparse.Namespace) -> int:
     table = format_rates(result)
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        ds.write_json_atomic(out, result)
-        out.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+        write_result(Path(args.out), result, table)
     return 0

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.bench import write_result
 from cdmpp.errors import InputError
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.parallel import default_workers
@@ -549,8 +550,7 @@ def main(args: argparse.Namespace) -> int:
         print(row, flush=True)
 
     def save(result):
-        ds.write_json_atomic(out, result)
-        out.with_suffix(".md").write_text(format_study(result) + "\n", encoding="utf-8")
+        write_result(out, result, format_study(result))
 
     earlier = None
     if out.exists() and not args.fresh:
