@@ -23,6 +23,7 @@ from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_
 from cdmpp.model import load_checkpoint, predict_latency_array
 
 from .baselines import FlopsBaseline, TreeBaseline
+from .devices import evaluate_devices
 from .metrics import summary
 from .report import BASELINE_FILE, task_weights
 from .splits import holdout_network
@@ -168,8 +169,6 @@ def evaluate(checkpoint: Path, datasets: list[Path] | None = None, workload_db: 
     meta = load_checkpoint(Path(checkpoint))[1]
     known = {d["device_id"] for d in meta.get("devices", [])}
     if datasets and any(d.name in known for root in datasets for d in ds.device_dirs(root)):
-        from .devices import evaluate_devices  # noqa: PLC0415  (import circle)
-
         root = datasets if len(datasets) > 1 else datasets[0]
         rows, title = evaluate_devices(Path(checkpoint), root, opt.holdout, opt.cache_dir, opt.progress, opt.plot,
                                        opt.traces)
