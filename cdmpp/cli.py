@@ -51,7 +51,7 @@ def _model_configs(args):
             pooling=args.pooling,
             positional_encoding=pe,
             trace_tokens=getattr(args, "trace_tokens", None),
-            loop_tokens=True if getattr(args, "loop_tokens", False) or getattr(args, "tree_attention", False) else None,
+            loop_tokens=True if getattr(args, "tree_attention", False) else getattr(args, "loop_tokens", None),
             tree_attention=True if getattr(args, "tree_attention", False) else None,
         )
     )
@@ -234,11 +234,11 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
                    help="share of training programs scored with the unknown-device row (several devices)")
     s.add_argument("--pooling", choices=["sum", "mean", "max", "lse"], default=None,
                    help="how the head reads the tokens: sum, mean or max of them, or lse (a latency term per token, "
-                   "log-sum-exp over them)")
+                   "log-sum-exp over them; the default)")
     s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
-    s.add_argument("--loop-tokens", action="store_true",
+    s.add_argument("--loop-tokens", action=argparse.BooleanOptionalAction, default=None,
                    help="every loop of the compact AST as a token among the leaves, in pre-order (kind, extent, "
-                   "depth, what it encloses, annotations)")
+                   "depth, what it encloses, annotations; default on)")
     s.add_argument("--tree-attention", action="store_true",
                    help="with loop tokens (implied): a learned attention bias per head along the compact AST's "
                    "parent-child edges")

@@ -41,7 +41,8 @@ POOLINGS = ("sum", "mean", "max", "lse")
 @dataclass
 class ModelConfig:
     """Hyper-parameters of :class:`LatencyTransformer`; the defaults are the shipped
-    checkpoint's recipe (the schedule trace as a token; with
+    checkpoint's recipe (every loop of the compact AST and the schedule trace as tokens
+    among the leaves, and the log-sum-exp head; with
     :class:`cdmpp.train.config.TrainConfig`'s Huber loss and trace dropout).
 
     Attributes:
@@ -86,14 +87,14 @@ class ModelConfig:
     n_layers: int = 3
     ff_dim: int = 512
     dropout: float = 0.05
-    pooling: str = "mean"
+    pooling: str = "lse"
     positional_encoding: bool = True
     num_devices: int = 0
     device_dim: int = 32
     descriptor_dim: int = DESCRIPTOR_DIM
     trace_tokens: bool = True
     trace_optional: bool = False
-    loop_tokens: bool = False
+    loop_tokens: bool = True
     tree_attention: bool = False
 
     def __post_init__(self):
@@ -179,15 +180,6 @@ class LatencyTransformer(nn.Module):
         """
         emb = self.device_embedding(device if embedding_row is None else embedding_row)
         return emb + self.descriptor_proj(self.device_descriptor[device])
-
-    def head_output(self, pooled: torch.Tensor, device: torch.Tensor | None = None, embedding_row=None) -> torch.Tensor:
-        """The head on pooled embeddings ``(B, d_model)`` for devices ``device`` (int64
-        ``(B,)``; ``None``: unknown) -> standardised log-latency, float32 ``(B,)``."""
-        if self.config.num_devices > 0:
-            if device is None:
-                device = torch.zeros(pooled.shape[0], dtype=torch.int64, device=pooled.device)
-            pooled = torch.cat([pooled, self.device_vector(device, embedding_row)], dim=-1)
-        return self.head(pooled).squeeze(-1)
 
     @torch.no_grad()
     def set_device_descriptors(self, descriptors) -> None:
@@ -278,13 +270,24 @@ class LatencyTransformer(nn.Module):
         mean)`` over the tokens of ``mask``: the time of a program is the sum of its
         statements' times.  Otherwise the head reads the pooled embedding.
         """
-        if self.config.pooling != "lse":
-            return self.head_output(self.pool(h, mask), device, embedding_row)
+        dev = None
         if self.config.num_devices > 0:
             if device is None:
                 device = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
-            dev = self.device_vector(device, embedding_row).to(h.dtype)
-            h = torch.cat([h, dev.unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
+            dev = self.device_vector(device, embedding_row)
+        return self.output_for_vectors(h, mask, dev)
+
+    def output_for_vectors(self, h: torch.Tensor, mask: torch.Tensor, dev: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`output` for given device vectors ``dev``, float32 ``(B, device_dim)``
+        (``None`` for a model without devices): what ``cdmpp adapt`` differentiates to fit
+        one device's row."""
+        if self.config.pooling != "lse":
+            pooled = self.pool(h, mask)
+            if dev is not None:
+                pooled = torch.cat([pooled, dev.to(pooled.dtype)], dim=-1)
+            return self.head(pooled).squeeze(-1)
+        if dev is not None:
+            h = torch.cat([h, dev.to(h.dtype).unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
         terms = self.head(h).squeeze(-1).float() * self.label_std + self.label_mean
         total = torch.logsumexp(terms.masked_fill(~mask, float("-inf")), dim=1)
         return (total - self.label_mean) / self.label_std

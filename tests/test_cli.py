@@ -85,7 +85,7 @@ def test_train_with_cmd_toward_another_device(tiny_collection, tmp_path, capsys)
     out = tmp_path / "ckpt"
     args = ["train", "-d", str(summary.device_dir), "--holdout", "none", "-o", str(out), "--no-wandb", "--epochs", "1"]
     args += ["--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--cmd-target", str(summary.device_dir),
-             "--no-trace-tokens"]
+             "--no-trace-tokens", "--no-loop-tokens"]
     assert main(args) == 2  # a target device without a CMD weight
     assert "cmd_weight > 0" in capsys.readouterr().err and not out.exists()
     assert main(args + ["--cmd-weight", "0.5"]) == 0
@@ -163,5 +163,8 @@ def test_train_flags_reach_the_model_and_training_configs(capsys):
     default_model, _ = _model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
     # unset flags keep the defaults: the shipped recipe
     assert default_model.dropout == 0.05 and default_model.ff_dim == 512 and default_model.trace_tokens
+    assert default_model.loop_tokens and default_model.pooling == "lse"
+    leaves, _ = _model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y", "--no-loop-tokens"]))
+    assert not leaves.loop_tokens
     assert main(["train", "-d", "x", "-o", "y", "--dropout", "1.5"]) == 2
     assert "dropout must be in [0, 1), got 1.5" in capsys.readouterr().err

@@ -30,6 +30,21 @@ def device_checkpoint(two_device_dataset, tmp_path_factory):
     return out, result.rows
 
 
+@pytest.fixture(scope="module")
+def lse_device_checkpoint(two_device_dataset, tmp_path_factory):
+    """The same two devices, with the log-sum-exp head (a latency term per token)."""
+    from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.train import train
+
+    out = tmp_path_factory.mktemp("ckpt") / "lse"
+    train(TrainData([two_device_dataset], "dcgan-b1"), out,
+          ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=False, loop_tokens=False,
+                      pooling="lse"),
+          TrainConfig(epochs=3, batch_size=16), use_wandb=False, progress=False)
+    return out, None
+
+
 def test_descriptor_target_match_and_nearest_device():
     from cdmpp.device import (
         DESCRIPTOR_DIM,
@@ -136,12 +151,16 @@ def test_checkpoint_knows_its_devices_and_predicts_for_the_chosen_one(device_che
     assert AVX2 in card and AVX512 in card and "Held-out network dcgan-b1" in card
 
 
-def test_a_new_device_row_learns_its_shots_and_leaves_the_others(device_checkpoint, two_device_dataset):
+@pytest.mark.parametrize("head", ["device_checkpoint", "lse_device_checkpoint"])
+def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, two_device_dataset):
+    """For a mean-pooled head and for the log-sum-exp head alike: the row is fitted
+    through the model's own head, so its in-sample error falls."""
     from cdmpp.device import DeviceDescriptor, descriptor_vector
     from cdmpp.model import load_checkpoint, predict_latency_array, save_checkpoint
     from cdmpp.train.adapt import fit_device_row, with_new_device
     from cdmpp.train.devices import load_corpus
 
+    device_checkpoint = request.getfixturevalue(head)
     model, _ = load_checkpoint(device_checkpoint[0])
     corpus = load_corpus(two_device_dataset, None, progress=False)
     data = corpus.data

@@ -42,7 +42,8 @@ def test_train_pooled_with_another_device(tiny_collection, tmp_path, capsys):
     other = tmp_path / "other-cpu"
     out = tmp_path / "ckpt"
     args = ["train", "-d", str(summary.device_dir), "--holdout", "none", "-o", str(out), "--no-wandb"]
-    args += ["--epochs", "1", "--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--no-trace-tokens"]
+    args += ["--epochs", "1", "--d-model", "16", "--layers", "1", "--cache", str(tmp_path / "c"), "--no-trace-tokens",
+             "--no-loop-tokens"]
     assert main(args + ["--pool", str(summary.device_dir)]) == 2  # the trained device itself
     assert "already in training" in capsys.readouterr().err and not out.exists()
     assert main(args + ["--pool", str(tmp_path / "nothing")]) == 2 and not out.exists()

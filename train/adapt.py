@@ -87,11 +87,16 @@ class AdaptConfig:
 
 
 @torch.no_grad()
-def _pooled(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray) -> torch.Tensor:
-
+def _encoded(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray) -> list:
+    """The encoder's tokens of programs ``index``, in chunks of 512: a list of ``(h, mask)``,
+    ``h`` float32 ``(B, L, d_model)`` and ``mask`` bool ``(B, L)``, computed once (no grad)."""
     model.eval()
-    out = [model.pooled(*dense_programs(data, index[s : s + 512])) for s in range(0, len(index), 512)]
-    return torch.cat(out) if out else torch.zeros((0, model.config.d_model))
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(index), 512):
+            x, pos, mask = dense_programs(data, index[s : s + 512])
+            out.append((model.encoded(x, pos, mask), mask))
+    return out
 
 
 def fit_device_row(
@@ -125,17 +130,17 @@ def fit_device_row(
     if not np.all(np.isfinite(lat) & (lat > 0)):
         raise ValueError("a shot has a non-positive or missing latency")
     out = copy.deepcopy(model).eval()
-    h = _pooled(out, data, shots)
+    chunks = _encoded(out, data, shots)
     y = (torch.from_numpy(np.log(lat)).float() - out.label_mean) / out.label_std
     start = out.device_embedding.weight[row].detach().clone()
     param = torch.nn.Parameter(start.clone())
     opt = torch.optim.Adam([param], lr=config.lr)
-    dev = torch.full((len(shots),), row, dtype=torch.int64)
-    desc = out.descriptor_proj(out.device_descriptor[dev]).detach()
+    desc = out.descriptor_proj(out.device_descriptor[row]).detach()
     for _ in range(config.steps):
         opt.zero_grad()
-        vec = param.unsqueeze(0).expand(len(shots), -1) + desc
-        pred = out.head(torch.cat([h, vec], dim=-1)).squeeze(-1)
+        vec = param + desc
+        # the model's own head (pooled or a log-sum-exp over tokens) on the fixed tokens
+        pred = torch.cat([out.output_for_vectors(h, mask, vec.unsqueeze(0).expand(len(h), -1)) for h, mask in chunks])
         loss = torch.nn.functional.mse_loss(pred, y) + config.l2 * (param - start).pow(2).sum()
         loss.backward()
         opt.step()

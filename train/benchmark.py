@@ -45,8 +45,8 @@ class BenchmarkConfig:
         access_ablation: also train the transformer without the buffer-access features
             (:mod:`cdmpp.featurize.access` columns set to 0; ``OWN_FEATURES`` only).
         model: the transformer's configuration; the benchmark compares inputs of the
-            compact AST, so its transformers read the leaves only (``trace_tokens`` is
-            set off).
+            compact AST, so its transformers read the leaves only (``trace_tokens`` and
+            ``loop_tokens`` are set off; mean-pooled by default).
         train: its training recipe (its ``seed`` seeds every model and split).
         mlp_epochs: training epochs of the segment-sum MLP.
         log_dir: where the transformer runs log to wandb (offline).
@@ -56,7 +56,7 @@ class BenchmarkConfig:
     random_split: bool = True
     positional_encoding_ablation: bool = True
     access_ablation: bool = False
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(pooling="mean", loop_tokens=False))
     train: TrainConfig = field(default_factory=TrainConfig)
     mlp_epochs: int = 30
     log_dir: Path = Path("runs/benchmark/logs")
@@ -135,7 +135,8 @@ def run_benchmark(dataset: Path, cfg: BenchmarkConfig | None = None, cache_dir: 
         DatasetError: no measured data.  ValueError: an unknown held-out network.
     """
     cfg = cfg or BenchmarkConfig()
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, trace_tokens=False, trace_optional=False))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, trace_tokens=False, trace_optional=False,
+                                                                     loop_tokens=False))
     db, data = load_featurized(Path(dataset), cache_dir, progress=False)
     measured = set(np.asarray(data.workload_keys)[np.unique(data.workload)])
     holdouts = cfg.holdouts

@@ -123,9 +123,10 @@ def train(
                                        and train_config.trace_dropout > 0)
     if model_config.trace_tokens and (data.pool or data.cmd_target is not None):
         raise InputError("trace tokens take no pooled devices and no CMD target device: train a leaves-only model "
-                         "(--no-trace-tokens) with --pool or --cmd-target")
+                         "(--no-trace-tokens --no-loop-tokens) with --pool or --cmd-target")
     if model_config.loop_tokens and (data.pool or data.cmd_target is not None):
-        raise InputError("loop tokens take no pooled devices and no CMD target device: train without --loop-tokens "
+        raise InputError("loop tokens take no pooled devices and no CMD target device: train a leaves-only model "
+                         "(--no-loop-tokens --no-trace-tokens) "
                          "with --pool or --cmd-target")
     if several:
         rows = _train_corpus(data, Path(out), model_config, train_config, use_wandb, progress, resume)

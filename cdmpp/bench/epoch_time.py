@@ -1,8 +1,9 @@
 """Seconds per training epoch over a whole dataset, for each training precision.
 
 One process loads the featurized corpus once (from the cache), builds the shipped
-recipe's inputs (the leaves, the schedule trace as a token; with ``--recipe loops-lse``
-also every loop as a token and the log-sum-exp head), then trains the transformer for
+recipe's inputs (the leaves, every loop and the schedule trace as tokens, the log-sum-exp
+head; ``--recipe trace-mean``: the leaves and the trace token, mean-pooled), then trains
+the transformer for
 ``--epochs`` epochs with each precision in turn on the same strict split (the held-out
 network's workloads out), and prints wall seconds per epoch: the training pass and its
 validation pass, the way ``cdmpp train`` spends them. bf16 autocast pays where the CPU
@@ -26,6 +27,7 @@ from cdmpp.train.config import PRECISIONS, TrainConfig, resolve_precision
 RECIPES = {
     "shipped": {},
     "loops-lse": {"loop_tokens": True, "pooling": "lse"},
+    "trace-mean": {"loop_tokens": False, "pooling": "mean"},
 }
 """Model-config changes of each timed recipe, on top of the shipped one (:class:`~cdmpp.model.ModelConfig`'s defaults)."""
 

@@ -336,9 +336,10 @@ def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
     from cdmpp.model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
 
-    # the levers add the trace token themselves (``Lever.trace_token``); "current" is the MSE recipe
+    # the levers add the trace token, the loop tokens and the LSE head themselves (``Lever``);
+    # "current" is the mean-pooled MSE recipe on the leaves
     model = ModelConfig(d_model=cfg.d_model, n_layers=cfg.n_layers, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
-                        num_devices=num_devices, trace_tokens=False)
+                        num_devices=num_devices, trace_tokens=False, loop_tokens=False, pooling="mean")
     model = dataclasses.replace(model, **lever.model)
     train = dict(lever.train)
     if train.get("epochs", 0) < 0:
