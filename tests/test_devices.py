@@ -1,6 +1,7 @@
 """One model over several devices: the device table, the API's device rule, adapt."""
 
 import json
+import shutil
 import warnings
 
 import numpy as np
@@ -332,6 +333,15 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
                  "--method", "row", "--cache", str(tmp_path / "c")]) == 0
     card = (known / "README.md").read_text()
     assert card.count(f"## Adapted: `{AVX2}`") == 1 and "started from its current row" in card
+    # a calibration afterwards writes the card again, and the adapted device's section stays
+    from cdmpp.model import IntervalConfig
+    from cdmpp.train.uncertainty import calibrate_checkpoint
+
+    calibrate_checkpoint(known, two_device_dataset, tmp_path / "c", IntervalConfig(passes=2), progress=False)
+    recalibrated = (known / "README.md").read_text()
+    assert "## Prediction intervals" in recalibrated and "## Prediction intervals" not in card
+    assert recalibrated.count(f"## Adapted: `{AVX2}`") == 1
+    assert recalibrated.endswith(card[card.index(f"\n## Adapted: `{AVX2}`"):])
     # scoring the left-out device says in the title that it is scored zero-shot
     from cdmpp.train.evaluate import evaluate_checkpoint
 
@@ -340,6 +350,28 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     assert rows["cdmpp transformer"]["programs"] > 0
     # a device the checkpoint was trained on is not a leave-one-device-out target
     assert main(["bench", "adapt-table", "-c", str(ckpt), "-d", str(two_device_dataset / AVX512), "--cache", str(tmp_path / "c")]) == 2
+
+
+def test_evaluate_scores_a_within_task_checkpoint_on_its_own_test_programs(device_checkpoint, two_device_dataset,
+                                                                          tmp_path):
+    """``holdout="auto"`` on a checkpoint trained on TenSet's within-task split scores that
+    split's test programs, not every program (most of which it trained on)."""
+    from cdmpp.train.devices import evaluate_devices, load_corpus, split_within_tasks
+
+    corpus = load_corpus(two_device_dataset, None, progress=False)
+    split = split_within_tasks(corpus, min_programs=8)
+    ckpt = tmp_path / "within"
+    shutil.copytree(device_checkpoint[0], ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["metadata"].update(split=split.holdout, holdout=None, train_programs=len(split.train),
+                           val_programs=len(split.val), test_programs=len(split.test))
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    rows, title = evaluate_devices(ckpt, two_device_dataset, progress=False)
+    assert "within-task test programs" in title
+    counts = np.bincount(corpus.data.device[split.test], minlength=3)
+    assert {d: r["cdmpp transformer"]["programs"] for d, r in rows.items()} == {
+        dev.device_id: int(counts[i + 1]) for i, dev in enumerate(corpus.devices) if counts[i + 1]}
+    assert sum(r["cdmpp transformer"]["programs"] for r in rows.values()) == len(split.test) < len(corpus.data) / 2
 
 
 def test_cdmpp_protocol_filters_and_keeps_shared_tasks_on_both_sides(two_device_dataset):

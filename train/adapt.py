@@ -46,6 +46,7 @@ from cdmpp.featurize.trace import model_inputs, schedule_trace_vectors, with_tra
 from cdmpp.model import LatencyTransformer, load_checkpoint, predict_latency_array, save_checkpoint
 
 from .metrics import summary
+from .report import ADAPTED_HEADING
 
 
 @dataclass
@@ -488,7 +489,7 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
             shutil.copyfile(checkpoint / name, out / name)
     card = out / "README.md"
     text = card.read_text(encoding="utf-8") if card.exists() else ""
-    heading = f"\n## Adapted: `{device.device_id}` "
+    heading = f"{ADAPTED_HEADING}`{device.device_id}` "
     if heading in text:  # a refit replaces the device's earlier section
         start = text.index(heading)
         end = text.find("\n## ", start + len(heading))

@@ -14,6 +14,7 @@ programs on both sides of any split, whichever device measured them.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,7 +372,7 @@ def _check_same_split(meta: dict, split: Split, root: Path) -> None:
     would then hold workloads the checkpoint trained on.  The check compares the split's
     sizes with those the checkpoint recorded (``train_programs``, ``val_programs``); a
     split with filters (``split_filters``) or of another kind is not checked."""
-    if meta.get("split_filters") or meta.get("split") not in ("network", None):
+    if meta.get("split_filters") or not (meta.get("split") in ("network", None) or _within_task(meta)):
         return
     want = (meta.get("train_programs"), meta.get("val_programs"))
     got = (int(len(split.train)), int(len(split.val)))
@@ -380,6 +381,24 @@ def _check_same_split(meta: dict, split: Split, root: Path) -> None:
                          f"validated on {want[1]}, the dataset now splits into {got[0]} and {got[1]} (programs were "
                          f"added or removed since), so its validation workloads cannot be told apart from its "
                          f"training ones; score it on the dataset as it was (git history) or on a held-out network")
+
+
+def _within_task(meta: dict) -> bool:
+    """Whether a device-table checkpoint was trained on TenSet's within-task split."""
+    return str(meta.get("split") or "").startswith("within tasks")
+
+
+def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
+    """The split a device-table checkpoint trained on, drawn again from ``corpus``
+    (``InputError`` when the dataset no longer gives it: :func:`_check_same_split`)."""
+    if _within_task(meta):  # the recorded split names its task-size floor: "within tasks of >= N programs"
+        floor = re.search(r">= (\d+) programs", str(meta["split"]))
+        split = split_within_tasks(corpus, min_programs=int(floor.group(1)) if floor else 20,
+                                   seed=int(meta.get("train_config", {}).get("seed", 0)))
+    else:
+        split = split_corpus(corpus, meta.get("holdout"))
+    _check_same_split(meta, split, root)
+    return split
 
 
 def evaluate_devices(
@@ -392,7 +411,8 @@ def evaluate_devices(
     traces: bool = True,
 ) -> tuple[dict[str, dict], str]:
     """Score a checkpoint with a device table (trained by :func:`cdmpp.train.train.train` on several device folders) on each device folder of ``root``
-    that it knows, on the held-out network (default: the one it recorded), on every program
+    that it knows, on the held-out network (default: the one it recorded; for a checkpoint
+    trained on TenSet's within-task split, that split's test programs), on every program
     (``holdout=None``), or on one part of its own split (``holdout="validation"``: its
     validation workloads; ``"training"``: the programs it trained on, the fit).
 
@@ -419,10 +439,12 @@ def evaluate_devices(
     corpus = corpus.for_model(model.config, traces)
     part = holdout if holdout in ("validation", "training") else None
     net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
+    within = holdout == "auto" and _within_task(meta)
     if part:  # the checkpoint's own split: its validation workloads, or the programs it trained on
-        split = split_corpus(corpus, meta.get("holdout"))
-        _check_same_split(meta, split, root)
+        split = _own_split(corpus, meta, root)
         index = split.val if part == "validation" else split.train
+    elif within:  # TenSet's within-task protocol: its test programs (their tasks trained on)
+        index = _own_split(corpus, meta, root).test
     else:
         index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
     tree = None
@@ -433,7 +455,8 @@ def evaluate_devices(
     for d in meta["devices"]:
         table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
     rows = _score_remapped(model, tree, corpus, index, net, model_rows, table, panels)
-    what = f"{part} programs (the checkpoint's split)" if part else (f"held-out network {net}" if net else "every program")
+    what = (f"{part} programs (the checkpoint's split)" if part else "within-task test programs (the checkpoint's split)"
+            if within else f"held-out network {net}" if net else "every program")
     if model.config.trace_tokens and not traces:
         what += ", without their traces"
     title = f"{what} of {root}, per device ({checkpoint})"

@@ -370,7 +370,7 @@ class LatencyModule(L.LightningModule):
         row = None
         if (device is not None and stage == "train" and self.train_config.device_dropout > 0
                 and self.model.config.num_devices > 0):  # no device table: draw nothing, keep the RNG stream
-            drop = torch.rand(device.shape, generator=None) < self.train_config.device_dropout
+            drop = torch.rand(device.shape, device=device.device) < self.train_config.device_dropout
             row = torch.where(drop, torch.zeros_like(device), device)
         pred = self.model.output(tokens, mask, device, row)
         c = self.train_config

@@ -116,9 +116,24 @@ def write_rows(rows: Mapping, path: Path) -> None:
 
 _ARCHITECTURE = (
     "Predicts the latency (seconds) of a scheduled TensorIR PrimFunc on {what}, from its compact AST "
-    "(CDMPP, EuroSys 2024, sections 3-4){and_device}: a transformer encoder over the leaves' feature "
-    "vectors with a sinusoidal encoding of their pre-order positions, {head}."
+    "(CDMPP, EuroSys 2024, sections 3-4){and_device}: a transformer encoder over the feature vectors of "
+    "{tokens}, with a sinusoidal encoding of their pre-order positions; {head}."
 )
+
+
+ADAPTED_HEADING = "\n## Adapted: "
+"""The start of each section that ``cdmpp adapt`` appends to a model card (one per device)."""
+
+
+def adapted_sections(card: str) -> str:
+    """The sections that ``cdmpp adapt`` appended to the model card text ``card``, in their
+    order (empty when there is none): a card written again keeps them."""
+    parts, at = [], card.find(ADAPTED_HEADING)
+    while at >= 0:
+        end = card.find("\n## ", at + len(ADAPTED_HEADING))
+        parts.append(card[at:end] if end >= 0 else card[at:])
+        at = card.find(ADAPTED_HEADING, end) if end >= 0 else -1
+    return "".join(p.rstrip("\n") + "\n" for p in parts)
 
 
 def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[str, int] | None = None,
@@ -138,6 +153,7 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         _ARCHITECTURE.format(
             what="a device" if several else "the device below",
             and_device=" and the device" if several else "",
+            tokens=_token_words(model_config),
             head=_head_words(model_config, several),
         ),
         "",
@@ -155,7 +171,8 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
             "- Inputs: each program's schedule trace (tile sizes, unroll depth, parallel and vectorize extents, "
             "primitive counts; `cdmpp.featurize.trace`) as one more token before its leaves"
             + (f"; trace dropout {meta['train_config'].get('trace_dropout')}: that share of training programs is seen "
-               "without the token, so a program without a trace (a bare PrimFunc) is predicted from its leaves alone"
+               "without the token, so a program without a trace (a bare PrimFunc) is predicted from its "
+               + ("leaves and loops" if model_config.loop_tokens else "leaves alone")
                if model_config.trace_optional else "; every prediction needs the program's trace")
         )
     if model_config.loop_tokens:
@@ -182,14 +199,20 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
     return "\n".join(lines) + "\n"
 
 
+def _token_words(model_config: ModelConfig) -> str:
+    """The tokens the encoder reads, for the architecture sentence."""
+    words = "its leaves and its loops" if model_config.loop_tokens else "its leaves"
+    return ("its schedule trace, " + words) if model_config.trace_tokens else words
+
+
 def _head_words(model_config: ModelConfig, several: bool) -> str:
     """How the token embeddings become a latency: the end of the architecture sentence."""
-    device = ("concatenated with the device's vector (a learned embedding plus a linear map of its descriptor)"
-              if several else "")
+    device = "the device's vector (a learned embedding plus a linear map of its descriptor)"
     if model_config.pooling == "lse":
-        return ("then an MLP head on each token" + (f", {device}," if several else "")
-                + " gives the token's latency term, and the program's log-latency is their log-sum-exp")
-    return f"{model_config.pooling}-pooled" + (f", {device}" if several else "") + ", then an MLP head on log-latency"
+        return ("an MLP maps each encoded token" + (f", with {device}," if several else "")
+                + " to a latency term, and the program's log-latency is the log-sum-exp of the terms")
+    return (f"the tokens are {model_config.pooling}-pooled" + (f" and joined with {device}" if several else "")
+            + ", and an MLP maps the result to the log-latency")
 
 
 def _machine_words(machine: dict | None) -> str:

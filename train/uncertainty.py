@@ -43,7 +43,7 @@ from cdmpp.model import (  # noqa: F401  (the inference half of the intervals li
 )
 
 from .devices import checkpoint_corpus, dataset_label, split_corpus
-from .report import CARD_FILE, model_card
+from .report import CARD_FILE, adapted_sections, model_card
 
 
 def calibrate(point: np.ndarray, passes: np.ndarray, true_s: np.ndarray, cfg: IntervalConfig) -> dict:
@@ -154,7 +154,8 @@ def calibrate_checkpoint(
         path.write_text(json.dumps(cfg_json, indent=1), encoding="utf-8")
         card = Path(checkpoint) / CARD_FILE
         if card.exists():
-            card.write_text(model_card(model.config, cfg_json["metadata"]), encoding="utf-8")
+            kept = adapted_sections(card.read_text(encoding="utf-8"))  # adapt's sections outlive a new card
+            card.write_text(model_card(model.config, cfg_json["metadata"]) + kept, encoding="utf-8")
     return out
 
 
