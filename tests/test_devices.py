@@ -189,6 +189,16 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, 
     )
 
 
+def test_own_split_needs_every_device_it_trained_on(device_checkpoint, two_device_dataset):
+    from cdmpp.errors import InputError
+    from cdmpp.train.devices import evaluate_devices
+
+    with pytest.raises(InputError, match=f"lacks {AVX2}, which this checkpoint trained on"):
+        evaluate_devices(device_checkpoint[0], two_device_dataset / AVX512, holdout="validation", progress=False)
+    rows, _ = evaluate_devices(device_checkpoint[0], two_device_dataset, holdout="validation", progress=False)
+    assert AVX512 in rows and set(rows) <= {AVX2, AVX512}  # the whole dataset gives its split back
+
+
 def test_cli_evaluate_prints_one_table_per_device(device_checkpoint, two_device_dataset, tmp_path, capsys):
     from cdmpp.cli import main
 
@@ -333,6 +343,11 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
                  "--method", "row", "--cache", str(tmp_path / "c")]) == 0
     card = (known / "README.md").read_text()
     assert card.count(f"## Adapted: `{AVX2}`") == 1 and "started from its current row" in card
+    # its own split (validation, training) is drawn over the devices it trained on, not the one adapt added
+    from cdmpp.train.devices import evaluate_devices
+
+    val_rows, val_title = evaluate_devices(known, two_device_dataset, holdout="validation", progress=False)
+    assert set(val_rows) == {AVX512} and "validation programs" in val_title
     # a calibration afterwards writes the card again, and the adapted device's section stays
     from cdmpp.model import IntervalConfig
     from cdmpp.train.uncertainty import calibrate_checkpoint

@@ -45,6 +45,11 @@ def test_tuned_sets_pool_each_tasks_runs_and_predict_for_the_device_the_path_nam
     assert "not in this checkpoint" not in single_title
     for key in ("mape", "kendall_tau", "best_ratio", "top1_of_8", "tau_fast_half"):
         assert alone[dw]["cdmpp transformer"][key] == pytest.approx(single["cdmpp transformer"][key], rel=1e-6)
+    # as bare PrimFuncs (the shipped checkpoint reads loop tokens): the same programs, no trace token
+    bare, bare_title = evaluate_tuned(DEFAULT_CHECKPOINT, [runs[2]], dataclasses.replace(opt, traces=False))
+    assert "without their traces" in bare_title
+    assert bare[dw]["cdmpp transformer"]["programs"] == alone[dw]["cdmpp transformer"]["programs"]
+    assert bare[dw]["cdmpp transformer"]["mape"] != pytest.approx(alone[dw]["cdmpp transformer"]["mape"], rel=1e-3)
     # the command line: one row per task and model under a "task" column
     assert main(["evaluate", "--tuned", str(runs[2]), "--cache", str(tmp_path / "cache")]) == 0
     out = capsys.readouterr().out

@@ -339,13 +339,14 @@ def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, networ
 
 
 def checkpoint_corpus(
-    meta: dict, root: Path | Sequence[Path], cache_dir: Path | None, progress: bool = True
+    meta: dict, root: Path | Sequence[Path], cache_dir: Path | None, progress: bool = True, skip: Sequence[str] = ()
 ) -> tuple[DeviceCorpus, np.ndarray]:
     """The device folders of ``root`` (one dataset folder or several) that a
     device-table checkpoint knows, and each program's row in the checkpoint's table.
 
     Args:
         meta: the checkpoint's metadata (with its ``devices`` list).
+        skip: device ids to leave out even when the checkpoint knows them.
 
     Returns:
         ``(corpus, rows)``: rows int64 ``(P,)``; ``corpus.data.device`` indexes
@@ -356,7 +357,7 @@ def checkpoint_corpus(
     """
     row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
     names = {d.name for d in corpus_dirs(root)}
-    unknown = tuple(sorted(n for n in names if n not in row_of))
+    unknown = tuple(sorted(n for n in names if n not in row_of or n in skip))
     if len(unknown) == len(names):
         raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(row_of)})")
     corpus = load_corpus(root, cache_dir, unknown, progress)
@@ -386,6 +387,12 @@ def _check_same_split(meta: dict, split: Split, root: Path) -> None:
 def _within_task(meta: dict) -> bool:
     """Whether a device-table checkpoint was trained on TenSet's within-task split."""
     return str(meta.get("split") or "").startswith("within tasks")
+
+
+def trained_devices(meta: dict) -> list[str]:
+    """The device ids a device-table checkpoint trained on, in row order: its table less
+    the devices ``cdmpp adapt`` added afterwards."""
+    return [d["device_id"] for d in meta.get("devices", []) if "adapted" not in d or d.get("train_programs")]
 
 
 def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
@@ -435,11 +442,20 @@ def evaluate_devices(
     if not meta.get("devices"):
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
     row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
-    corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress)
-    corpus = corpus.for_model(model.config, traces)
     part = holdout if holdout in ("validation", "training") else None
     net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
     within = holdout == "auto" and _within_task(meta)
+    trained = trained_devices(meta)
+    own = bool(part or within)  # the checkpoint's own split: drawn over the devices it trained on, and only those
+    corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress,
+                                           skip=[d for d in row_of if d not in trained] if own else ())
+    if own:
+        missing = [d for d in trained if d not in {dev.device_id for dev in corpus.devices}]
+        if missing:
+            raise InputError(f"{dataset_label(root)} lacks {', '.join(missing)}, which this checkpoint trained on: its "
+                             f"split is drawn over every device it trained on, so give every dataset folder it "
+                             f"trained on (its model card's device table names their folders)")
+    corpus = corpus.for_model(model.config, traces)
     if part:  # the checkpoint's own split: its validation workloads, or the programs it trained on
         split = _own_split(corpus, meta, root)
         index = split.val if part == "validation" else split.train

@@ -353,12 +353,12 @@ def _database_inputs(model, workload_db: Path, record_db: Path, device_id: str, 
     as a token (a trace-token model; none with ``traces=False``)."""
     db = ds.load_database(workload_db, record_db, device_id, manifest)
     data = featurize_database(db, cache_dir, progress=progress, loops=model.config.loop_tokens)
+    if model.config.trace_tokens and not traces:  # bare PrimFuncs: the loops (if any) and no trace token
+        return db, model_inputs(model.config, data, None, traces=False)
     if model.config.loop_tokens:
         data = with_loop_tokens(data)
-    if model.config.trace_tokens and traces:
+    if model.config.trace_tokens:
         data = with_trace_tokens(data, lined_up([database_traces(workload_db, record_db)], data.latency))
-    elif model.config.trace_tokens:
-        data = model_inputs(model.config, data, None, traces=False)
     return db, data
 
 
