@@ -93,10 +93,9 @@ def _encoded(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndar
     ``h`` float32 ``(B, L, d_model)`` and ``mask`` bool ``(B, L)``, computed once (no grad)."""
     model.eval()
     out = []
-    with torch.no_grad():
-        for s in range(0, len(index), 512):
-            x, pos, mask = dense_programs(data, index[s : s + 512])
-            out.append((model.encoded(x, pos, mask), mask))
+    for s in range(0, len(index), 512):
+        x, pos, mask = dense_programs(data, index[s : s + 512])
+        out.append((model.encoded(x, pos, mask), mask))
     return out
 
 

@@ -456,11 +456,9 @@ def evaluate_devices(
                              f"split is drawn over every device it trained on, so give every dataset folder it "
                              f"trained on (its model card's device table names their folders)")
     corpus = corpus.for_model(model.config, traces)
-    if part:  # the checkpoint's own split: its validation workloads, or the programs it trained on
+    if own:  # its validation workloads, the programs it trained on, or its within-task test programs
         split = _own_split(corpus, meta, root)
-        index = split.val if part == "validation" else split.train
-    elif within:  # TenSet's within-task protocol: its test programs (their tasks trained on)
-        index = _own_split(corpus, meta, root).test
+        index = split.val if part == "validation" else split.train if part else split.test
     else:
         index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
     tree = None
