@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -213,6 +214,23 @@ def best_records(workload_lines: list, record_lines: list) -> dict[str, tuple[ob
         mod = workloads[widx].mod
         keep_fastest(out, str(structural_hash(mod)), mod, rec, measured)
     return out
+
+
+def work_dir_best(work_dir: Path) -> dict[str, tuple[object, BestRecord]]:
+    """:func:`best_records` of a MetaSchedule JSONDatabase folder (``cdmpp tune``'s work
+    dir; each file plain or gzipped).
+
+    Raises:
+        InputError: the folder holds no ``database_workload.json`` and
+            ``database_tuning_record.json``, or a malformed line (named).
+    """
+    from . import dataset as ds  # noqa: PLC0415  (keeps the dataset reader off this module's import)
+
+    work = Path(work_dir)
+    wl, rec = ds.resolve(work / ds.WORKLOAD_FILE), ds.resolve(work / ds.RECORD_FILE)
+    if wl is None or rec is None:
+        raise InputError(f"{work}: no {ds.WORKLOAD_FILE} and {ds.RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
+    return best_records([o for _, o in ds.iter_json_lines(wl)], [o for _, o in ds.iter_json_lines(rec)])
 
 
 def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float | None]:

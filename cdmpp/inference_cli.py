@@ -20,18 +20,16 @@ from . import dataset as ds
 from .errors import InputError
 from .estimate import (
     EstimateConfig,
-    best_records,
     estimate_network,
     format_estimate,
     parse_record,
+    work_dir_best,
 )
 from .network_input import load_network
 from .predictor import LatencyPredictor
 from .serve.config import OBJECTIVES, OnlineConfig, SearchConfig
 from .train.metrics import summary
 
-WORKLOAD_FILE = "database_workload.json"
-RECORD_FILE = "database_tuning_record.json"
 CSV_FIELDS = ("record", "workload_key", "predicted_s", "low_s", "high_s", "measured_s", "error")
 
 
@@ -73,9 +71,9 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
     """
     from .tvm_compat import Workload  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
-    wl_path, rec_path = ds.resolve(work / WORKLOAD_FILE), ds.resolve(work / RECORD_FILE)
+    wl_path, rec_path = ds.resolve(work / ds.WORKLOAD_FILE), ds.resolve(work / ds.RECORD_FILE)
     if wl_path is None or rec_path is None:
-        raise InputError(f"{work}: no {WORKLOAD_FILE} and {RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
+        raise InputError(f"{work}: no {ds.WORKLOAD_FILE} and {ds.RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
     bad: list = []
     workloads, keys = [], []
     for lineno, obj in ds.iter_json_lines(wl_path, bad):
@@ -196,13 +194,7 @@ def _cmd_estimate(args) -> int:
         dev = predictor.resolve_device(args.device, json.loads(args.target) if args.target else None)
     target = Target(json.loads(args.target)) if args.target else Target(dev.target)
     tasks, name = load_network(args.network, target)
-    database = None
-    if args.database:
-        work = Path(args.database)
-        wl, rec = ds.resolve(work / WORKLOAD_FILE), ds.resolve(work / RECORD_FILE)
-        if wl is None or rec is None:
-            raise InputError(f"{work}: no {WORKLOAD_FILE} and {RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
-        database = best_records([o for _, o in ds.iter_json_lines(wl)], [o for _, o in ds.iter_json_lines(rec)])
+    database = work_dir_best(Path(args.database)) if args.database else None
     est = estimate_network(predictor, tasks, dev.device_id, target, database, EstimateConfig(samples=args.samples))
     print(f"network {name}")
     print(format_estimate(est))

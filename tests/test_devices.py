@@ -352,7 +352,11 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     from cdmpp.model import IntervalConfig
     from cdmpp.train.uncertainty import calibrate_checkpoint
 
-    calibrate_checkpoint(known, two_device_dataset, tmp_path / "c", IntervalConfig(passes=2), progress=False)
+    calibrated = calibrate_checkpoint(known, two_device_dataset, tmp_path / "c", IntervalConfig(passes=2),
+                                      progress=False)
+    _, report = calibrated["interval"]  # calibrated on the validation workloads of the device it trained on
+    assert set(report["validation"]) == {"all", AVX512}
+    assert next(iter(report["validation"]["all"].values()))["programs"] == val_rows[AVX512]["cdmpp transformer"]["programs"]
     recalibrated = (known / "README.md").read_text()
     assert "## Prediction intervals" in recalibrated and "## Prediction intervals" not in card
     assert recalibrated.count(f"## Adapted: `{AVX2}`") == 1

@@ -195,6 +195,33 @@ def test_truth_check_refuses_a_folder_missing_tasks_before_any_timing(tiny_colle
         run_truth_check(summary.device_dir, TruthCheckConfig(networks=("dcgan-b1",)), progress=False)
 
 
+def test_truth_check_on_tuning_work_dirs_refuses_bad_sources_before_any_timing(tiny_collection, tmp_path):
+    from cdmpp import dataset as ds
+    from cdmpp.bench.truth_check import TruthCheckConfig, run_truth_check
+    from cdmpp.errors import InputError
+
+    _, summary = tiny_collection  # a JSONDatabase folder holding 2 of DCGAN's 5 tasks
+    with pytest.raises(InputError, match="2 tuning work dirs for 1 networks"):
+        TruthCheckConfig(networks=("dcgan-b1",), databases=(summary.device_dir, summary.device_dir))
+    with pytest.raises(InputError, match="one tuning work dir per network"):
+        run_truth_check(None, TruthCheckConfig(networks=("dcgan-b1",)), progress=False)
+    with pytest.raises(InputError, match="a MetaSchedule JSONDatabase folder"):
+        run_truth_check(None, TruthCheckConfig(networks=("dcgan-b1",), databases=(tmp_path,)), progress=False)
+    with pytest.raises(InputError, match="carries no weights"):
+        run_truth_check(None, TruthCheckConfig(networks=("net.json",), databases=(summary.device_dir,)),
+                        progress=False)
+    with pytest.raises(ds.DatasetError, match=r"dcgan-b1: 3 of its 5 tasks have no measured record in .*dataset"):
+        run_truth_check(None, TruthCheckConfig(networks=("dcgan-b1",), databases=(summary.device_dir,)),
+                        progress=False)
+    # a network of the user's own, as module.py:function: none of its tasks was tuned
+    (tmp_path / "my_net.py").write_text(
+        "import torch\n\ndef build():\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(8, 16, 1), torch.nn.ReLU()).eval(), (torch.randn(1, 8, 14, 14),)\n")
+    with pytest.raises(ds.DatasetError, match=r"my_net.py:build: 2 of its 2 tasks have no measured record in .*: fused_conv2d_add_relu"):
+        run_truth_check(None, TruthCheckConfig(networks=(f"{tmp_path}/my_net.py:build",),
+                                               databases=(summary.device_dir,)), progress=False)
+
+
 def test_estimate_a_relax_module_sent_as_tvm_json(client):
     from cdmpp import networks as zoo
     from cdmpp.predictor import LatencyPredictor

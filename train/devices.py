@@ -408,6 +408,32 @@ def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
     return split
 
 
+def own_split_corpus(
+    meta: dict, root: Path | Sequence[Path], cache_dir: Path | None, progress: bool = True
+) -> tuple[DeviceCorpus, np.ndarray, Split]:
+    """The device folders of ``root`` that a device-table checkpoint trained on (devices
+    that ``cdmpp adapt`` added afterwards are left out), each program's row in its
+    table, and the checkpoint's own split drawn again over them: its held-out network's
+    or its within-task split, with the same validation workloads.
+
+    Returns:
+        ``(corpus, rows, split)``: as :func:`checkpoint_corpus`, and the :class:`Split`.
+
+    Raises:
+        InputError: ``root`` lacks a device the checkpoint trained on, or no longer
+            gives its split (its sizes differ).  DatasetError: as :func:`checkpoint_corpus`.
+    """
+    trained = trained_devices(meta)
+    corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress,
+                                     skip=[d["device_id"] for d in meta["devices"] if d["device_id"] not in trained])
+    missing = [d for d in trained if d not in {dev.device_id for dev in corpus.devices}]
+    if missing:
+        raise InputError(f"{dataset_label(root)} lacks {', '.join(missing)}, which this checkpoint trained on: its "
+                         f"split is drawn over every device it trained on, so give every dataset folder it "
+                         f"trained on (its model card's device table names their folders)")
+    return corpus, rows, _own_split(corpus, meta, root)
+
+
 def evaluate_devices(
     checkpoint: Path,
     root: Path,
@@ -445,22 +471,13 @@ def evaluate_devices(
     part = holdout if holdout in ("validation", "training") else None
     net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
     within = holdout == "auto" and _within_task(meta)
-    trained = trained_devices(meta)
-    own = bool(part or within)  # the checkpoint's own split: drawn over the devices it trained on, and only those
-    corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress,
-                                           skip=[d for d in row_of if d not in trained] if own else ())
-    if own:
-        missing = [d for d in trained if d not in {dev.device_id for dev in corpus.devices}]
-        if missing:
-            raise InputError(f"{dataset_label(root)} lacks {', '.join(missing)}, which this checkpoint trained on: its "
-                             f"split is drawn over every device it trained on, so give every dataset folder it "
-                             f"trained on (its model card's device table names their folders)")
-    corpus = corpus.for_model(model.config, traces)
-    if own:  # its validation workloads, the programs it trained on, or its within-task test programs
-        split = _own_split(corpus, meta, root)
+    if part or within:  # its validation workloads, the programs it trained on, or its within-task test programs
+        corpus, model_rows, split = own_split_corpus(meta, root, cache_dir, progress)
         index = split.val if part == "validation" else split.train if part else split.test
     else:
+        corpus, model_rows = checkpoint_corpus(meta, root, cache_dir, progress)
         index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
+    corpus = corpus.for_model(model.config, traces)
     tree = None
     if (Path(checkpoint) / BASELINE_FILE).exists() and meta.get("tree_inputs") == "psf_sum+descriptor":
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)

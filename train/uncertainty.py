@@ -42,7 +42,7 @@ from cdmpp.model import (  # noqa: F401  (the inference half of the intervals li
     mc_std,
 )
 
-from .devices import checkpoint_corpus, dataset_label, split_corpus
+from .devices import dataset_label, own_split_corpus
 from .report import CARD_FILE, adapted_sections, model_card
 
 
@@ -107,10 +107,11 @@ def calibrate_checkpoint(
     """Calibrate a device-table checkpoint's intervals on its validation workloads and
     score every method's coverage on its held-out network (when it has one).
 
-    The validation workloads are the checkpoint's own split
-    (:func:`~cdmpp.train.devices.split_corpus` with its recorded holdout and seed 0),
-    so no test program is used for calibration.  A checkpoint trained with trace tokens
-    sees each program's trace; one trained with trace dropout (``trace_optional``) is
+    The validation workloads are the checkpoint's own split, drawn again over the devices
+    it trained on (:func:`~cdmpp.train.devices.own_split_corpus`; a device that ``cdmpp
+    adapt`` added later is left out), so no test program is used for calibration.  A
+    checkpoint trained with trace tokens sees each program's trace; one trained with
+    trace dropout (``trace_optional``) is
     calibrated a second time on the same programs without their traces, the intervals
     it serves for bare PrimFuncs (key ``interval_without_trace``).
 
@@ -126,8 +127,9 @@ def calibrate_checkpoint(
         splits ``validation`` and, when the checkpoint holds one out, ``test``.
 
     Raises:
-        CheckpointError: no device table.  InputError: an unknown method.
-        DatasetError: ``root`` holds no device the checkpoint knows.
+        CheckpointError: no device table.  InputError: an unknown method, or ``root``
+        lacks a device the checkpoint trained on.  DatasetError: ``root`` holds no
+        device the checkpoint knows.
     """
 
     if method not in METHODS:
@@ -136,8 +138,7 @@ def calibrate_checkpoint(
     model, meta = load_checkpoint(Path(checkpoint))
     if not meta.get("devices"):
         raise CheckpointError(f"{checkpoint} has no device table; calibrate a checkpoint of cdmpp train -d DATASET")
-    corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress)
-    split = split_corpus(corpus, meta.get("holdout"))
+    corpus, rows, split = own_split_corpus(meta, root, cache_dir, progress)
     out = {}
     for key, traces in [(INTERVAL_KEY, True)] + ([(INTERVAL_KEY_WITHOUT_TRACE, False)]
                                                   if model.config.trace_optional else []):

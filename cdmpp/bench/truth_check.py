@@ -1,8 +1,10 @@
 """``cdmpp bench truth-check``: whole-network estimates against the network measured end to end.
 
-For each zoo network, on this machine and from one device folder of measured programs:
+For each network (a zoo name or ``module.py:function``), on this machine, from one
+device folder of measured programs or from one tuning work dir per network (``cdmpp
+tune``'s JSONDatabase):
 
-1. the tuning database is each task's fastest measured record in the folder;
+1. the tuning database is each task's fastest measured record in the folder or work dir;
 2. the network is compiled with it (``ms.relax_integration.compile_relax``) and run with
    the Relax VM: the **measured end-to-end** latency (median of ``repeat`` runs, after a
    warm-up, no cache flush: back-to-back inference);
@@ -29,7 +31,8 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
-from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks
+from cdmpp.errors import InputError
+from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
 from cdmpp.predictor import LatencyPredictor
 
 
@@ -38,35 +41,55 @@ class TruthCheckConfig:
     """What ``run_truth_check`` measures.
 
     Attributes:
-        networks: zoo network names.
+        networks: zoo network names or ``module.py:function`` (a function returning
+            ``(torch.nn.Module, tuple of example inputs)``, :func:`cdmpp.network_input.load_relax`).
         repeat: end-to-end runs timed (the median is reported).
         checkpoint: the checkpoint of the estimate (``None``: the shipped one).
-        device: the device id the estimate is for (``None``: the folder's device).
+        device: the device id the estimate is for (``None``: this machine's when the
+            checkpoint knows it, else the nearest known device,
+            :meth:`cdmpp.LatencyPredictor.resolve_device`).
+        databases: one tuning work dir (a MetaSchedule JSONDatabase folder, ``cdmpp tune
+            --work-dir``) per network, in the order of ``networks``, tuned on this machine;
+            empty: the schedules come from a device folder instead.
+
+    Raises:
+        InputError: ``databases`` given, but not one per network.
     """
 
     networks: tuple[str, ...] = ("resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1")
     repeat: int = 20
     checkpoint: Path | None = None
     device: str | None = None
+    databases: tuple[Path, ...] = ()
+
+    def __post_init__(self):
+        if self.databases and len(self.databases) != len(self.networks):
+            raise InputError(f"{len(self.databases)} tuning work dirs for {len(self.networks)} networks: "
+                             f"give one per network, in the same order")
 
 
-def _best_database(db: ds.DeviceDatabase):
-    """A MetaSchedule ``MemoryDatabase`` with each workload's fastest measured record, and
-    ``{structural hash: (workload IRModule, best)}`` for :func:`cdmpp.estimate.estimate_network`."""
-    from cdmpp.tvm_compat import ms, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+def _folder_best(db: ds.DeviceDatabase) -> dict:
+    """``{structural hash: (workload IRModule, BestRecord)}``: each workload's fastest measured
+    record in a device folder (the form :func:`cdmpp.estimate.estimate_network` takes)."""
+    from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     best: dict = {}
     for p in db.programs:
         keep_fastest(best, p.workload_index, db.workloads[p.workload_index].mod, p.record, float(np.median(p.run_secs)))
+    return {str(structural_hash(mod)): (mod, b) for mod, b in best.values()}
+
+
+def _memory_database(by_hash: dict):
+    """A MetaSchedule ``MemoryDatabase`` holding the records of ``by_hash`` (one per workload)."""
+    from cdmpp.tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+
     mem = ms.database.MemoryDatabase()
-    by_hash = {}
-    for mod, b in best.values():
+    for mod, b in by_hash.values():
         rec = b.record
         mem.commit_tuning_record(
             ms.database.TuningRecord(rec.trace, mem.commit_workload(mod), rec.run_secs, rec.target, rec.args_info)
         )
-        by_hash[str(structural_hash(mod))] = (mod, b)
-    return mem, by_hash
+    return mem
 
 
 def compile_and_time(database, unfused, params: list, example_inputs: tuple, target, repeat: int, guard) -> tuple[float, float]:
@@ -140,58 +163,71 @@ def compile_time_and_profile(database, unfused, params: list, example_inputs: tu
     return e2e_s, round(compile_s, 1), profile
 
 
-def run_truth_check(folder: Path, cfg: TruthCheckConfig, progress: bool = True) -> list[dict]:
+def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool = True) -> list[dict]:
     """Measure and estimate each network of ``cfg`` on this machine.
 
     Args:
         folder: a device folder measured on this machine's CPU (its records are the
-            schedules; its target compiles the network).
+            schedules; its target compiles the network); ``None`` with ``cfg.databases``
+            (the work dirs' records are the schedules; this machine's target compiles).
 
     Returns:
-        One row per network: ``network``, ``tasks``, ``tasks_with_record``,
-        ``measured_e2e_s``, ``measured_sum_s``, ``estimate_s``, ``estimate_low_s``,
-        ``estimate_high_s``, ``compile_s`` and ``per_task`` (each task's weight,
-        measured and estimated latency and interval).
+        One row per network: ``network``, ``tasks``, ``calls``, ``device`` (the estimate's),
+        ``schedules`` (the folder or work dir), ``measured_e2e_s``, ``measured_sum_s``,
+        ``estimate_s``, ``estimate_low_s``, ``estimate_high_s``, ``compile_s`` and
+        ``per_task`` (each task's weight, measured and estimated latency and interval);
+        seconds.
 
     Raises:
-        DatasetError: the folder was measured on another CPU, or a task has no record.
+        DatasetError: the folder was measured on another CPU, or a task has no measured
+            record (before anything is timed).  InputError: neither a folder nor work
+            dirs, a work dir that is not a JSONDatabase, or a network that cannot be
+            loaded (a Relax JSON file carries no weights to run it with).
+        UnknownNetworkError: an unknown zoo name.
     """
-    from cdmpp import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-        Target,
-        relax_module_and_params_from_torch,
-        structural_hash,
-    )
+    from cdmpp.network_input import load_relax  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.tvm_compat import Target, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
-    folder = Path(folder)
-    db = ds.load_device_dir(folder)
     here = local_cpu()
-    if folder.name != here.device_id:
-        raise ds.DatasetError(f"{folder} was measured on {folder.name}; this machine is {here.device_id}")
-    target = Target(db.manifest["device"]["target"])
-    mem, by_hash = _best_database(db)
+    if cfg.databases:
+        target = Target(here.target)
+        sources = [(Path(w), work_dir_best(Path(w))) for w in cfg.databases]
+    elif folder is not None:
+        folder = Path(folder)
+        db = ds.load_device_dir(folder)
+        if folder.name != here.device_id:
+            raise ds.DatasetError(f"{folder} was measured on {folder.name}; this machine is {here.device_id}")
+        target = Target(db.manifest["device"]["target"])
+        sources = [(folder, _folder_best(db))] * len(cfg.networks)
+    else:
+        raise InputError("give a device folder measured on this machine, or one tuning work dir per network")
+    for name in cfg.networks:
+        if name.endswith(".json"):
+            raise InputError(f"{name}: a Relax JSON file carries no weights to run the network with; "
+                             f"give a zoo name or module.py:function")
+    nets = [load_relax(name, target) for name in cfg.networks]
+    all_tasks = [relax_tasks(net.mod, target) for net in nets]
+    for name, tasks, (where, by_hash) in zip(cfg.networks, all_tasks, sources):
+        missing = [t.name for t in tasks if str(structural_hash(t.mod)) not in by_hash]
+        if missing:
+            raise ds.DatasetError(
+                f"{name}: {len(missing)} of its {len(tasks)} tasks have no measured record in {where}: "
+                f"{', '.join(missing[:3])}; collect or tune them first (cdmpp collect -n NET, cdmpp tune NET)"
+            )
     predictor = LatencyPredictor.load(cfg.checkpoint)
     device = cfg.device or (here.device_id if here.device_id in predictor.devices else None)
     guard = QuietGuard(QuietConfig())
     rows = []
-    for name in cfg.networks:
-        spec = zoo.get_network(name)
-        model = spec.build()
-        mod, params = relax_module_and_params_from_torch(model, spec.example_inputs(), target)
-        tasks = relax_tasks(mod, target)
-        missing = [t.name for t in tasks if str(structural_hash(t.mod)) not in by_hash]
-        if missing:
-            raise ds.DatasetError(
-                f"{name}: {len(missing)} of its {len(tasks)} tasks have no measured record in {folder}: "
-                f"{', '.join(missing[:3])}; collect them first (cdmpp collect -n {name})"
-            )
-        unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
+    for name, net, tasks, (where, by_hash) in zip(cfg.networks, nets, all_tasks, sources):
         est = estimate_network(predictor, tasks, device, target, by_hash)
-        e2e_s, compile_s = compile_and_time(mem, unfused, params, spec.example_inputs(), target, cfg.repeat, guard)
+        e2e_s, compile_s = compile_and_time(_memory_database(by_hash), net.unfused, net.params, net.example_inputs,
+                                            target, cfg.repeat, guard)
         row = {
             "network": name,
             "tasks": len(tasks),
             "calls": int(sum(t.weight for t in tasks)),
+            "device": est.device,
+            "schedules": str(where),
             "measured_e2e_s": e2e_s,
             "measured_sum_s": est.measured_total_s,
             "estimate_s": est.total_s,
@@ -229,8 +265,13 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench truth-check``'s arguments."""
-    parser.add_argument("-d", "--dataset", required=True, help="this machine's device folder (its fastest records are used)")
-    parser.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"])
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("-d", "--dataset", help="this machine's device folder (its fastest records are used)")
+    src.add_argument("--work-dirs", nargs="+", default=None,
+                     help="one tuning work dir (cdmpp tune --work-dir) per network, in the order of -n, tuned on "
+                          "this machine (each task's fastest record is used)")
+    parser.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"],
+                        help="zoo names or module.py:function")
     parser.add_argument("--repeat", type=int, default=20, help="end-to-end runs timed (median)")
     parser.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the estimate (default: the shipped one)")
     parser.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")
@@ -240,8 +281,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _cmd_truth_check(args) -> int:
 
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
-                           args.device)
-    rows = run_truth_check(Path(args.dataset), cfg)
+                           args.device, tuple(Path(w) for w in args.work_dirs or ()))
+    rows = run_truth_check(Path(args.dataset) if args.dataset else None, cfg)
     print(format_truth_check(rows, markdown=True))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
