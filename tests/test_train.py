@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -268,8 +270,11 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_featurized, tmp
                         resume_dir=folder, resume=True)
     assert (folder / "last.ckpt").exists()  # a refused resume keeps the checkpoint
     resumed_history: list = []
-    resumed = fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, history=resumed_history,
-                              resume_dir=folder, resume=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = fit_transformer(data, split, cfg, tc, use_wandb=False, progress=False, history=resumed_history,
+                                  resume_dir=folder, resume=True)
+    assert not [w for w in caught if "exists and is not empty" in str(w.message)]  # the folder is the run's own
     assert not folder.exists()  # every epoch ran
     assert [h["epoch"] for h in resumed_history] == [1, 2, 3]
     assert [h["train_loss"] for h in resumed_history] == [h["train_loss"] for h in whole]

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -138,7 +139,10 @@ def fit_transformer(
         limit_val_batches=1.0 if len(split.val) else 0,
         default_root_dir=str(log_dir) if log_dir else None,
     )
-    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
+    with warnings.catch_warnings():
+        # the resume folder is this run's own (cleared above, or the checkpoint it resumes from)
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
     if logger:
         logger.experiment.finish()
     if resume_dir is not None and trainer.current_epoch >= train_config.epochs:
