@@ -102,8 +102,16 @@ class TuneResult:
 
     @property
     def tuned_sum_s(self) -> float:
-        """Sum over tasks of task weight x fastest measured latency, seconds."""
-        return float(sum(t.weight * t.best_s for t in self.tasks))
+        """Sum of task weight x fastest measured latency over the tasks that have one
+        (:attr:`unmeasured` left out), seconds."""
+        return float(sum(t.weight * t.best_s for t in self.tasks if np.isfinite(t.best_s)))
+
+    @property
+    def unmeasured(self) -> list[TaskRow]:
+        """The tasks without a successful trial (none tuned yet, or every trial failed, as
+        for a gather whose index the measurement fills with random values); the compiled
+        network runs them unscheduled."""
+        return [t for t in self.tasks if not np.isfinite(t.best_s)]
 
 
 def count_trials(work_dir: Path) -> int:
@@ -262,4 +270,9 @@ def format_tasks(result: TuneResult) -> str:
         lines.append(f"{r.task[:44]:44s} {r.weight:6d} {r.trials:6d} {1e3 * r.best_s:10.4f} {1e3 * r.predicted_s:12.4f}")
     lines.append(f"tuned sum (task weight x best measured): {1e3 * result.tuned_sum_s:.3f} ms; "
                  f"{result.kept_trials} trials kept, {result.new_trials} new")
+    if result.unmeasured:
+        named = ", ".join(f"{r.task} ({r.trials} trials, none succeeded)" if r.trials else f"{r.task} (not tuned)"
+                          for r in result.unmeasured)
+        lines.append(f"{len(result.unmeasured)} of {len(result.tasks)} tasks have no successful trial and are left "
+                     f"out of the sum (the network runs them unscheduled): {named}")
     return "\n".join(lines)

@@ -60,12 +60,25 @@ def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, caps
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "0 trials kept" in out and "compiled network" in out
+    assert "nan" not in out.split("tuned sum")[1].split("\n")[0]  # the tasks without a trial are left out of it
     trials = count_trials(work)
     assert 1 <= trials <= 4 + 2  # the task scheduler may finish a task's last batch past the budget
     rows = list(csv.DictReader(open(work / "tasks.csv", encoding="utf-8")))
     assert rows and sum(int(r["trials"]) for r in rows) == trials
     tuned = [r for r in rows if int(r["trials"])]
     assert tuned and all(float(r["best_s"]) > 0 and float(r["predicted_s"]) > 0 for r in tuned)
+    # a task whose every trial failed (a gather with random indices, say) is named, not summed as NaN
+    from cdmpp.tune import TaskRow, TuneResult, format_tasks
+
+    measured = [TaskRow(r["task"], int(r["weight"]), int(r["trials"]), float(r["best_s"]), float(r["predicted_s"]))
+                for r in rows]
+    failed = TuneResult(work, None, [*measured, TaskRow("take", 1, 16, float("nan"), float("nan")),
+                                     TaskRow("reshape", 2, 0, float("nan"), float("nan"))])
+    table = format_tasks(failed)
+    assert failed.tuned_sum_s == pytest.approx(sum(t.weight * t.best_s for t in measured))
+    assert [t.task for t in failed.unmeasured] == ["take", "reshape"]
+    assert (f"2 of {len(rows) + 2} tasks have no successful trial and are left out of the sum (the network runs "
+            f"them unscheduled): take (16 trials, none succeeded), reshape (not tuned)") in table
     # the library is deployable: it loads and computes what the torch model computes
     ns: dict = {}
     exec(NET_PY, ns)  # noqa: S102  the test's own network
