@@ -111,9 +111,9 @@ def calibrate_checkpoint(
     it trained on (:func:`~cdmpp.train.devices.own_split_corpus`; a device that ``cdmpp
     adapt`` added later is left out), so no test program is used for calibration.  A
     checkpoint trained with trace tokens sees each program's trace; one trained with
-    trace dropout (``trace_optional``) is
-    calibrated a second time on the same programs without their traces, the intervals
-    it serves for bare PrimFuncs (key ``interval_without_trace``).
+    trace dropout (``trace_optional``) is calibrated a second time on the same programs
+    without their traces, the intervals it serves for bare PrimFuncs (key
+    ``interval_without_trace``).
 
     Args:
         checkpoint: a folder written by ``cdmpp train -d DATASET`` (a device table).

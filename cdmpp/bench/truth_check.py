@@ -201,10 +201,10 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
         sources = [(folder, _folder_best(db))] * len(cfg.networks)
     else:
         raise InputError("give a device folder measured on this machine, or one tuning work dir per network")
-    for name in cfg.networks:
-        if name.endswith(".json"):
-            raise InputError(f"{name}: a Relax JSON file carries no weights to run the network with; "
-                             f"give a zoo name or module.py:function")
+    relax_json = [name for name in cfg.networks if name.endswith(".json")]
+    if relax_json:
+        raise InputError(f"{relax_json[0]}: a Relax JSON file carries no weights to run the network with; "
+                         f"give a zoo name or module.py:function")
     nets = [load_relax(name, target) for name in cfg.networks]
     all_tasks = [relax_tasks(net.mod, target) for net in nets]
     for name, tasks, (where, by_hash) in zip(cfg.networks, all_tasks, sources):
@@ -217,10 +217,13 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
     predictor = LatencyPredictor.load(cfg.checkpoint)
     device = cfg.device or (here.device_id if here.device_id in predictor.devices else None)
     guard = QuietGuard(QuietConfig())
+    databases: dict[int, object] = {}  # one MemoryDatabase per source: a device folder serves every network
     rows = []
     for name, net, tasks, (where, by_hash) in zip(cfg.networks, nets, all_tasks, sources):
         est = estimate_network(predictor, tasks, device, target, by_hash)
-        e2e_s, compile_s = compile_and_time(_memory_database(by_hash), net.unfused, net.params, net.example_inputs,
+        if id(by_hash) not in databases:
+            databases[id(by_hash)] = _memory_database(by_hash)
+        e2e_s, compile_s = compile_and_time(databases[id(by_hash)], net.unfused, net.params, net.example_inputs,
                                             target, cfg.repeat, guard)
         row = {
             "network": name,
