@@ -91,6 +91,7 @@ def _cmd_collect(args) -> int:
         tuned_checkpoint=Path(args.tuned_checkpoint) if args.tuned_checkpoint else None,
         tuned_population=args.tuned_population,
         tuned_skip_networks=tuple(args.tuned_skip_network or ()),
+        tuned_only=args.tuned_only,
     )
     requests = []
 
@@ -237,7 +238,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--tuned-population", type=int, default=512, help="population of the tuned phase's search")
     s.add_argument("--tuned-skip-network", nargs="+", default=None, metavar="NET",
                    help="never tune the workloads of these networks (a held-out test network; its tasks must be "
-                        "in the folder's manifest)")
+                        "in the folder's manifest, or the network among -n)")
+    s.add_argument("--tuned-only", action="store_true",
+                   help="visit only the tuned tasks (their rounds' programs, then the tuned phase); the networks' "
+                        "other tasks are listed in the manifest but not measured")
     s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
                    help="2: one task's batch builds while another task samples (build workers are paused "
                         "during every timing); 1: sample, build and time each batch in turn")

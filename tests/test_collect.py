@@ -196,6 +196,31 @@ def test_the_tuned_phase_adds_a_tuners_programs_to_the_largest_task(tmp_path):
     assert len(set(keys)) == len(keys) == run.measured == 3 + 3 + 4
 
 
+def test_tuned_only_visits_the_tuned_tasks_alone_and_skips_a_named_network(tmp_path):
+    """``tuned_only`` measures the largest task alone (its round, then the tuned phase) on a new
+    folder; a skipped network named among the networks needs no earlier collection, and its
+    workloads are never tuned, nor measured."""
+    from cdmpp.collect import CollectConfig, MeasureConfig
+
+    cfg = CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path, programs_per_task=2, batch_size=4,
+                        max_tasks_per_network=3, evolutionary_fraction=0.0, measure=MeasureConfig(repeat=3),
+                        tuned_tasks=1, tuned_programs=3, tuned_population=16, tuned_only=True)
+    run = collect(cfg, progress=False)
+    m = json.loads((run.device_dir / ds.MANIFEST_FILE).read_text())
+    db = ds.load_device_dir(run.device_dir)
+    counts = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workload_keys))
+    measured = [k for k, c in zip(db.workload_keys, counts) if c]
+    listed = [t for t in m["tasks"] if t["network"] == "dcgan-b1"]
+    assert len(listed) > 1 and len(measured) == 1 and run.measured == 2 + 3
+    largest = max(listed[:3], key=lambda t: t["weight"] * t["flops"])
+    assert measured == [largest["workload_key"]] and largest["tuned_from"] == 2
+    assert m["collections"][-1]["tuned"]["only"] is True
+    with pytest.raises(InputError, match="tuned_only"):
+        CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path, tuned_only=True)
+    skipping = dataclasses.replace(cfg, out_dir=tmp_path / "skip", tuned_skip_networks=("dcgan-b1",))
+    assert collect(skipping, progress=False).measured == 0
+
+
 def test_remeasure_a_sample_for_drift_and_resume(tiny_collection, tmp_path):
     import shutil
 
@@ -957,3 +982,5 @@ def test_the_tuned_phase_skips_a_held_out_networks_workloads():
     assert skipped_workloads(manifest, ()) == set()
     with pytest.raises(InputError, match="'resnet_50-b1' has no tasks"):
         skipped_workloads(manifest, ("resnet_50-b1",))
+    extracted = [TaskEntry("resnet_50-b1", "conv", 1, 1e9, None, "k9")]
+    assert skipped_workloads(manifest, ("resnet_50-b1",), extracted) == {"k9"}

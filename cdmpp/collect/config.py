@@ -219,7 +219,10 @@ class CollectConfig:
         tuned_population: population of the tuned phase's search (TVM's default 512).
         tuned_skip_networks: networks whose workloads never get a tuned phase, such as a
             held-out test network whose workloads other networks share (their tasks must
-            be in the folder's manifest: collect them first).
+            be in the folder's manifest or the network among ``networks``).
+        tuned_only: visit only the tuned phase's tasks (each gets its rounds' programs,
+            then the tuned phase), leaving the networks' other tasks listed but unmeasured:
+            fast-end data on a device folder without a corpus yet.
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -253,6 +256,7 @@ class CollectConfig:
     tuned_checkpoint: Path | None = None
     tuned_population: int = 512
     tuned_skip_networks: tuple[str, ...] = ()
+    tuned_only: bool = False
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
@@ -276,6 +280,8 @@ class CollectConfig:
         if self.tuned_tasks < 0 or self.tuned_programs < 1 or self.tuned_population < 1:
             raise InputError(f"tuned_tasks must be >= 0, tuned_programs and tuned_population >= 1, got "
                              f"{self.tuned_tasks}, {self.tuned_programs}, {self.tuned_population}")
+        if self.tuned_only and not self.tuned_tasks:
+            raise InputError("tuned_only visits the tuned phase's tasks alone; give tuned_tasks >= 1 with it")
         if self.tuned_guide not in ("xgb", "cdmpp"):
             raise InputError(f"tuned_guide is 'xgb' or 'cdmpp', got {self.tuned_guide!r}")
 
@@ -291,7 +297,8 @@ class CollectConfig:
         return {"tasks_per_network": self.tuned_tasks, "programs": self.tuned_programs, "guide": self.tuned_guide,
                 "checkpoint": str(self.tuned_checkpoint) if self.tuned_checkpoint else None,
                 "population": self.tuned_population,
-                **({"skip_networks": list(self.tuned_skip_networks)} if self.tuned_skip_networks else {})}
+                **({"skip_networks": list(self.tuned_skip_networks)} if self.tuned_skip_networks else {}),
+                **({"only": True} if self.tuned_only else {})}
 
 
 @dataclass

@@ -343,10 +343,13 @@ def collect(
     target = Target(device.target)
     device_dir = Path(cfg.out_dir) / device.device_id
     store = DatasetStore(device_dir)
-    skip = skipped_workloads(ds.read_manifest(device_dir), cfg.tuned_skip_networks)  # raises before anything is written
+    old_manifest = ds.read_manifest(device_dir)
+    # raises before anything is written; a skipped network named in the networks is extracted below
+    skipped_workloads(old_manifest, tuple(n for n in cfg.tuned_skip_networks if n not in cfg.networks))
     clock = StageClock()
     every, visit, workloads = plan_tasks(cfg, device_dir, store, target, clock)
-    manifest = build_manifest(device, cfg, ds.read_manifest(device_dir), every)
+    skip = skipped_workloads(old_manifest, cfg.tuned_skip_networks, every)
+    manifest = build_manifest(device, cfg, old_manifest, every)
     manifest["collections"].append(
         {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -371,6 +374,8 @@ def collect(
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
         if cfg.tuned_tasks:
             run.tuned_keys = tuned_task_keys(visit, cfg.tuned_tasks, skip)  # of the tasks this run visits
+            if cfg.tuned_only:
+                visit = [t for t in visit if t.workload_key in run.tuned_keys]
         try:
             for goal in cfg.goals:
                 run.run_round(visit, goal)

@@ -134,19 +134,21 @@ def tuned_task_keys(every: list[TaskEntry], per_network: int, skip: set[str] = f
     return keys
 
 
-def skipped_workloads(manifest: dict, networks: tuple[str, ...]) -> set[str]:
-    """Workload keys of these networks' tasks in a device folder's manifest (the tuned
-    phase's :attr:`CollectConfig.tuned_skip_networks`).
+def skipped_workloads(manifest: dict, networks: tuple[str, ...], tasks: list[TaskEntry] = ()) -> set[str]:
+    """Workload keys of these networks' tasks in a device folder's manifest or in ``tasks``
+    (this run's extracted tasks; the tuned phase's :attr:`CollectConfig.tuned_skip_networks`).
 
     Raises:
-        InputError: a network has no tasks in the manifest.
+        InputError: a network has no tasks in the manifest nor in ``tasks``.
     """
     keys: set[str] = set()
     for net in networks:
         found = {t["workload_key"] for t in manifest.get("tasks", []) if t["network"] == net and t.get("workload_key")}
+        found |= {t.workload_key for t in tasks if t.network == net and t.workload_key}
         if not found:
             raise InputError(f"tuned_skip_networks: {net!r} has no tasks in this folder's manifest; collect it "
-                             f"first (any number of programs) so that its workloads are known")
+                             f"first (any number of programs) or name it in the networks, so that its workloads "
+                             f"are known")
         keys |= found
     return keys
 
