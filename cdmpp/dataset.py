@@ -348,7 +348,11 @@ def _evolutionary_share(sampling: dict) -> str:
     frac = sampling.get("evolutionary_fraction")
     if frac is None:
         return ""
-    return "; evolutionary_fraction 0: random samples only" if frac == 0 else f"; evolutionary_fraction {frac}"
+    if frac != 0:
+        return f"; evolutionary_fraction {frac}"
+    if "tuned_policy" in sampling:  # the rounds are random; the tuned phase's search follows them
+        return "; evolutionary_fraction 0: the rounds are random samples, the tuned phase (below) follows them"
+    return "; evolutionary_fraction 0: random samples only"
 
 
 def _repeats_line(programs: list) -> str:

@@ -982,5 +982,10 @@ def test_the_tuned_phase_skips_a_held_out_networks_workloads():
     assert skipped_workloads(manifest, ()) == set()
     with pytest.raises(InputError, match="'resnet_50-b1' has no tasks"):
         skipped_workloads(manifest, ("resnet_50-b1",))
+    from cdmpp.collect.sampling import networks_tasks, round_robin
+
+    late = [TaskEntry("net_b", f"t{i}", 1, 1e6, None, f"b{i}") for i in range(3)]
+    order = [t.workload_key for t in round_robin(networks_tasks(tasks + late))]
+    assert order == ["k1", "k4", "k2", "b0", "k3", "b1", "b2"]
     extracted = [TaskEntry("resnet_50-b1", "conv", 1, 1e9, None, "k9")]
     assert skipped_workloads(manifest, ("resnet_50-b1",), extracted) == {"k9"}

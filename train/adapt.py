@@ -445,10 +445,6 @@ def _device_table_checkpoint(checkpoint: Path):
 def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: Path, config: AdaptConfig, cache_dir,
                   seconds: dict, source: Path, how: str) -> AdaptResult:
     """Fit ``device``'s row (new, or the known one) to every program of ``db`` and write the checkpoint."""
-
-
-
-
     t0 = time.time()
     data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False, loops=model.config.loop_tokens),
                         [folder])

@@ -16,7 +16,15 @@ from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
 from .config import CollectConfig, CollectSummary, MachineBusyError
 from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
-from .sampling import make_tune_context, plan_tasks, sampling_threads, skipped_workloads, tuned_task_keys
+from .sampling import (
+    make_tune_context,
+    networks_tasks,
+    plan_tasks,
+    round_robin,
+    sampling_threads,
+    skipped_workloads,
+    tuned_task_keys,
+)
 from .store import (
     DatasetStore,
     TaskEntry,
@@ -374,8 +382,9 @@ def collect(
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
         if cfg.tuned_tasks:
             run.tuned_keys = tuned_task_keys(visit, cfg.tuned_tasks, skip)  # of the tasks this run visits
-            if cfg.tuned_only:
-                visit = [t for t in visit if t.workload_key in run.tuned_keys]
+            if cfg.tuned_only:  # the tuned tasks alone, again round-robin over networks
+                tuned = [t for t in visit if t.workload_key in run.tuned_keys]
+                visit = round_robin(networks_tasks(tuned))
         try:
             for goal in cfg.goals:
                 run.run_round(visit, goal)

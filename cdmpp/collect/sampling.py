@@ -178,9 +178,21 @@ def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target
     every = list(itertools.chain.from_iterable(per_network))
     if cfg.max_tasks_per_network is not None:
         per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
-    # round-robin over networks, so that a collection stopped early covers every network
-    visit = [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
-    return every, visit, workloads
+    return every, round_robin(per_network), workloads
+
+
+def round_robin(per_network: list[list[TaskEntry]]) -> list[TaskEntry]:
+    """The tasks in round-robin order over networks (each network's first task, then each
+    one's second, ...), so that a collection stopped early covers every network."""
+    return [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
+
+
+def networks_tasks(tasks: list[TaskEntry]) -> list[list[TaskEntry]]:
+    """``tasks`` grouped by network, each group in the order of ``tasks``."""
+    groups: dict[str, list[TaskEntry]] = {}
+    for t in tasks:
+        groups.setdefault(t.network, []).append(t)
+    return list(groups.values())
 
 
 def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
