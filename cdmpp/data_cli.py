@@ -44,16 +44,27 @@ def _cmd_networks(args) -> int:
         from .tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         target = Target(local_cpu().target)
-    print(f"{'network':<26}{'family':<14}{'input':<20}{'tasks':>6}{'weight':>8}")
+    print(f"{'network':<30}{'family':<14}{'input':<20}{'tasks':>6}{'weight':>8}  source")
+    failed = []
     for n in names:
         spec = networks.get_network(n)
         if n not in known and target is not None:
             from .collect import extract_network_tasks  # noqa: PLC0415  (only on the branch that needs it)
 
-            tasks = extract_network_tasks(n, target)
+            try:
+                tasks = extract_network_tasks(n, target)
+            except Exception as err:  # noqa: BLE001  torch.export and the Relax frontend raise many types
+                failed.append(n)
+                print(f"{n}: export or Relax import failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                      file=sys.stderr)
+                continue
             known[n] = (len(tasks), sum(t.weight for t in tasks))
         tasks, weight = known.get(n, ("?", "?"))
-        print(f"{n:<26}{spec.family:<14}{str(spec.input_shape):<20}{tasks:>6}{weight:>8}")
+        print(f"{n:<30}{spec.family:<14}{str(spec.input_shape):<20}{tasks:>6}{weight:>8}  {spec.source}")
+    archs = networks.architectures()
+    print(f"{len(names)} networks of {len(archs)} architectures in "
+          f"{len({networks.get_network(v[0]).family for v in archs.values()})} families"
+          + (f"; {len(failed)} failed to import: {', '.join(failed)}" if failed else ""))
     return 0
 
 
@@ -77,7 +88,7 @@ def _cmd_collect(args) -> int:
         max_tasks_per_network=args.max_tasks,
         evolutionary_fraction=args.evolutionary_fraction,
         evolutionary_population=args.evolutionary_population,
-        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None),
+        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None, warm=not args.no_warm),
         gpu=args.gpu,
         pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
         retry_failed=args.retry_failed,
@@ -213,6 +224,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-n", "--networks", nargs="+", required=True, help="zoo names (see `cdmpp networks`)")
     s.add_argument("-o", "--out", required=True, help="dataset folder")
     s.add_argument("--programs-per-task", type=int, default=64)
+    s.add_argument("--no-warm", action="store_true",
+                   help="time each program cold only (default: cold, then warm: without the cache flush, as inside "
+                        "a network; the warm timings go to their own tuning-record file)")
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--repeat", type=int, default=10)

@@ -4,12 +4,16 @@ A dataset is a folder with one sub-folder per device id.  Each device folder hol
 TVM MetaSchedule's standard JSONDatabase files plus two cdmpp files::
 
     <dataset>/<device_id>/database_workload.json[.gz]       # MetaSchedule workloads
-    <dataset>/<device_id>/database_tuning_record.json[.gz]  # MetaSchedule tuning records
+    <dataset>/<device_id>/database_tuning_record.json[.gz]  # MetaSchedule tuning records (cold)
+    <dataset>/<device_id>/database_tuning_record_warm.json[.gz]  # the same programs timed warm
     <dataset>/<device_id>/failures.jsonl[.gz]               # failed builds/runs, with errors
     <dataset>/<device_id>/manifest.json                     # device, settings, tasks
 
 A tuning record's ``run_secs`` holds every timing repeat (seconds); the label is
-their median.  Plain files are what ``cdmpp collect`` appends to; ``.gz`` files are
+their median.  Two timing protocols: ``cold`` (a CPU cache flush before each repeat,
+the main record file) and ``warm`` (no flush, repeats back to back, as a kernel runs
+inside a network; its own record file, where collected).  TVM's ``JSONDatabase`` opens
+either record file with the workload file.  Plain files are what ``cdmpp collect`` appends to; ``.gz`` files are
 the compressed form shipped in ``datasets/``.  Readers take either.
 """
 
@@ -31,6 +35,8 @@ from cdmpp.errors import CdmppError
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+WARM_RECORD_FILE = "database_tuning_record_warm.json"
+PROTOCOLS = ("cold", "warm")  #: timing protocols, by record file: RECORD_FILE, WARM_RECORD_FILE
 FAILURE_FILE = "failures.jsonl"
 MANIFEST_FILE = "manifest.json"
 REMEASURE_FILE = "remeasured.jsonl"
@@ -91,17 +97,25 @@ class MeasuredProgram:
     Attributes:
         workload_index: row of the workload in the database's workload file.
         record: the MetaSchedule ``TuningRecord`` (trace, workload, run_secs, target).
-        run_secs: float64 array, shape ``(repeat,)``: every timing repeat in seconds.
+        run_secs: float64 array, shape ``(repeat,)``: every timing repeat in seconds (cold protocol).
+        warm_secs: float64 array, shape ``(repeat,)``: the same program's repeats under the
+            warm protocol (no cache flush), or ``None`` where it was not timed warm.
     """
 
     workload_index: int
     record: object
     run_secs: np.ndarray
+    warm_secs: np.ndarray | None = None
 
     @property
     def latency(self) -> float:
         """The label: median of the repeats, in seconds."""
         return float(np.median(self.run_secs))
+
+    @property
+    def warm_latency(self) -> float:
+        """The warm label: median of the warm repeats, in seconds; NaN where not timed warm."""
+        return float(np.median(self.warm_secs)) if self.warm_secs is not None else float("nan")
 
 
 @dataclass
@@ -132,9 +146,50 @@ class DeviceDatabase:
         return out
 
 
+def valid_run_secs(run_secs) -> np.ndarray | None:
+    """A record's repeats (seconds) as a float64 array, or ``None`` when they are no
+    measurement: missing, empty, non-finite, non-positive, or MetaSchedule's 1e10 of a
+    failed run.  The one validity rule of a measurement."""
+    if run_secs is None:
+        return None
+    secs = np.array([float(s) for s in run_secs], dtype=np.float64)
+    if secs.size == 0 or not np.all(np.isfinite(secs)) or np.any(secs <= 0) or np.any(secs >= 1e9):
+        return None
+    return secs
+
+
+def _trace_key(trace_json) -> str:
+    """A schedule trace's JSON as text, booleans written as 0 and 1 (TVM's own writer does;
+    a trace's ``as_json`` in Python gives ``true``/``false``), to join the protocols' records."""
+
+    def norm(x):
+        if isinstance(x, bool):
+            return int(x)
+        return [norm(v) for v in x] if isinstance(x, list) else x
+
+    return json.dumps(norm(trace_json), separators=(",", ":"))
+
+
+def _warm_by_trace(warm_path: Path | None, bad: list[BadLine]) -> dict[tuple[int, str], np.ndarray]:
+    """The warm protocol's repeats, by (workload index, the trace's JSON text)."""
+    out: dict[tuple[int, str], np.ndarray] = {}
+    if warm_path is None:
+        return out
+    for lineno, obj in iter_json_lines(warm_path, bad):
+        try:
+            secs = valid_run_secs(obj[1][1])
+            key = (int(obj[0]), _trace_key(obj[1][0]))
+        except (TypeError, IndexError, ValueError) as err:
+            bad.append(BadLine(str(warm_path), lineno, f"bad warm tuning record: {err}"[:300], str(obj)[:200]))
+            continue
+        if secs is not None:
+            out[key] = secs
+    return out
+
+
 def load_database(
     workload_path: Path, record_path: Path, device_id: str = "unknown", manifest: dict | None = None,
-    records: bool = True, max_records: int | None = None,
+    records: bool = True, max_records: int | None = None, warm_path: Path | None = None,
 ) -> DeviceDatabase:
     """Read a MetaSchedule JSONDatabase (plain or gzip files).
 
@@ -142,7 +197,8 @@ def load_database(
     workload index is out of range, are skipped and listed in ``bad_lines``.
     ``records=False`` reads the workloads only (``programs`` is empty): seconds instead
     of minutes for a large folder, for callers that only pick workloads.  ``max_records``
-    stops after that many measured programs, in file order.
+    stops after that many measured programs, in file order.  ``warm_path``: the warm
+    protocol's record file; each program whose trace it holds gets ``warm_secs``.
 
     Raises:
         DatasetError: a file is missing, or the database holds no measured record
@@ -167,6 +223,7 @@ def load_database(
     programs = []
     if not records:
         return DeviceDatabase(device_id, workloads, keys, programs, manifest or {}, bad)
+    warm = _warm_by_trace(warm_path, bad)
     for lineno, obj in iter_json_lines(record_path, bad):
         try:
             widx = int(obj[0])
@@ -176,12 +233,11 @@ def load_database(
         except Exception as err:  # noqa: BLE001
             bad.append(BadLine(str(record_path), lineno, f"bad tuning record: {err}"[:300], str(obj)[:200]))
             continue
-        if rec.run_secs is None:
+        secs = valid_run_secs(rec.run_secs)
+        if secs is None:
             continue
-        secs = np.array([float(s) for s in rec.run_secs], dtype=np.float64)
-        if secs.size == 0 or not np.all(np.isfinite(secs)) or np.any(secs <= 0) or np.any(secs >= 1e9):
-            continue  # MetaSchedule writes 1e10 for failed runs
-        programs.append(MeasuredProgram(index_of_line[widx], rec, secs))
+        warm_secs = warm.get((widx, _trace_key(obj[1][0]))) if warm else None
+        programs.append(MeasuredProgram(index_of_line[widx], rec, secs, warm_secs))
         if max_records is not None and len(programs) >= max_records:
             break
     if not programs:
@@ -212,7 +268,7 @@ def load_device_dir(path: Path, records: bool = True, max_records: int | None = 
         raise DatasetError(f"{path} lacks {WORKLOAD_FILE} or {RECORD_FILE}")
     manifest = read_manifest(path)
     return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest, records,
-                         max_records)
+                         max_records, resolve(path / WARM_RECORD_FILE))
 
 
 def read_manifest(path: Path) -> dict:
@@ -296,7 +352,7 @@ def pack(device_dir: Path) -> list[Path]:
     plain file when both exist.  Returns the ``.gz`` paths written.
     """
     out = []
-    for name in (WORKLOAD_FILE, RECORD_FILE, FAILURE_FILE, REMEASURE_FILE):
+    for name in (WORKLOAD_FILE, RECORD_FILE, WARM_RECORD_FILE, FAILURE_FILE, REMEASURE_FILE):
         src = Path(device_dir) / name
         if not src.exists():
             continue
@@ -325,6 +381,43 @@ def drift_line(device_dir: Path) -> str:
         f"- Run-to-run drift of the median, {len(drift)} programs timed again later (`cdmpp remeasure`): "
         f"median {100 * np.median(drift):.1f}%, p90 {100 * np.percentile(drift, 90):.1f}%"
     )
+
+
+def _warm_lines(programs: list, manifest: dict) -> list[str]:
+    """The card's lines on the warm protocol: programs timed warm, warm / cold label ratio,
+    and what the warm timing costs in collection rate (none without warm timings)."""
+    ratio = np.array([p.warm_latency / p.latency for p in programs if p.warm_secs is not None])
+    if not ratio.size:
+        return []
+    total = warm_s = 0.0
+    for run in manifest.get("collections", []):
+        stages = run.get("stage_seconds", {})
+        if stages.get("warm timing"):
+            total += sum(stages.values())
+            warm_s += stages["warm timing"]
+    cost = (f"; the warm timing took {100 * warm_s / total:.1f}% of the wall time of the collections that timed it, "
+            f"so the collection rate with it is {1 - warm_s / total:.2f}x the rate without" if total else "")
+    return [f"- Timing protocols: cold {len(programs)} programs, warm {ratio.size} (`{WARM_RECORD_FILE}`); "
+            f"warm / cold label: median {np.median(ratio):.2f}, p10 {np.percentile(ratio, 10):.2f}, "
+            f"p90 {np.percentile(ratio, 90):.2f}{cost}"]
+
+
+def _family_lines(db: DeviceDatabase) -> list[str]:
+    """The card's table of workloads and programs per network family and protocol."""
+    m = db.manifest
+    family_of = {n: v.get("family") or n.split("-")[0] for n, v in m.get("networks", {}).items()}
+    index_of = {k: i for i, k in enumerate(db.workload_keys)}
+    fam_wl: dict[str, set[int]] = {}
+    for t in m.get("tasks", []):
+        if t.get("workload_key") in index_of:
+            fam_wl.setdefault(family_of.get(t["network"], t["network"]), set()).add(index_of[t["workload_key"]])
+    cold = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workloads))
+    warm = np.bincount([p.workload_index for p in db.programs if p.warm_secs is not None], minlength=len(db.workloads))
+    lines = ["", "| family | workloads measured | cold programs | warm programs |", "| --- | ---: | ---: | ---: |"]
+    for fam, idx in sorted(fam_wl.items()):
+        ids = sorted(idx)
+        lines.append(f"| {fam} | {int((cold[ids] > 0).sum())} | {int(cold[ids].sum())} | {int(warm[ids].sum())} |")
+    return lines
 
 
 def _throughput_line(manifest: dict) -> str:
@@ -423,8 +516,10 @@ def card(device_dir: Path) -> str:
         f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
         _repeats_line(db.programs),
         *_tuned_lines(m, per_wl, index_of),
+        *_warm_lines(db.programs, m),
         drift_line(device_dir),
         _throughput_line(m),
+        *_family_lines(db),
         "",
         "| network | tasks measured / listed | task weight | programs |",
         "| --- | ---: | ---: | ---: |",

@@ -63,7 +63,7 @@ class DeviceDescriptor:
 
 
 def _slug(text: str) -> str:
-    text = re.sub(r"\(r\)|\(tm\)|cpu @.*$", "", text.lower())
+    text = re.sub(r"\(r\)|\(tm\)|(cpu\s*)?@.*$", "", text.lower())
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")
 
 

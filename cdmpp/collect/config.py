@@ -28,6 +28,9 @@ TUNED_POLICY = (
     "order) measured before its tuned phase began."
 )
 
+#: the held-out test networks (:mod:`cdmpp.bench.unseen`): no workload of theirs is ever collected
+HELD_OUT_NETWORKS = ("convnext_tiny-b1", "gpt2_small-b1s128", "llama_1024-b1s128")
+
 INPUT_FILL = (
     "TVM's random fill (values between 1 and 10) for every argument, except the integer index arguments "
     "of gathers (take), which get indices drawn uniformly from [0, extent of the dimension they index) "
@@ -66,6 +69,13 @@ class MeasureConfig:
             ``cdmpp bench repeat-check``).  Raises ``InputError`` when below 1.
         adaptive_min_s: seconds; faster programs always get every repeat.
         adaptive_max_spread: fraction; see ``adaptive_repeats``.
+        warm: also time every program a second way, the ``"warm"`` protocol: the same
+            runs and repeats without the cache flush, back to back after the evaluator's
+            untimed warm-up run, so that the inputs and weights sit in the caches as they
+            do when a kernel runs inside a network right after the kernel that wrote its
+            inputs.  Those timings go to their own tuning-record file
+            (:data:`cdmpp.dataset.WARM_RECORD_FILE`) beside the cold one, a JSONDatabase
+            over the same workload file.
     """
 
     number: int = 1
@@ -79,6 +89,7 @@ class MeasureConfig:
     adaptive_repeats: int | None = 4
     adaptive_min_s: float = 0.002
     adaptive_max_spread: float = 0.02
+    warm: bool = True
 
     def __post_init__(self):
         if self.repeat < 1 or self.number < 1:
@@ -88,12 +99,12 @@ class MeasureConfig:
         if self.adaptive_repeats is not None and self.adaptive_repeats >= self.repeat:
             self.adaptive_repeats = None  # nothing left to skip: every repeat
 
-    def evaluator_config(self):
-        """MetaSchedule's ``EvaluatorConfig`` of this protocol."""
+    def evaluator_config(self, warm: bool = False):
+        """MetaSchedule's ``EvaluatorConfig`` of this protocol (``warm``: the same without the cache flush)."""
         from ..tvm_compat import EvaluatorConfig  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         return EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
-                               enable_cpu_cache_flush=self.enable_cpu_cache_flush)
+                               enable_cpu_cache_flush=self.enable_cpu_cache_flush and not warm)
 
 
 class MachineBusyError(CdmppError, RuntimeError):
@@ -223,6 +234,8 @@ class CollectConfig:
         tuned_only: visit only the tuned phase's tasks (each gets its rounds' programs,
             then the tuned phase), leaving the networks' other tasks listed but unmeasured:
             fast-end data on a device folder without a corpus yet.
+        held_out: networks outside the zoo whose workloads are never measured, even where a
+            zoo network shares them (by structural hash): the held-out test networks.
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -257,9 +270,11 @@ class CollectConfig:
     tuned_population: int = 512
     tuned_skip_networks: tuple[str, ...] = ()
     tuned_only: bool = False
+    held_out: tuple[str, ...] = HELD_OUT_NETWORKS
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)
+        self.held_out = tuple(self.held_out)
         self.rounds = tuple(int(r) for r in self.rounds)
         self.tuned_skip_networks = tuple(self.tuned_skip_networks)
         if not self.networks:

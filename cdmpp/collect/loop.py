@@ -192,6 +192,10 @@ class _Collection:
                     self.failed += 1
                     continue
                 self.store.add_record(record, task.workload_key, pk)
+                warm = self.bench.warm_secs.pop(pk, None)
+                if warm is not None:
+                    self.store.add_warm_record(record_type(c.sch.trace, wl, warm, self.bench.target, c.args_info),
+                                               task.workload_key)
                 self.measured += 1
                 self.bar.update(1)
                 results[id(c)] = ms.runner.RunnerResult(secs, None)
@@ -355,9 +359,14 @@ def collect(
     # raises before anything is written; a skipped network named in the networks is extracted below
     skipped_workloads(old_manifest, tuple(n for n in cfg.tuned_skip_networks if n not in cfg.networks))
     clock = StageClock()
-    every, visit, workloads = plan_tasks(cfg, device_dir, store, target, clock)
+    plan = plan_tasks(cfg, device_dir, store, target, clock)
+    every, visit, workloads = plan.every, plan.visit, plan.workloads
+    for net, err in plan.failed.items():
+        log_note(f"{net}: not collected, its export or Relax import failed: {err}")
     skip = skipped_workloads(old_manifest, cfg.tuned_skip_networks, every)
     manifest = build_manifest(device, cfg, old_manifest, every)
+    if plan.held_out:
+        manifest["held_out"] = {"target": str(target), "workloads": plan.held_out}
     manifest["collections"].append(
         {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -371,6 +380,9 @@ def collect(
             "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
             **({"tuned": cfg.tuned_json()} if cfg.tuned_tasks else {}),
+            # tasks not collected: a held-out test network has their workload
+            **({"held_out_tasks": [f"{t.network}:{t.task_name}" for t in plan.left_out]} if plan.left_out else {}),
+            **({"network_errors": plan.failed} if plan.failed else {}),
         }
     )
     if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary

@@ -29,6 +29,7 @@ STAGES = (
     "cache flush",
     "runner start-up",
     "timing",
+    "warm timing",
     "writing",
     "quiet-machine wait",
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import dataset as ds
@@ -10,7 +11,7 @@ from ..device import DeviceDescriptor
 from ..errors import InputError
 from .config import CollectConfig
 from .machine import StageClock
-from .store import DatasetStore, TaskEntry, known_tasks
+from .store import DatasetStore, TaskEntry, known_tasks, program_hash_key
 
 
 def extract_network_tasks(network: str, target) -> list[TaskEntry]:
@@ -153,18 +154,66 @@ def skipped_workloads(manifest: dict, networks: tuple[str, ...], tasks: list[Tas
     return keys
 
 
-def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target, clock: StageClock):
-    """Every task of the networks (from the manifest, or extracted), filed under its workload.
+def held_out_workloads(networks: tuple[str, ...], target, manifest: dict) -> dict[str, list[str]]:
+    """Workload keys (structural hashes) of the held-out test networks' tasks for ``target``.
+
+    Read from the manifest's ``held_out`` entry when it lists every network for this
+    target, else extracted (:mod:`cdmpp.bench.unseen`; some 30 s on 2 cores).
 
     Returns:
-        ``(tasks of all networks, the tasks to visit in round-robin order over networks,
-        workload by key)``.
+        ``{network: [workload key, ...]}``; the caller stores it in the manifest as ``held_out``.
     """
-    per_network = []
-    known = known_tasks(ds.read_manifest(device_dir), device_dir)
+    from ..bench.unseen import network_spec  # noqa: PLC0415  (keeps torch and transformers off this module's import)
+
+    cached = manifest.get("held_out", {})
+    target_key = str(target)
+    if cached.get("target") == target_key and all(n in cached.get("workloads", {}) for n in networks):
+        return {n: cached["workloads"][n] for n in networks}
+    return {n: sorted({program_hash_key(t.mod) for t in extract_spec_tasks(network_spec(n), target)})
+            for n in networks}
+
+
+@dataclass
+class TaskPlan:
+    """What a collection visits (:func:`plan_tasks`).
+
+    Attributes:
+        every: the tasks of all networks that import, filed under their workloads.
+        visit: the tasks to visit, in round-robin order over networks.
+        workloads: the JSONDatabase workload of each workload key.
+        held_out: the held-out test networks' workload keys, by network.
+        left_out: tasks not collected because a held-out network has their workload.
+        failed: networks whose export or Relax import failed, with the error.
+    """
+
+    every: list[TaskEntry]
+    visit: list[TaskEntry]
+    workloads: dict
+    held_out: dict[str, list[str]]
+    left_out: list[TaskEntry]
+    failed: dict[str, str]
+
+
+def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target, clock: StageClock) -> TaskPlan:
+    """Every task of the networks (from the manifest, or extracted), filed under its workload.
+
+    A task whose workload a held-out test network also has (:attr:`CollectConfig.held_out`,
+    by structural hash) is left out: not filed, listed or measured.  A network whose
+    export or Relax import fails is reported by name (``failed``); the others go on.
+    """
+    per_network, failed = [], {}
+    manifest = ds.read_manifest(device_dir)
+    known = known_tasks(manifest, device_dir)
     with clock.stage("task extraction"):
+        held = held_out_workloads(cfg.held_out, target, manifest) if cfg.held_out else {}
         for n in cfg.networks:
-            per_network.append(known.get(n) or extract_network_tasks(n, target))
+            try:
+                per_network.append(known.get(n) or extract_network_tasks(n, target))
+            except Exception as err:  # noqa: BLE001  torch.export and the Relax frontend raise many types
+                failed[n] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500]
+    banned = set(itertools.chain.from_iterable(held.values()))
+    left_out = [t for net_tasks in per_network for t in net_tasks if program_hash_key(t.mod) in banned]
+    per_network = [[t for t in net_tasks if t not in left_out] for net_tasks in per_network]
     workloads = {}
     with clock.stage("writing"):
         for t in itertools.chain.from_iterable(per_network):  # every task is listed, measured or not
@@ -178,7 +227,7 @@ def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target
     every = list(itertools.chain.from_iterable(per_network))
     if cfg.max_tasks_per_network is not None:
         per_network = [net_tasks[: cfg.max_tasks_per_network] for net_tasks in per_network]
-    return every, round_robin(per_network), workloads
+    return TaskPlan(every, round_robin(per_network), workloads, held, left_out, failed)
 
 
 def round_robin(per_network: list[list[TaskEntry]]) -> list[TaskEntry]:

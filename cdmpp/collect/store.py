@@ -76,13 +76,14 @@ class DatasetStore:
 
         self.dir = device_dir
         device_dir.mkdir(parents=True, exist_ok=True)
-        for name in (ds.WORKLOAD_FILE, ds.RECORD_FILE, ds.FAILURE_FILE):
+        for name in (ds.WORKLOAD_FILE, ds.RECORD_FILE, ds.WARM_RECORD_FILE, ds.FAILURE_FILE):
             ds.unpack(device_dir / name)  # continue a shipped dataset
             ds.repair_jsonl(device_dir / name)
         self.db = JSONDatabase(
             str(device_dir / ds.WORKLOAD_FILE), str(device_dir / ds.RECORD_FILE), allow_missing=True
         )
         keys = [str(obj[0]) for _, obj in ds.iter_json_lines(device_dir / ds.WORKLOAD_FILE)]
+        self.workload_index = {k: i for i, k in enumerate(keys)}  # line of each workload in the workload file
         self.done: dict[str, int] = {}
         self.failed: dict[str, int] = {}
         for _, obj in ds.iter_json_lines(device_dir / ds.RECORD_FILE):
@@ -97,7 +98,18 @@ class DatasetStore:
 
     def workload(self, mod):
         wl = self.db.commit_workload(mod)
-        return wl, str(wl.as_json()[0])
+        key = str(wl.as_json()[0])
+        self.workload_index.setdefault(key, len(self.workload_index))  # a new workload is the file's next line
+        return wl, key
+
+    def add_warm_record(self, record, workload_key: str) -> None:
+        """Append a record timed with the warm protocol to :data:`cdmpp.dataset.WARM_RECORD_FILE`,
+        in the JSONDatabase's own line format (workload index, record), flushed at once."""
+        line = json.dumps([self.workload_index[workload_key], record.as_json()])
+        with open(self.dir / ds.WARM_RECORD_FILE, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def measured_program_keys(self, workload, workload_key: str | None = None) -> set[str]:
         """Structural hashes of this workload's measured programs (rebuilt from their traces).
@@ -150,6 +162,16 @@ class DatasetStore:
         self.failed_keys.setdefault(task.workload_key, set()).add(program_key)
 
 
+def _family(network: str) -> str:
+    """The zoo family of a network (its name's architecture part when it is not in the zoo)."""
+    from .. import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
+
+    try:
+        return zoo.get_network(network).family
+    except zoo.UnknownNetworkError:
+        return network.rsplit("-", 1)[0]
+
+
 def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[TaskEntry]) -> dict:
     from ..tvm_compat import tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
@@ -169,7 +191,7 @@ def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, task
         networks.setdefault(t.network, {"tasks": 0})
     for n in networks:
         if any(t.network == n for t in tasks):
-            networks[n] = {"tasks": len({t.task_name for t in tasks if t.network == n})}
+            networks[n] = {"tasks": len({t.task_name for t in tasks if t.network == n}), "family": _family(n)}
     return {
         "format": "cdmpp-dataset/1",
         "device": device.to_json(),

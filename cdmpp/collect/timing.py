@@ -227,6 +227,8 @@ class _Bench:
     clock: StageClock = field(default_factory=StageClock)
     guard: QuietGuard | None = None
     probe_file: Path | None = None
+    warm_runner: object | None = None  # times the warm protocol (MeasureConfig.warm); None: cold only
+    warm_secs: dict = field(default_factory=dict)  # program key -> warm run_secs, until the record is written
 
     def close(self) -> None:
         """Stop the build workers."""
@@ -248,27 +250,33 @@ class _Bench:
         return total
 
 
-def _run_batch(bench: _Bench, items: list, bounds: dict) -> list:
-    """Time built ``(candidate, program_key, build_result)`` items one at a time; runner results in order."""
+def _run_batch(bench: _Bench, items: list, bounds: dict, warm: bool = False) -> list:
+    """Time built ``(candidate, program_key, build_result)`` items one at a time; runner results in order.
+
+    ``warm``: with the warm protocol's runner, its whole wall time counted as the
+    ``"warm timing"`` stage (no stage probes)."""
     from ..tvm_compat import RunnerInput  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     futures = []
     t0 = time.perf_counter()
-    probe = str(bench.probe_file) if bench.probe_file is not None else None
+    probe = str(bench.probe_file) if bench.probe_file is not None and not warm else None
     for key, group in itertools.groupby(items, key=lambda it: bounds[it[1]]):
-        with _runner_functions(bench.runner, key, probe) as runner:
+        with _runner_functions(bench.warm_runner if warm else bench.runner, key, probe) as runner:
             futures += runner.run([RunnerInput(b.artifact_path, bench.dev_type, c.args_info) for c, _, b in group])
     results = [f.result() for f in futures]
+    if warm:
+        bench.clock.add("warm timing", time.perf_counter() - t0)
+        return results
     inside = bench.read_probe()
     bench.clock.add("runner start-up", time.perf_counter() - t0 - inside)
     return results
 
 
-def _timed_quietly(bench: _Bench, items: list, bounds: dict) -> list:
+def _timed_quietly(bench: _Bench, items: list, bounds: dict, warm: bool = False) -> list:
     """:func:`_run_batch` on a quiet machine (:meth:`QuietGuard.run_quietly`)."""
     if bench.guard is None or not items:
-        return _run_batch(bench, items, bounds)
-    return bench.guard.run_quietly(lambda: _run_batch(bench, items, bounds), log_note,
+        return _run_batch(bench, items, bounds, warm)
+    return bench.guard.run_quietly(lambda: _run_batch(bench, items, bounds, warm), log_note,
                                    lambda: bench.clock.stage("quiet-machine wait"))
 
 
@@ -310,6 +318,9 @@ def finish_batch(bench: _Bench, batch: _Submitted) -> list[tuple]:
     variation) is timed once more and the steadier of the two measurements is kept.  A
     program that gathers by index gets in-range indices in its integer arguments
     (:func:`index_bounds`).  With a guard, every timing batch runs on a quiet machine.
+    With a warm runner, each program timed cold is then timed warm
+    (:attr:`MeasureConfig.warm`); its repeats wait in ``bench.warm_secs`` under its
+    program key until the caller writes its record.
 
     Returns:
         ``(candidate, program_key, run_secs or None, stage, error)`` per program.
@@ -340,11 +351,21 @@ def finish_batch(bench: _Bench, batch: _Submitted) -> list[tuple]:
                     again = [float(x) for x in res.run_secs]
                     if _repeat_cv(again) < _repeat_cv(timed[item[1]][0]):
                         timed[item[1]] = (again, "run", "")
+        if bench.warm_runner is not None:
+            _time_warm(bench, [it for it in to_run if timed[it[1]][0] is not None], bounds)
     for c, pk, b in to_run:
         shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
         secs, stage, error = timed[pk]
         out.append((c, pk, secs, stage, error))
     return out
+
+
+def _time_warm(bench: _Bench, items: list, bounds: dict) -> None:
+    """Time built items with the warm protocol; keep each success's repeats in ``bench.warm_secs``
+    (a program that fails warm keeps its cold record only)."""
+    for (_, pk, _), res in zip(items, _timed_quietly(bench, items, bounds, warm=True) if items else []):
+        if not res.error_msg and res.run_secs is not None:
+            bench.warm_secs[pk] = [float(x) for x in res.run_secs]
 
 
 def measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
@@ -368,8 +389,12 @@ def local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | No
                             f_export=export_shared_library if dev_type == "cpu" else None)
     runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config(),
                          f_run_evaluator=run_evaluator(m))
+    warm = None
+    if m.warm and dev_type == "cpu":  # a GPU has no CPU cache flush to leave out
+        warm = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config(warm=True),
+                           f_run_evaluator=run_evaluator(m))
     guard = QuietGuard(quiet) if quiet is not None else None
-    return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file)
+    return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file, warm)
 
 
 def make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: StageClock, tmp: Path) -> _Bench:
@@ -387,4 +412,5 @@ def make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: Stag
         )
         bench.builder.f_export = None  # a tar archive, linked on the board by its own toolchain
         bench.guard = None
+        bench.warm_runner = None  # the warm protocol runs on the local runner only
     return bench

@@ -1,22 +1,11 @@
-"""The network zoo: architectures defined in code (no weights), as TenSet does.
-
-Each :class:`NetworkSpec` names an architecture and one input shape.  Weights are
-random: task extraction and measurement depend on shapes only.  The ConvNeXt and
-GPT-2 families and LLaMA-style decoders are reserved as unseen test networks and are not in
-the zoo.
-"""
+"""The zoo's first architectures, written in plain torch: the ResNet, MobileNet,
+EfficientNet, DenseNet, Inception, DCGAN and ViT families, and BERT from a
+``transformers`` config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 from torch import nn
-
-from cdmpp.errors import UnknownNetworkError
-
-RESERVED_FAMILIES = ("convnext", "gpt2", "llama")
 
 
 # --------------------------------------------------------------------------- CNNs
@@ -391,81 +380,3 @@ def _bert(hidden: int, layers: int, heads: int):
             return self.bert(input_ids=ids).last_hidden_state
 
     return _Bert()
-
-
-# ------------------------------------------------------------------------ registry
-@dataclass(frozen=True)
-class NetworkSpec:
-    """One zoo entry: an architecture at one input shape.
-
-    Attributes:
-        name: unique key, e.g. ``"resnet_50-b1"``.
-        family: architecture family, e.g. ``"resnet"``; used for held-out splits.
-        build: returns the ``torch.nn.Module`` (random weights).
-        input_shape: shape of the single input tensor.
-        input_dtype: ``"float32"`` for images/latents, ``"int64"`` for token ids.
-    """
-
-    name: str
-    family: str
-    build: Callable[[], nn.Module]
-    input_shape: tuple[int, ...]
-    input_dtype: str = "float32"
-
-    def example_inputs(self) -> tuple[torch.Tensor, ...]:
-        """One example input tuple for ``torch.export``."""
-        if self.input_dtype == "int64":
-            return (torch.zeros(self.input_shape, dtype=torch.int64),)
-        return (torch.randn(self.input_shape),)
-
-
-def _zoo() -> dict[str, NetworkSpec]:
-    b, bb = _Bottleneck, _Basic
-    archs = {
-        "resnet_18": ("resnet", lambda: ResNet(bb, [2, 2, 2, 2]), "img"),
-        "resnet_50": ("resnet", lambda: ResNet(b, [3, 4, 6, 3]), "img"),
-        "resnext_50": ("resnext", lambda: ResNet(b, [3, 4, 6, 3], groups=32, width_per_group=4), "img"),
-        "wide_resnet_50": ("wide_resnet", lambda: ResNet(b, [3, 4, 6, 3], width_per_group=128), "img"),
-        "mobilenet_v2": ("mobilenet", MobileNetV2, "img"),
-        "mobilenet_v3": ("mobilenet", MobileNetV3, "img"),
-        "efficientnet_b0": ("efficientnet", EfficientNetB0, "img"),
-        "densenet_121": ("densenet", DenseNet, "img"),
-        "inception_v3": ("inception", InceptionV3, "img299"),
-        "vit_b16": ("vit", ViT, "img"),
-        "dcgan": ("dcgan", DCGANGenerator, "latent"),
-        "bert_tiny": ("bert", lambda: _bert(128, 2, 2), "seq"),
-        "bert_base": ("bert", lambda: _bert(768, 12, 12), "seq"),
-        "bert_large": ("bert", lambda: _bert(1024, 24, 16), "seq"),
-    }
-    shapes = {
-        "img": [((1, 3, 224, 224), "b1"), ((4, 3, 224, 224), "b4")],
-        "img299": [((1, 3, 299, 299), "b1"), ((4, 3, 299, 299), "b4")],
-        "latent": [((1, 100, 1, 1), "b1"), ((8, 100, 1, 1), "b8")],
-        "seq": [((1, 128), "b1s128"), ((4, 64), "b4s64")],
-    }
-    zoo = {}
-    for arch, (family, build, kind) in archs.items():
-        for shape, tag in shapes[kind]:
-            name = f"{arch}-{tag}"
-            zoo[name] = NetworkSpec(name, family, build, shape, "int64" if kind == "seq" else "float32")
-    return zoo
-
-
-def network_names() -> list[str]:
-    """Names of every network in the zoo, e.g. ``["resnet_18-b1", ...]``."""
-    return list(_zoo())
-
-
-def get_network(name: str) -> NetworkSpec:
-    """Look up a zoo entry.
-
-    Raises:
-        KeyError: the name is not in the zoo (the message lists the valid names), or
-            names a reserved unseen-test family (ConvNeXt, GPT-2, LLaMA).
-    """
-    zoo = _zoo()
-    if name not in zoo:
-        if any(name.lower().startswith(f) for f in RESERVED_FAMILIES):
-            raise UnknownNetworkError(f"network {name!r} belongs to a family reserved for unseen-network tests")
-        raise UnknownNetworkError(f"unknown network {name!r}; the zoo has: {', '.join(zoo)}")
-    return zoo[name]
