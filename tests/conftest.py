@@ -6,6 +6,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # tests/programs.py
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_held_out_extraction():
+    """Collections in tests skip extracting the three held-out test networks (some 30 s each
+    time); ``test_held_out_networks_workloads_are_never_collected`` runs the real thing."""
+    import cdmpp.collect.sampling as sampling
+
+    real = sampling.held_out_workloads
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sampling, "held_out_workloads", lambda networks, target, manifest: {n: [] for n in networks})
+        yield real
+
+
 @pytest.fixture(scope="session")
 def tiny_collection(tmp_path_factory):
     """A real collection on this CPU: 2 DCGAN tasks x 3 programs, built and timed for real."""

@@ -30,6 +30,49 @@ def test_tiny_real_collection(tiny_collection):
     assert m["device"]["device_id"] == summary.device_id and m["tvm_version"].startswith("0.27")
     assert {t["network"] for t in m["tasks"]} == {"dcgan-b1"} and all(t["weight"] >= 1 for t in m["tasks"])
     assert len(set(keys)) == len(keys)
+    assert m["networks"]["dcgan-b1"]["family"] == "dcgan"
+
+
+def test_every_program_is_timed_warm_too_in_a_record_file_tvm_opens(tiny_collection, tmp_path):
+    """The warm protocol: each measured program has warm repeats, joined to its cold record by
+    its trace, in a tuning-record file that TVM's JSONDatabase opens with the workload file."""
+    import shutil
+
+    from cdmpp.tvm_compat import JSONDatabase
+
+    _, summary = tiny_collection
+    d = summary.device_dir
+    db = ds.load_device_dir(d)
+    assert all(p.warm_secs is not None and p.warm_secs.size >= 3 and np.all(p.warm_secs > 0) for p in db.programs)
+    assert len({round(p.warm_latency, 12) for p in db.programs}) == len(db.programs)  # each its own timing
+    warm_db = JSONDatabase(str(d / ds.WORKLOAD_FILE), str(d / ds.WARM_RECORD_FILE))
+    assert len(warm_db.get_all_tuning_records()) == len(db.programs)
+    m = json.loads((d / ds.MANIFEST_FILE).read_text())
+    assert m["measurement"]["warm"] is True and m["collections"][-1]["stage_seconds"]["warm timing"] > 0
+    assert "Timing protocols: cold" in ds.card(d) and "| dcgan |" in ds.card(d)
+    copy = tmp_path / d.name
+    shutil.copytree(d, copy)
+    (copy / ds.WARM_RECORD_FILE).unlink()
+    cold_only = ds.load_device_dir(copy)
+    assert len(cold_only.programs) == len(db.programs) and all(np.isnan(p.warm_latency) for p in cold_only.programs)
+
+
+def test_held_out_networks_workloads_are_never_collected(tmp_path, no_held_out_extraction, monkeypatch):
+    """A task whose workload a held-out network has (by structural hash) is neither listed nor
+    measured; the manifest names it and keeps the held-out keys for the next run."""
+    import cdmpp.collect.sampling as sampling
+    from cdmpp.collect import CollectConfig, collect
+
+    monkeypatch.setattr(sampling, "held_out_workloads", no_held_out_extraction)
+    cfg = CollectConfig(networks=["dcgan-b1", "dcgan-b8"], out_dir=tmp_path, programs_per_task=1, batch_size=2,
+                        evolutionary_fraction=0.0, held_out=("dcgan-b1",), max_tasks_per_network=1)
+    s = collect(cfg, progress=False)
+    m = json.loads((s.device_dir / ds.MANIFEST_FILE).read_text())
+    held = set(m["held_out"]["workloads"]["dcgan-b1"])
+    left = m["collections"][-1]["held_out_tasks"]
+    assert len(held) == 5 and len(left) == 5 and all(name.startswith("dcgan-b1:") for name in left)
+    assert {t["network"] for t in m["tasks"]} == {"dcgan-b8"} and not {t["workload_key"] for t in m["tasks"]} & held
+    assert s.measured == 1  # the other network is still collected
 
 
 def test_resume_continues_without_duplicates(tiny_collection, tmp_path):

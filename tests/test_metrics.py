@@ -86,3 +86,38 @@ def test_the_tuned_regime_columns_look_only_at_each_tasks_fast_end():
     assert fast_end(true, true, groups)["top1_of_8"] == pytest.approx(1.0)
     row = summary(pred, true, groups)
     assert row["tau_fast_half"] == pytest.approx(-1.0) and "top1_of_8" in row
+
+
+def test_a_model_that_predicts_each_tasks_median_scores_slope_zero_and_the_true_fast_end_bias():
+    """The shrinkage columns: predicting every program at its task's median latency places
+    each task's level and nothing within it, so the slope is 0, the fastest tenth's mean
+    log(predicted / measured) is that of the median over those programs (above 0), and
+    the slowest half's is below 0."""
+    from cdmpp.train.plots import level_free
+
+    true, groups = _two_tasks()
+    med = {g: np.median(true[groups == g]) for g in np.unique(groups)}
+    pred = np.array([med[g] for g in groups])
+    out = fast_end(pred, true, groups)
+    fast, slow = [], []
+    for g in np.unique(groups):
+        t = np.sort(true[groups == g])
+        fast.append(np.mean(np.log(med[g] / t[: t.size // 10])))
+        slow.append(np.mean(np.log(med[g] / t[t.size // 2:])))
+    assert out["slope"] == pytest.approx(0.0, abs=1e-12)
+    assert out["decile_log_ratio"] == pytest.approx(np.median(fast)) and out["decile_log_ratio"] > 0.3
+    assert out["slow_half_log_ratio"] == pytest.approx(np.median(slow)) and out["slow_half_log_ratio"] < -0.1
+    perfect = fast_end(true, true, groups)
+    assert perfect["slow_half_log_ratio"] == pytest.approx(0.0) and perfect["slope"] == pytest.approx(1.0)
+    x, y = level_free(pred, true, groups)
+    assert np.allclose(y, 0.0) and np.all(np.isfinite(x)) and np.ptp(x) > 1.0
+    x2, y2 = level_free(true * 3.0, true, groups)  # a constant factor is a level: gone
+    assert np.allclose(x2, y2)
+
+
+def test_the_level_free_plot_is_written(tmp_path):
+    from cdmpp.train.plots import plot_level_free
+
+    true, groups = _two_tasks()
+    path = plot_level_free({"dev": (true * 1.2, true, groups)}, "t", tmp_path / "lf.png")
+    assert path.stat().st_size > 5000 and path.read_bytes()[:4] == b"\x89PNG"

@@ -34,6 +34,7 @@ from cdmpp.featurize.trace import model_inputs
 from cdmpp.model import load_checkpoint, predict_latency_array
 
 from .baselines import TreeBaseline
+from .folds import holdout_keys, never_trained, parse_fold
 from .metrics import summary
 from .report import BASELINE_FILE, task_weights
 from .splits import Split, networks_of
@@ -204,29 +205,32 @@ def load_corpus(
     )
 
 
-def split_corpus(corpus: DeviceCorpus, holdout: str | None, val_fraction: float = 0.1, seed: int = 0) -> Split:
+def split_corpus(corpus: DeviceCorpus, holdout: str | None, val_fraction: float = 0.1, seed: int = 0,
+                 exclude_test_networks: bool = True) -> Split:
     """The strict split of a pooled corpus (see the module docstring).
 
     Args:
-        holdout: the network whose workloads are the test set on every device;
-            ``None`` tests nothing.
+        holdout: the network whose workloads are the test set on every device, or a
+            leave-family-out fold (``"fold-2-of-4"``, :mod:`train.folds`); ``None``
+            tests nothing.
         val_fraction: fraction of the remaining workload keys kept for validation.
+        exclude_test_networks: keep the held-out test networks' workloads
+            (:func:`cdmpp.held_out.held_out_keys`) out of training and validation;
+            ``False`` draws the split of a checkpoint trained before that rule.
 
     Raises:
         ValueError: an unknown network, or nothing left to train on.
     """
-    nets = corpus.networks()
-    if holdout is not None and holdout not in nets:
-        raise UnknownNetworkError(f"network {holdout!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
-    is_test = np.isin(corpus.raw_keys, sorted(nets.get(holdout, set()))) if holdout else np.zeros(len(corpus.raw_keys), bool)
-    rest = np.unique(corpus.raw_keys[~is_test])
+    is_test = np.isin(corpus.raw_keys, sorted(holdout_keys(corpus.networks(), holdout)))
+    out = never_trained(corpus.raw_keys) & ~is_test if exclude_test_networks else np.zeros_like(is_test)
+    rest = np.unique(corpus.raw_keys[~is_test & ~out])
     if rest.size == 0:
         raise InputError(f"holding out {holdout!r} leaves no training program")
     n_val = max(1, int(round(val_fraction * rest.size))) if rest.size > 1 else 0
     val_keys = np.random.default_rng(seed).choice(rest, size=n_val, replace=False)
     is_val = np.isin(corpus.raw_keys, val_keys) & ~is_test
     idx = np.arange(len(corpus.raw_keys))
-    return Split(idx[~is_test & ~is_val], idx[is_val], idx[is_test], holdout or "none")
+    return Split(idx[~is_test & ~is_val & ~out], idx[is_val], idx[is_test], holdout or "none")
 
 
 def split_within_tasks(
@@ -403,7 +407,7 @@ def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
         split = split_within_tasks(corpus, min_programs=int(floor.group(1)) if floor else 20,
                                    seed=int(meta.get("train_config", {}).get("seed", 0)))
     else:
-        split = split_corpus(corpus, meta.get("holdout"))
+        split = split_corpus(corpus, meta.get("holdout"), exclude_test_networks=bool(meta.get("excludes_test_networks")))
     _check_same_split(meta, split, root)
     return split
 
@@ -450,7 +454,9 @@ def evaluate_devices(
     validation workloads; ``"training"``: the programs it trained on, the fit).
 
     With ``plot``, also write a PNG of predicted against measured latency, one panel
-    per device (:func:`cdmpp.train.plots.plot_predicted_vs_measured`).
+    per device (:func:`cdmpp.train.plots.plot_predicted_vs_measured`), and beside it
+    the same with each task's level taken out (``<plot>-level-free.png``,
+    :func:`cdmpp.train.plots.plot_level_free`).
 
     A checkpoint trained with trace tokens reads each program's trace from its tuning
     record; with ``traces=False`` (a checkpoint trained with trace dropout) it scores
@@ -495,9 +501,10 @@ def evaluate_devices(
     if worst:
         title += "\n\nWorst tasks (median predicted / measured latency, per device):\n" + "\n".join(worst)
     if plot is not None:
-        from .plots import plot_predicted_vs_measured  # noqa: PLC0415  (only on the branch that needs it)
+        from .plots import level_free_path, plot_level_free, plot_predicted_vs_measured  # noqa: PLC0415  (only on the branch that needs it)
 
         plot_predicted_vs_measured(panels, f"cdmpp transformer, {what}", Path(plot))
+        plot_level_free(panels, f"cdmpp transformer, {what}: each task's level taken out", level_free_path(Path(plot)))
     return rows, title
 
 
@@ -507,14 +514,14 @@ def worst_tasks(corpus: DeviceCorpus, index: np.ndarray, panels: dict, network: 
     names: dict[str, str] = {}
     for m in corpus.manifests.values():
         for t in m.get("tasks", []):
-            if network is None or t["network"] == network:
+            if network is None or parse_fold(network) or t["network"] == network:
                 names.setdefault(t["workload_key"], t["task_name"])
     out = []
     for row, dev in enumerate(corpus.devices, start=1):
         if dev.device_id not in panels:
             continue
         sel = index[corpus.data.device[index] == row]
-        pred, true = panels[dev.device_id]
+        pred, true, _ = panels[dev.device_id]
         ratio = np.log(pred / true)
         keys = corpus.raw_keys[sel]
         scored = []
@@ -533,7 +540,7 @@ def _score_remapped(model, tree, corpus, index, network, model_rows, table, pane
         model_rows: int64 ``(P,)``: each program's row in the model's device table.
         table: float32 ``(rows, DESCRIPTOR_DIM)``: the descriptor of each model row (the
             trees' device columns).
-        panels: when given, filled with ``device id -> (predicted, measured)``.
+        panels: when given, filled with ``device id -> (predicted, measured, task of each program)``.
     """
     weights = device_task_weights(corpus, network)
     out = {}
@@ -545,7 +552,7 @@ def _score_remapped(model, tree, corpus, index, network, model_rows, table, pane
         pred = predict_latency_array(model, corpus.data, sel, device=model_rows[sel])
         rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
         if panels is not None:
-            panels[dev.device_id] = (pred, true)
+            panels[dev.device_id] = (pred, true, groups)
         if tree is not None:
             x = np.concatenate([corpus.data.psf_sum[sel], table[model_rows[sel]]], axis=1)
             rows["xgboost PerStoreFeature"] = summary(tree.predict(x), true, groups, weights)

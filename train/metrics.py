@@ -103,6 +103,8 @@ def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str
         fastest measured program (1.0 is unbiased; above 1, the fast end is predicted
         too slow).  ``decile_log_ratio``: median over tasks of the mean natural-log ratio
         predicted / measured over the task's fastest tenth of programs (at least one).
+        ``slow_half_log_ratio``: the same over the task's slowest half.  A model squeezed
+        toward each task's middle has the first above 0 and the second below 0.
         ``slope``: the within-task slope of log(predicted) on log(measured), pooled over
         tasks (each program's deviation from its task's mean counts once, so tasks weigh
         by programs and spread); for a calibrated predictor it is the share of the
@@ -119,7 +121,7 @@ def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str
 
     pred, true, groups = np.asarray(pred, np.float64), np.asarray(true, np.float64), np.asarray(groups)
     lp, lt = np.log(pred), np.log(true)
-    best, decile, speed, cov, var = [], [], [], 0.0, 0.0
+    best, decile, slow, speed, cov, var = [], [], [], [], 0.0, 0.0
     speed8, tau_half = [], []
     for sel in _task_members(groups):
         if sel.size < 2 or np.all(true[sel] == true[sel][0]):
@@ -135,6 +137,8 @@ def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str
                 tau_half.append(float(tau))
         fast = order[: max(1, sel.size // 10)]
         decile.append(float(np.mean(lp[fast] - lt[fast])))
+        slowest = order[sel.size // 2:]
+        slow.append(float(np.mean(lp[slowest] - lt[slowest])))
         speed.append(true[order[0]] / true[sel[np.argmin(pred[sel])]])
         dt, dp = lt[sel] - lt[sel].mean(), lp[sel] - lp[sel].mean()
         cov += float(dt @ dp)
@@ -144,6 +148,7 @@ def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str
         "tasks": len(best),
         "best_ratio": float(np.median(best)) if best else nan,
         "decile_log_ratio": float(np.median(decile)) if decile else nan,
+        "slow_half_log_ratio": float(np.median(slow)) if slow else nan,
         "slope": cov / var if var > 0 else nan,
         "best_speed": float(np.mean(speed)) if speed else nan,
         "top1_of_8": float(np.mean(speed8)) if speed8 else nan,
@@ -157,7 +162,7 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
     (task weight per group id; default 1), the pairwise accuracy within tasks, and
     the fraction of programs predicted more than 2x off (``off_2x``), the median
     absolute percentage error (``median_ape``), and the fast-end measures of
-    :func:`fast_end` (``best_ratio``, ``decile_log_ratio``, ``slope``, ``best_speed``,
+    :func:`fast_end` (``best_ratio``, ``decile_log_ratio``, ``slow_half_log_ratio``, ``slope``, ``best_speed``,
     ``top1_of_8``, ``tau_fast_half``).
 
     Raises:

@@ -2,6 +2,8 @@
 
 - :func:`plot_predicted_vs_measured`: predicted against measured latency, log-log,
   one panel per device, with the y = x line and the 2x band.
+- :func:`plot_level_free`: the same with each task's level taken out (the within-task
+  spread against the diagonal).
 - :func:`plot_error_vs_shots`: an accuracy metric against the number of shots, one
   line per adaptation recipe (the leave-one-device-out table of ``cdmpp bench adapt-table``).
 """
@@ -35,12 +37,12 @@ def _save(plt, fig, path: Path) -> Path:
     return path
 
 
-def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str, path: Path) -> Path:
+def plot_predicted_vs_measured(panels: dict[str, tuple], title: str, path: Path) -> Path:
     """Scatter predicted against measured latency per panel and write a PNG.
 
     Args:
         panels: panel title (e.g. a device id) -> ``(predicted, measured)``, float64
-            ``(N,)`` seconds each.
+            ``(N,)`` seconds each (a third member, each program's task, is ignored).
         title: the figure's title.
         path: the PNG to write (folders are created).
 
@@ -59,8 +61,8 @@ def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]],
     cols = min(3, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
-    for ax, (name, (pred, true)) in zip(axes.flat, panels.items()):
-        pred, true = np.asarray(pred, np.float64), np.asarray(true, np.float64)
+    for ax, (name, arrays) in zip(axes.flat, panels.items()):
+        pred, true = np.asarray(arrays[0], np.float64), np.asarray(arrays[1], np.float64)
         if pred.shape != true.shape or np.any(pred <= 0) or np.any(true <= 0):
             raise InputError(f"panel {name!r}: predicted and measured must be positive arrays of one shape")
         lo, hi = min(pred.min(), true.min()) / 1.5, max(pred.max(), true.max()) * 1.5
@@ -81,6 +83,82 @@ def plot_predicted_vs_measured(panels: dict[str, tuple[np.ndarray, np.ndarray]],
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     return _save(plt, fig, path)
+
+
+def level_free(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each program's log ratio to its task's median, measured and predicted.
+
+    Args:
+        pred, true: float64 ``(N,)`` predicted and measured latency (seconds, > 0).
+        groups: int ``(N,)`` task of each program.
+
+    Returns:
+        ``(log(measured / task median measured), log(predicted / task median predicted))``,
+        float64 ``(N,)`` each: the within-task spread with each task's level taken out.
+    """
+    lp, lt, groups = np.log(pred), np.log(true), np.asarray(groups)
+    x, y = np.empty_like(lt), np.empty_like(lp)
+    for g in np.unique(groups):
+        sel = groups == g
+        x[sel], y[sel] = lt[sel] - np.median(lt[sel]), lp[sel] - np.median(lp[sel])
+    return x, y
+
+
+def plot_level_free(panels: dict[str, tuple], title: str, path: Path) -> Path:
+    """Scatter predicted against measured latency with each task's level taken out
+    (:func:`level_free`), the diagonal drawn, per panel, and write a PNG.
+
+    A model that places each task's level but not the spread within it draws a flat
+    cloud (slope 0); one squeezed toward each task's middle, a cloud flatter than the
+    diagonal.  Each panel's title gives the within-task slope
+    (:func:`cdmpp.train.metrics.fast_end`).
+
+    Args:
+        panels: panel title -> ``(predicted, measured, task of each program)``, float64
+            ``(N,)`` seconds and int ``(N,)``.
+        title: the figure's title.
+        path: the PNG to write.
+
+    Raises:
+        InputError: no panel, or a panel without tasks or with non-positive latencies.
+    """
+    from .metrics import fast_end  # noqa: PLC0415  (keeps scipy off this module's import)
+
+    if not panels:
+        raise InputError("nothing to plot: no panel")
+    plt = _pyplot()
+    n = len(panels)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
+    for ax, (name, arrays) in zip(axes.flat, panels.items()):
+        if len(arrays) < 3:
+            raise InputError(f"panel {name!r}: the level-free plot needs each program's task")
+        pred, true, groups = (np.asarray(a) for a in arrays[:3])
+        if pred.shape != true.shape or np.any(pred <= 0) or np.any(true <= 0):
+            raise InputError(f"panel {name!r}: predicted and measured must be positive arrays of one shape")
+        x, y = level_free(pred.astype(np.float64), true.astype(np.float64), groups)
+        lim = max(float(np.abs(x).max()), float(np.abs(y).max()), 0.1) * 1.05
+        ax.scatter(x, y, s=3, alpha=0.35, linewidths=0)
+        ax.plot([-lim, lim], [-lim, lim], "k-", lw=0.8)
+        ax.axhline(0, color="k", lw=0.4)
+        ax.axvline(0, color="k", lw=0.4)
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        fe = fast_end(pred, true, groups)
+        ax.set_title(f"{name}\n{true.size} programs, {fe['tasks']} tasks, slope {fe['slope']:.2f}, "
+                     f"fast 1/10 {fe['decile_log_ratio']:+.2f}", fontsize=8)
+        ax.set_xlabel("log(measured / task median)")
+        ax.set_ylabel("log(predicted / task median)")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    return _save(plt, fig, path)
+
+
+def level_free_path(plot: Path) -> Path:
+    """Where the level-free plot of ``plot`` goes: ``<stem>-level-free.png`` beside it."""
+    return plot.with_name(f"{plot.stem}-level-free.png")
 
 
 def plot_error_vs_shots(rows: dict[str, dict], title: str, path: Path, metric: str = "mape") -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 from cdmpp.model import ModelConfig
 
 from .config import describe_loss
+from .folds import fold_networks, parse_fold
 
 BASELINE_FILE = "tree_baseline.json"
 CARD_FILE = "README.md"
@@ -43,23 +44,30 @@ CELLS: dict[str, tuple[str, Callable[[dict], str], int]] = {
     "top5": ("top-5", _num("top5"), 8),
     "pairwise": ("pairwise", _num("pairwise"), 10),
     "best_ratio": ("best p/m", _num("best_ratio"), 10),
+    "decile_log_ratio": ("fast 1/10", lambda r: f"{r.get('decile_log_ratio', _NAN):+.2f}", 11),
+    "slow_half_log_ratio": ("slow 1/2", lambda r: f"{r.get('slow_half_log_ratio', _NAN):+.2f}", 10),
     "slope": ("slope", _num("slope"), 8),
     "best_speed": ("best spd", _num("best_speed"), 10),
     "top1_of_8": ("top-1 of 8", _num("top1_of_8"), 12),
     "tau_fast_half": ("tau fast 1/2", _num("tau_fast_half"), 14),
 }
 TEXT_COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5",
-                "best_ratio", "slope", "best_speed", "top1_of_8", "tau_fast_half")
+                "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope", "best_speed", "top1_of_8",
+                "tau_fast_half")
 DEVICE_COLUMNS = ("programs", "mape", "within_25", "off_2x", "rmse_log", "kendall_tau", "top1", "top5", "pairwise",
-                  "best_ratio", "slope", "best_speed", "top1_of_8", "tau_fast_half")
+                  "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope", "best_speed", "top1_of_8",
+                  "tau_fast_half")
 
 
 def format_table(rows: Mapping[str, dict], title: str) -> str:
     """A fixed-width text table of metric rows (one per model), under ``title``.
 
-    The last five columns are the fast end (:func:`~cdmpp.train.metrics.fast_end`):
+    The last seven columns are the fast end (:func:`~cdmpp.train.metrics.fast_end`):
     ``best p/m``, the median predicted / measured latency of each task's fastest
-    program; ``slope``, the within-task slope of log(predicted) on log(measured);
+    program; ``fast 1/10`` and ``slow 1/2``, the median over tasks of the mean
+    log(predicted / measured) of each task's fastest tenth and slowest half (a model
+    squeezed toward each task's middle: above 0, below 0); ``slope``, the within-task
+    slope of log(predicted) on log(measured);
     ``best spd``, the mean measured-best / measured latency of the predicted best;
     ``top-1 of 8``, the same among each task's 8 fastest programs; and ``tau fast 1/2``,
     the Kendall tau within each task's fastest half.
@@ -100,11 +108,14 @@ def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], networ
             ``"<device_id>:<key>"`` (a corpus of several devices).
     """
     index_of = {k: i for i, k in enumerate(workload_keys)}
+    members = {network}
+    if parse_fold(network) is not None:  # a leave-family-out fold: the task weights of its networks
+        members = set(fold_networks({t["network"] for m in manifests.values() for t in m.get("tasks", [])}, network))
     out: dict[int, float] = {}
     for dev_id, manifest in manifests.items():
         for t in manifest.get("tasks", []):
             i = index_of.get(f"{dev_id}:{t['workload_key']}" if qualified else t["workload_key"])
-            if i is not None and (network is None or t["network"] == network):
+            if i is not None and (network is None or t["network"] in members):
                 out[i] = out.get(i, 0.0) + float(t["weight"])
     return out
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp.errors import InputError
+
+from .folds import holdout_keys, never_trained
 
 
 @dataclass
@@ -35,26 +37,26 @@ def networks_of(manifest: dict) -> dict[str, set[str]]:
 def holdout_network(
     workload: np.ndarray, workload_keys: list[str], manifest: dict, network: str | None, val_fraction=0.1, seed=0
 ) -> Split:
-    """Hold out one network (or none).
+    """Hold out one network, or a leave-family-out fold (``"fold-2-of-4"``, :mod:`train.folds`), or none.
+
+    The held-out test networks' workloads (:func:`cdmpp.held_out.held_out_keys`) are on
+    no side unless they are the test set.
 
     Args:
         workload: int64 ``(P,)`` workload index of each program.
         workload_keys: structural-hash key of each workload index.
         manifest: the dataset manifest (tasks with network and workload key).
-        network: the network to hold out; ``None`` trains on everything (empty test).
+        network: the network or fold to hold out; ``None`` trains on everything (empty test).
         val_fraction: fraction of the training *workloads* kept for validation.
         seed: seed of the validation draw.
 
     Raises:
         ValueError: the network is not in the manifest, or nothing is left to train on.
     """
-    nets = networks_of(manifest)
-    if network is not None and network not in nets:
-        raise UnknownNetworkError(f"network {network!r} is not in this dataset; it has: {', '.join(sorted(nets))}")
-    test_keys = nets.get(network, set()) if network else set()
     keys = np.asarray(workload_keys)[workload]
-    is_test = np.isin(keys, list(test_keys))
-    train_w = np.unique(workload[~is_test])
+    is_test = np.isin(keys, sorted(holdout_keys(networks_of(manifest), network)))
+    is_test_network = never_trained(keys) & ~is_test  # the held-out test networks' workloads: never trained on
+    train_w = np.unique(workload[~is_test & ~is_test_network])
     if train_w.size == 0:
         raise InputError(f"holding out {network!r} leaves no training program")
     rng = np.random.default_rng(seed)
@@ -62,7 +64,7 @@ def holdout_network(
     val_w = rng.choice(train_w, size=n_val, replace=False)
     is_val = np.isin(workload, val_w) & ~is_test
     idx = np.arange(workload.size)
-    return Split(idx[~is_test & ~is_val], idx[is_val], idx[is_test], network or "none")
+    return Split(idx[~is_test & ~is_val & ~is_test_network], idx[is_val], idx[is_test], network or "none")
 
 
 def random_programs(num_programs: int, test_fraction: float = 0.2, val_fraction: float = 0.1, seed: int = 0) -> Split:

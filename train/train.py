@@ -360,6 +360,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
         "cmd_target_device": target_device,
         "holdout": holdout,
         "split": data.split if data.split == "network" else split.holdout,
+        "excludes_test_networks": data.split == "network",  # the held-out test networks' workloads: never trained
         "split_filters": filters,
         "train_programs": int(len(split.train)),
         "val_programs": int(len(split.val)),
