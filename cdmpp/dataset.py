@@ -37,6 +37,12 @@ WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 WARM_RECORD_FILE = "database_tuning_record_warm.json"
 PROTOCOLS = ("cold", "warm")  #: timing protocols, by record file: RECORD_FILE, WARM_RECORD_FILE
+WARM_SUFFIX = "+warm"  #: a device id with it names that device's warm protocol (a row of a model's device table)
+
+
+def warm_device_id(device_id: str) -> str:
+    """The id of a device's warm protocol: ``"cpu-...-avx512+warm"``."""
+    return device_id + WARM_SUFFIX
 FAILURE_FILE = "failures.jsonl"
 MANIFEST_FILE = "manifest.json"
 REMEASURE_FILE = "remeasured.jsonl"
@@ -184,6 +190,29 @@ def _warm_by_trace(warm_path: Path | None, bad: list[BadLine]) -> dict[tuple[int
             continue
         if secs is not None:
             out[key] = secs
+    return out
+
+
+def warm_repeats(device_dir: Path) -> list[np.ndarray | None] | None:
+    """The warm protocol's repeats (seconds) of each program of a device folder, in the
+    order :func:`load_device_dir` keeps its programs (its valid cold records, in file
+    order), read as plain JSON; ``None`` for a program not timed warm.  ``None`` when the
+    folder has no warm record file."""
+    warm_path, rec = resolve(Path(device_dir) / WARM_RECORD_FILE), resolve(Path(device_dir) / RECORD_FILE)
+    wl = resolve(Path(device_dir) / WORKLOAD_FILE)
+    if warm_path is None or rec is None or wl is None:
+        return None
+    n_workloads = sum(1 for _ in iter_json_lines(wl, []))
+    warm = _warm_by_trace(warm_path, [])
+    out = []
+    for _, obj in iter_json_lines(rec, []):
+        try:
+            widx, secs = int(obj[0]), valid_run_secs(obj[1][1])
+        except (TypeError, IndexError, ValueError):
+            continue
+        if secs is None or not 0 <= widx < n_workloads:
+            continue
+        out.append(warm.get((widx, _trace_key(obj[1][0]))))
     return out
 
 

@@ -88,6 +88,10 @@ class TaskEstimate:
         source_detail: which record or how many samples.
         latency_s, low_s, high_s: predicted latency of one call and its 10-90% interval, seconds.
         measured_s: the database record's measured latency (median of its repeats), seconds, if any.
+        warm_s: predicted latency of one call inside the network (the warm protocol: inputs
+            and weights in the caches, as the kernel before left them), seconds, when the
+            checkpoint learned the device's warm protocol.
+        measured_warm_s: the database record's latency timed warm, seconds, if it was.
     """
 
     task: str
@@ -99,6 +103,8 @@ class TaskEstimate:
     low_s: float
     high_s: float
     measured_s: float | None = None
+    warm_s: float | None = None
+    measured_warm_s: float | None = None
 
 
 @dataclass
@@ -111,6 +117,13 @@ class NetworkEstimate:
         total_s, low_s, high_s: ``sum(weight * latency)`` and its interval, seconds.
         measured_total_s: ``sum(weight * measured_s)`` when every task has a database
             record, else ``None``.
+        warm_total_s: the in-network estimate, ``sum(weight * warm_s)``: each kernel as it
+            runs inside the network, its inputs in the caches; ``None`` when the checkpoint
+            did not learn the device's warm protocol (``total_s`` sums cold kernels, each
+            timed alone after a cache flush).
+        warm_device: the device row of the warm protocol (``"<device>+warm"``), or ``None``.
+        measured_warm_total_s: ``sum(weight * measured_warm_s)`` when every task's record
+            was timed warm, else ``None``.
     """
 
     device: str | None
@@ -119,6 +132,9 @@ class NetworkEstimate:
     low_s: float = 0.0
     high_s: float = 0.0
     measured_total_s: float | None = None
+    warm_total_s: float | None = None
+    warm_device: str | None = None
+    measured_warm_total_s: float | None = None
 
     def to_json(self) -> dict:
         """A JSON-able dict (what ``POST /estimate`` returns)."""
@@ -165,20 +181,23 @@ class BestRecord:
         record: the MetaSchedule ``TuningRecord``.
         measured_s: its measured latency (median of its repeats), seconds.
         records: how many measured records of the workload were compared.
+        warm_s: the same program's latency under the warm protocol (no cache flush), seconds,
+            where it was timed so.
     """
 
     record: object
     measured_s: float
     records: int
+    warm_s: float | None = None
 
 
-def keep_fastest(best: dict, key, mod, record, measured_s: float) -> None:
+def keep_fastest(best: dict, key, mod, record, measured_s: float, warm_s: float | None = None) -> None:
     """Fold one measured record into ``best[key] = (workload IRModule, BestRecord)``."""
     cur = best.get(key)
     if cur is None:
-        best[key] = (mod, BestRecord(record, measured_s, 1))
+        best[key] = (mod, BestRecord(record, measured_s, 1, warm_s))
     elif measured_s < cur[1].measured_s:
-        best[key] = (mod, BestRecord(record, measured_s, cur[1].records + 1))
+        best[key] = (mod, BestRecord(record, measured_s, cur[1].records + 1, warm_s))
     else:
         cur[1].records += 1
 
@@ -312,17 +331,17 @@ def estimate_network(
         raise InputError("target: the checkpoint records no device; give a target")
     tgt = tgt if isinstance(tgt, Target) else Target(tgt)
     database = database or {}
-    out = NetworkEstimate(device=dev_id)
+    out = NetworkEstimate(device=dev_id, warm_device=predictor.warm_device(dev_id))
     for task in tasks:
         key = str(structural_hash(task.mod))
         hit = database.get(key)
         if hit is None:  # a database written by another TVM may hash differently: compare structurally
             hit = next((v for v in database.values() if structural_equal(v[0], task.mod)), None)
-        measured = None
+        measured = measured_warm = None
         if hit is not None:
             best = hit[1]
             candidates = [_scheduled(task.mod, best.record.trace)]
-            source, measured = "database", best.measured_s
+            source, measured, measured_warm = "database", best.measured_s, best.warm_s
             detail = f"the fastest of the database's {best.records} measured records of this workload"
         else:
             candidates = sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
@@ -337,14 +356,21 @@ def estimate_network(
         # a checkpoint trained with trace tokens reads each schedule's trace (a record's replayed, or a sample's)
         traces = predictor.trace_vectors(kept)
         i = int(np.argmin(predictor.predict_trees(trees, dev_id, traces))) if len(trees) > 1 else 0
-        lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval(
-            [trees[i]], dev_id, None if traces is None else traces[i:i + 1]))
-        out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured))
+        trace = None if traces is None else traces[i:i + 1]
+        lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval([trees[i]], dev_id, trace))
+        warm = (float(predictor.predict_trees([trees[i]], out.warm_device, trace)[0])
+                if out.warm_device is not None else None)
+        out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured, warm,
+                                      measured_warm))
     out.total_s = float(sum(t.weight * t.latency_s for t in out.tasks))
     out.low_s = float(sum(t.weight * t.low_s for t in out.tasks))
     out.high_s = float(sum(t.weight * t.high_s for t in out.tasks))
     if out.tasks and all(t.measured_s is not None for t in out.tasks):
         out.measured_total_s = float(sum(t.weight * t.measured_s for t in out.tasks))
+    if out.tasks and all(t.measured_warm_s is not None for t in out.tasks):
+        out.measured_warm_total_s = float(sum(t.weight * t.measured_warm_s for t in out.tasks))
+    if out.warm_device is not None:
+        out.warm_total_s = float(sum(t.weight * t.warm_s for t in out.tasks))
     return out
 
 
@@ -356,5 +382,10 @@ def format_estimate(est: NetworkEstimate) -> str:
             f"{t.task[:40]:40s} {t.weight:6d} {t.source:>8s} {1e3 * t.latency_s:9.4f} "
             f"{1e3 * t.low_s:9.4f}-{1e3 * t.high_s:<9.4f}"
         )
-    lines.append(f"total (sum of weight x latency): {1e3 * est.total_s:.3f} ms ({1e3 * est.low_s:.3f}-{1e3 * est.high_s:.3f})")
+    lines.append(f"total (sum of weight x latency): {1e3 * est.total_s:.3f} ms ({1e3 * est.low_s:.3f}-{1e3 * est.high_s:.3f})"
+                 " (cold: each kernel alone, caches flushed)")
+    if est.warm_total_s is not None:
+        lines.append(f"in-network total (warm, {est.warm_device}): {1e3 * est.warm_total_s:.3f} ms")
+    else:
+        lines.append("in-network total (warm): not learned for this device (its folder has no warm timings)")
     return "\n".join(lines)

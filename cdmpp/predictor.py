@@ -30,6 +30,7 @@ import numpy as np
 from cdmpp.featurize import featurize_each, featurize_many
 from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
 
+from .dataset import WARM_SUFFIX, warm_device_id
 from .device import DeviceDescriptor, devices_for_target, local_cpu, local_gpu, nearest_device
 from .errors import InputError, UnknownDeviceError
 
@@ -117,6 +118,15 @@ class LatencyPredictor:
             " (cdmpp adapt learns a new one)"
         )
 
+    def warm_device(self, device_id: str | None) -> str | None:
+        """The id of ``device_id``'s warm protocol (kernels timed without a cache flush, as
+        inside a network; :func:`cdmpp.dataset.warm_device_id`) when this checkpoint learned
+        it, else ``None``."""
+        if device_id is None:
+            return None
+        warm = warm_device_id(device_id)
+        return warm if warm in self.devices else None
+
     def _row(self, device_id: str) -> int:
         return next(r for r, d in self._known if d.device_id == device_id)
 
@@ -145,7 +155,7 @@ class LatencyPredictor:
             return self.device(device)
         if not self._known:
             raise UnknownDeviceError("this checkpoint records no device")
-        known = [d for _, d in self._known]
+        known = [d for _, d in self._known if not d.device_id.endswith(WARM_SUFFIX)]  # a protocol row is asked by id
         kind = "cpu"
         if target is not None:
             matches = devices_for_target(target, known)

@@ -147,10 +147,16 @@ def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
 
 def load_corpus(
     root: Path | Sequence[Path], cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True,
-    loops: bool = False, workers: int = 1,
+    loops: bool = False, workers: int = 1, protocols: bool = True,
 ) -> DeviceCorpus:
     """Featurize (or read from the cache) every device folder under ``root`` (with each
     program's loop tokens when ``loops``: a cache entry without them is featurized again).
+
+    A folder with warm timings (:data:`cdmpp.dataset.WARM_RECORD_FILE`) gives, with
+    ``protocols``, a second device right after its own: ``"<device_id>+warm"``
+    (:func:`cdmpp.dataset.warm_device_id`), the same descriptor and programs, labelled
+    with their warm latencies, so that a model learns both protocols, the protocol
+    being its device row.
 
     Args:
         root: a dataset folder holding device folders, or several such folders
@@ -198,6 +204,21 @@ def load_corpus(
                 device=np.full(len(data), row, dtype=np.int64),
             )
         )
+        warm = ds.warm_repeats(folder) if protocols else None
+        if warm is not None and len(warm) == len(data) and any(w is not None for w in warm):
+            # the warm protocol: a device row of its own (same descriptor, its own embedding), its programs
+            # the folder's programs timed warm, with their warm labels
+            keep = np.flatnonzero([w is not None for w in warm])
+            wdev = dataclasses.replace(dev, device_id=ds.warm_device_id(dev.device_id))
+            devices.append(wdev)
+            manifests[wdev.device_id], folders[wdev.device_id] = manifest, folder
+            sub = data.subset(keep)
+            raw.append(np.asarray(sub.workload_keys)[sub.workload])
+            parts.append(dataclasses.replace(
+                sub, latency=np.asarray([np.median(warm[i]) for i in keep], dtype=np.float64),
+                workload_keys=[f"{wdev.device_id}:{k}" for k in sub.workload_keys],
+                device=np.full(len(keep), len(devices), dtype=np.int64)))
+            cvs.append(np.asarray([warm[i].std() / warm[i].mean() for i in keep], dtype=np.float64))
     if not parts:
         raise ds.DatasetError(f"no measured program under {root}")
     return DeviceCorpus(
@@ -364,7 +385,12 @@ def checkpoint_corpus(
     unknown = tuple(sorted(n for n in names if n not in row_of or n in skip))
     if len(unknown) == len(names):
         raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(row_of)})")
-    corpus = load_corpus(root, cache_dir, unknown, progress)
+    # the warm protocol's rows only for a checkpoint that learned some
+    corpus = load_corpus(root, cache_dir, unknown, progress, protocols=any(d.endswith(ds.WARM_SUFFIX) for d in row_of))
+    new = [d.device_id for d in corpus.devices if d.device_id not in row_of]
+    if new:
+        raise InputError(f"{', '.join(new)}: warm timings this checkpoint did not learn (they were added to the folder "
+                         f"after it trained); score it on a copy of the folder without {ds.WARM_RECORD_FILE}")
     to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
     return corpus, to_model[corpus.data.device]
 

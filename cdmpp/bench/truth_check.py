@@ -9,9 +9,12 @@ tune``'s JSONDatabase):
    the Relax VM: the **measured end-to-end** latency (median of ``repeat`` runs, after a
    warm-up, no cache flush: back-to-back inference);
 3. the **measured sum**: ``sum(task weight * the record's measured latency)`` (each
-   record timed alone with a cache flush, as collected);
+   record timed alone with a cache flush, as collected), and the **measured warm sum**
+   of the same records timed warm (no flush, as inside a network) where the folder
+   holds warm timings;
 4. the **estimate**: :func:`cdmpp.estimate.estimate_network` with the same database
-   (what ``POST /estimate`` returns), with its 10-90% interval.
+   (what ``POST /estimate`` returns), with its 10-90% interval, and its in-network
+   (warm) total where the checkpoint learned the device's warm protocol.
 
 Comparing 2 and 3 shows what summing kernels misses (the VM's own work, operators
 outside the tuning tasks, warm caches); comparing 3 and 4 is the model's error on the
@@ -75,7 +78,8 @@ def _folder_best(db: ds.DeviceDatabase) -> dict:
 
     best: dict = {}
     for p in db.programs:
-        keep_fastest(best, p.workload_index, db.workloads[p.workload_index].mod, p.record, float(np.median(p.run_secs)))
+        keep_fastest(best, p.workload_index, db.workloads[p.workload_index].mod, p.record, p.latency,
+                     p.warm_latency if p.warm_secs is not None else None)
     return {str(structural_hash(mod)): (mod, b) for mod, b in best.values()}
 
 
@@ -236,6 +240,8 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             "estimate_s": est.total_s,
             "estimate_low_s": est.low_s,
             "estimate_high_s": est.high_s,
+            "measured_warm_sum_s": est.measured_warm_total_s,
+            "warm_estimate_s": est.warm_total_s,
             "compile_s": compile_s,
             "per_task": [
                 {"task": t.task, "weight": t.weight, "measured_s": t.measured_s, "estimate_s": t.latency_s,
@@ -253,15 +259,20 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table (milliseconds), with the ratios of the sums to the end-to-end latency."""
     from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
-    head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "estimate ms",
-            "10-90% ms", "estimate / e2e", "estimate / sum"]
+    head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "warm sum / e2e",
+            "estimate ms", "10-90% ms", "estimate / e2e", "estimate / sum", "warm estimate / e2e"]
     body = []
+
+    def ratio(num, den):
+        return f"{num / den:.2f}" if num is not None and den else "-"
+
     for r in rows:
         e2e, msum, est = r["measured_e2e_s"], r["measured_sum_s"], r["estimate_s"]
         body.append([
-            r["network"], str(r["tasks"]), str(r["calls"]), f"{1e3 * e2e:.2f}", f"{1e3 * msum:.2f}", f"{msum / e2e:.2f}",
+            r["network"], str(r["tasks"]), str(r["calls"]), f"{1e3 * e2e:.2f}", f"{1e3 * msum:.2f}", ratio(msum, e2e),
+            ratio(r.get("measured_warm_sum_s"), e2e),
             f"{1e3 * est:.2f}", f"{1e3 * r['estimate_low_s']:.2f}-{1e3 * r['estimate_high_s']:.2f}",
-            f"{est / e2e:.2f}", f"{est / msum:.2f}",
+            ratio(est, e2e), ratio(est, msum), ratio(r.get("warm_estimate_s"), e2e),
         ])
     return render_table(head, body, markdown)
 
