@@ -130,3 +130,21 @@ def test_a_folder_that_gained_tuned_programs_keeps_its_study():
     assert fit_study.same_study(before, after)
     assert not fit_study.same_study(before, {**after, "split": {**after["split"], "validation": 4}})
     assert not fit_study.same_study(before, {**after, "config": {**after["config"], "seed": 1}})
+
+
+def test_a_study_with_a_fold_scores_the_held_out_families_as_a_part_of_their_own(two_device_dataset, tmp_path):
+    from cdmpp.train.folds import fold_name, fold_of_family
+
+    fold = fold_name(fold_of_family("dcgan", 2), 2)
+    out = tmp_path / "study.json"
+    args = _args(two_device_dataset, out, ["huber"])
+    args.fold = fold
+    assert fit_study.main(args) == 0
+    result = json.loads(out.read_text())
+    parts = [r["part"] for r in result["rows"]]
+    assert parts == ["fit", "validation", "fold"] and result["split"]["fold"] > 0
+    fold_row = result["rows"][2]
+    assert fold_row["programs"] == result["split"]["fold"] and np.isfinite(fold_row["slow_half_log_ratio"])
+    assert "slowest 50% log p/m" in out.with_suffix(".md").read_text()
+    with pytest.raises(InputError, match="fold-1-of-4"):
+        fit_study.StudyConfig([two_device_dataset], fold="dcgan")

@@ -2,7 +2,8 @@
 
 For a set of device folders, one split by workload key (a tenth of the workloads is
 validation on every device; nothing is held out for testing, so no test network is
-looked at), and for each *lever* (a change of the training recipe), the study trains
+looked at; with ``fold``, a leave-family-out fold is held out too and scored as a part
+of its own, :mod:`cdmpp.train.folds`), and for each *lever* (a change of the training recipe), the study trains
 the transformer and reports on the training programs (the fit) and on the validation
 workloads: MAPE, median APE, Kendall tau and the fast-end measures of
 :func:`cdmpp.train.metrics.fast_end`.  Beside them:
@@ -46,10 +47,11 @@ from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 from cdmpp.featurize.trace_steps import folder_trace_steps, with_trace_sequence
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
+from cdmpp.train.folds import parse_fold
 from cdmpp.train.metrics import summary
 from cdmpp.train.splits import Split, drop_unstable_labels, thin_training
 
-STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slope",
+STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope",
                  "best_speed")
 
 
@@ -165,6 +167,9 @@ class StudyConfig:
         trees: also fit and score the tree baseline.
         residual_inputs: inputs of the residual trees of the input check (``"trace"``,
             ``"psf"``), none by default.
+        fold: a leave-family-out fold (``"fold-2-of-4"``) held out of training and
+            scored as the part ``"fold"`` (its tuned-phase programs: ``"fold-tuned"``);
+            ``None``: none.
     """
 
     datasets: list[Path]
@@ -179,8 +184,11 @@ class StudyConfig:
     seed: int = 0
     trees: bool = True
     residual_inputs: tuple[str, ...] = ()
+    fold: str | None = None
 
     def __post_init__(self):
+        if self.fold is not None and parse_fold(self.fold) is None:
+            raise InputError(f"fold {self.fold!r}: name a leave-family-out fold like fold-1-of-4 (`cdmpp folds`)")
         bad = [r for r in self.residual_inputs if r not in RESIDUAL_INPUTS]
         if bad:
             raise InputError(f"unknown residual input(s) {', '.join(bad)}; known: {', '.join(RESIDUAL_INPUTS)}")
@@ -376,7 +384,7 @@ def run_fit_study(
 
     loops = any(LEVERS[n].model.get("loop_tokens") for n in cfg.levers)
     corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops, workers=default_workers())
-    base = split_corpus(corpus, None, seed=cfg.seed)
+    base = split_corpus(corpus, cfg.fold, seed=cfg.seed)
     # tuned-phase programs train only the levers that ask for them; on validation workloads they are a part of their own
     tuned = tuned_phase(corpus)
     tuned_train = base.train[tuned[base.train]]
@@ -384,6 +392,10 @@ def run_fit_study(
     val_parts = {"validation": base.val[~tuned[base.val]]}
     if tuned[base.val].any():
         val_parts["validation-tuned"] = base.val[tuned[base.val]]
+    if cfg.fold is not None:  # the held-out families: what a recipe is chosen on
+        val_parts["fold"] = base.test[~tuned[base.test]]
+        if tuned[base.test].any():
+            val_parts["fold-tuned"] = base.test[tuned[base.test]]
     for name in cfg.levers:
         if LEVERS[name].extra_data and not len(tuned_train):
             raise InputError(f"lever {name} needs tuned-phase programs of training workloads; collect some with "
@@ -391,6 +403,8 @@ def run_fit_study(
     data, descriptors = corpus.data, corpus.descriptors()
     folders = [d for d in corpus_dirs(cfg.datasets) if d.name not in cfg.exclude]
     split_counts = {"train": int(len(base.train)), "validation": int(len(val_parts["validation"]))}
+    if cfg.fold is not None:
+        split_counts["fold"] = int(len(base.test))
     if tuned.any():
         split_counts.update(tuned_train=int(len(tuned_train)),
                             tuned_validation=int(len(val_parts.get("validation-tuned", ()))))
@@ -506,13 +520,14 @@ def format_study(result: dict) -> str:
             f"{100 * a['floor_mape']:.1f}%"
         )
     lines += ["", "| lever | model | part | programs | MAPE | median APE | tau | best p/m | fastest 10% log p/m | "
-              "slope | best spd | train s |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "slowest 50% log p/m | slope | best spd | train s |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         lines.append(
             f"| {r['lever']} | {r['model']} | {r['part']} | {r['programs']} | {100 * r['mape']:.1f}% | "
             f"{100 * r['median_ape']:.1f}% | {r['kendall_tau']:.3f} | {r['best_ratio']:.2f} | "
-            f"{r['decile_log_ratio']:+.2f} | {r['slope']:.2f} | {r['best_speed']:.3f} | {r['train_s']:.0f} |"
+            f"{r['decile_log_ratio']:+.2f} | {r.get('slow_half_log_ratio', float('nan')):+.2f} | {r['slope']:.2f} | "
+            f"{r['best_speed']:.3f} | {r['train_s']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -536,6 +551,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSON file to write after every lever (the markdown table goes beside it); when it "
                         "exists, the study resumes: its levers are kept and not trained again")
     parser.add_argument("--fresh", action="store_true", help="start afresh even when --out exists")
+    parser.add_argument("--fold", default=None,
+                        help="also hold out a leave-family-out fold (fold-I-of-K, `cdmpp folds`) and score it as a part "
+                             "of its own: the part recipes are chosen on")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -543,7 +561,7 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = StudyConfig([Path(d) for d in args.dataset], list(args.levers), tuple(args.exclude_device or ()),
                       epochs=args.epochs, train_share=args.train_share, seed=args.seed, trees=not args.no_trees,
-                      residual_inputs=tuple(args.residual_inputs))
+                      residual_inputs=tuple(args.residual_inputs), fold=args.fold)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
