@@ -13,6 +13,8 @@ are tuned, and every kept trial stays in the database.
 from __future__ import annotations
 
 import csv
+import functools
+import itertools
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,18 +135,76 @@ def _watch(work_dir: Path, total: int, start: int, stop: threading.Event) -> Non
         bar.update(min(count_trials(work_dir), total) - bar.n)
 
 
-def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
-    """``cost_model``, ``builder`` and ``runner`` of ``tune_relax``: the collector's measuring protocol."""
-    from .collect import MeasureConfig  # noqa: PLC0415  (keeps tvm off this module's import)
-    from .serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
-    from .tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (tvm)
+def gather_safe_measurers(m=None) -> tuple:
+    """A MetaSchedule builder and runner pair that measures gathers with in-range indices.
 
-    m = MeasureConfig()
+    MetaSchedule's ``LocalRunner`` fills every argument with TVM's random fill, so the
+    index argument of a gather (``take``: an embedding lookup) points far outside its
+    table and the run fails; a tuner then keeps no successful trial of such a task and
+    the compiled network runs it unscheduled.  The builder notes, for each program it
+    builds, where its integer arguments index and how far
+    (:func:`cdmpp.collect.index_bounds`); the runner times each program with those
+    arguments filled with in-range indices (:func:`cdmpp.tvm_compat.alloc_arguments_in_bounds`),
+    as ``cdmpp collect`` does.  Other programs are measured as ``LocalRunner`` measures them.
+
+    Args:
+        m: the timing protocol (:class:`cdmpp.collect.MeasureConfig`; default the collector's).
+
+    Returns:
+        ``(builder, runner)``: an ``ms.builder.PyBuilder`` around ``LocalBuilder`` and an
+        ``ms.runner.PyRunner`` around ``LocalRunner``, for ``tune_relax``/``tune_tir``.
+    """
+    from .collect import MeasureConfig, index_bounds  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tvm_compat import (  # noqa: PLC0415  (tvm)
+        LocalBuilder,
+        LocalRunner,
+        alloc_arguments_in_bounds,
+        build_for_measurement,
+        derived_object,
+        ms,
+    )
+
+    m = m or MeasureConfig()
+    builder = LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement)
+    runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config())
+    bounds_of: dict[str, tuple] = {}  # artifact path -> index bounds, from build to run
+
+    @derived_object
+    class GatherSafeBuilder(ms.builder.PyBuilder):
+        def build(self, build_inputs):
+            results = builder.build(build_inputs)
+            for inp, res in zip(build_inputs, results):
+                if res.artifact_path is not None:
+                    try:
+                        bounds_of[str(res.artifact_path)] = index_bounds(inp.mod)
+                    except Exception:  # noqa: BLE001  an unreadable program is measured as TVM would
+                        bounds_of[str(res.artifact_path)] = ()
+            return results
+
+    @derived_object
+    class GatherSafeRunner(ms.runner.PyRunner):
+        def run(self, runner_inputs):
+            futures = []
+            for bounds, group in itertools.groupby(runner_inputs,
+                                                   key=lambda r: bounds_of.pop(str(r.artifact_path), ())):
+                runner.f_alloc_argument = (functools.partial(alloc_arguments_in_bounds, index_bounds=bounds)
+                                           if bounds else None)
+                futures += runner.run(list(group))  # submitted and waited on here, with this fill
+            runner.f_alloc_argument = None
+            return futures
+
+    return GatherSafeBuilder(), GatherSafeRunner()
+
+
+def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
+    """``cost_model``, ``builder`` and ``runner`` of ``tune_relax``: the collector's measuring
+    protocol, gathers measured with in-range indices (:func:`gather_safe_measurers`)."""
+    from .serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
+
     model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, online=cfg.online, device=device)
              if cfg.cost_model == "cdmpp" else "xgb")
-    return {"cost_model": model, "strategy": cfg.search.strategy(),
-            "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
-            "runner": LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config())}
+    builder, runner = gather_safe_measurers()
+    return {"cost_model": model, "strategy": cfg.search.strategy(), "builder": builder, "runner": runner}
 
 
 def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None) -> list[TaskRow]:

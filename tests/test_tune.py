@@ -104,3 +104,51 @@ def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, caps
     assert main(argv[:5] + ["8"] + argv[6:]) == 130
     assert "interrupted" in capsys.readouterr().out and count_trials(work) == trials
     assert (work / "tasks.csv").exists()
+
+
+GATHER_PY = '''
+import torch
+
+
+class Lookup(torch.nn.Module):
+    """An embedding lookup (a gather, ``take``) and a dense layer."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(100, 32)
+        self.dense = torch.nn.Linear(32, 16)
+
+    def forward(self, ids):
+        return self.dense(self.emb(ids))
+
+
+def build():
+    return Lookup(), (torch.zeros(1, 8, dtype=torch.int64),)
+'''
+
+
+def test_tune_measures_a_gather_with_in_range_indices_and_the_truth_check_reads_its_work_dir(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """``cdmpp tune`` times the embedding's gather with indices inside its table (TVM's
+    random fill would point outside it and every trial would fail), so every task has a
+    measured record and ``cdmpp bench truth-check --work-dirs`` compiles and times the network."""
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    monkeypatch.setattr(ms_logger, "handlers", [h for h in ms_logger.handlers if h.get_name()])
+    net = tmp_path / "gather.py"
+    net.write_text(GATHER_PY)
+    work = tmp_path / "work"
+    assert main(["tune", f"{net}:build", "--work-dir", str(work), "--trials", "16", "--trials-per-iter", "2",
+                 "--no-progress"]) == 0
+    rows = list(csv.DictReader(open(work / "tasks.csv", encoding="utf-8")))
+    take = [r for r in rows if "take" in r["task"]]
+    assert take and all(int(r["trials"]) > 0 and float(r["best_s"]) > 0 for r in take)
+    assert all(float(r["best_s"]) > 0 for r in rows if int(r["trials"]))
+    capsys.readouterr()
+    out = tmp_path / "truth.json"
+    assert main(["bench", "truth-check", "--work-dirs", str(work), "-n", f"{net}:build", "--repeat", "3",
+                 "--output", str(out)]) == 0
+    import json
+
+    row = json.loads(out.read_text())[0]
+    assert row["measured_e2e_s"] > 0 and row["measured_sum_s"] > 0 and row["estimate_s"] > 0
