@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import CdmppError, InputError
+from cdmpp.errors import CdmppError, InputError, UnknownDeviceError
 
 _ISA_ORDER = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
 
@@ -368,7 +368,7 @@ def nearest_device(device: DeviceDescriptor, known: list[DeviceDescriptor]) -> D
     scored = [(device_similarity(device, k), -i, k) for i, k in enumerate(known)]
     scored = [s for s in scored if s[0] != float("-inf")]
     if not scored:
-        raise ValueError(f"no known {device.kind} device to stand in for {device.device_id}")
+        raise UnknownDeviceError(f"no known {device.kind} device to stand in for {device.device_id}")
     return max(scored, key=lambda s: (s[0], s[1]))[2]
 
 

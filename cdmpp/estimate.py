@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .collect import sample_schedules
+from .dataset import valid_run_secs
 from .errors import InputError
 from .featurize import featurize_each
 
@@ -283,9 +284,8 @@ def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float |
         rec = TuningRecord.from_json(obj[1], workloads[widx])
     except Exception as err:  # noqa: BLE001  TVM raises its own error types
         raise InputError(f"{where}: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
-    secs = [float(s) for s in (rec.run_secs or [])]
-    ok = bool(secs) and all(0 < s < 1e9 for s in secs)
-    return widx, rec, float(np.median(secs)) if ok else None
+    secs = valid_run_secs(rec.run_secs)
+    return widx, rec, float(np.median(secs)) if secs is not None else None
 
 
 def _scheduled(mod, trace):

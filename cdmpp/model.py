@@ -187,7 +187,7 @@ class LatencyTransformer(nn.Module):
         (row 0, the unknown device, is usually zeros)."""
         d = torch.as_tensor(np.asarray(descriptors, dtype=np.float32))
         if d.shape != self.device_descriptor.shape:
-            raise ValueError(f"descriptors of shape {tuple(d.shape)}, the table is {tuple(self.device_descriptor.shape)}")
+            raise InputError(f"descriptors of shape {tuple(d.shape)}, the table is {tuple(self.device_descriptor.shape)}")
         self.device_descriptor.copy_(d)
 
     @torch.no_grad()
@@ -203,7 +203,7 @@ class LatencyTransformer(nn.Module):
             ValueError: the model has no device table.
         """
         if self.config.num_devices <= 0:
-            raise ValueError("this model has no device input (num_devices == 0): it cannot learn a new device")
+            raise InputError("this model has no device input (num_devices == 0): it cannot learn a new device")
         old = self.device_embedding.weight.data
         emb = nn.Embedding(old.shape[0] + 1, old.shape[1])
         emb.weight.data[:-1] = old

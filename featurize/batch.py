@@ -155,7 +155,7 @@ class FeaturizedPrograms:
             ValueError: no part.
         """
         if not parts:
-            raise ValueError("concat needs at least one FeaturizedPrograms")
+            raise InputError("concat needs at least one FeaturizedPrograms")
         with_device = all(p.device is not None for p in parts)
         with_psf = all(p.psf is not None and p.psf_ptr is not None for p in parts)
         with_loops = all(p.has_loops for p in parts)
@@ -224,10 +224,10 @@ class FeaturizedPrograms:
         try:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["feature_dim"]) != FEATURE_DIM:
-                    raise ValueError(f"{path}: feature layout {int(z['feature_dim'])} != {FEATURE_DIM}")
+                    raise ds.DatasetError(f"{path}: feature layout {int(z['feature_dim'])} != {FEATURE_DIM}")
                 version = int(z["featurizer_version"]) if "featurizer_version" in z else 1
                 if version != FEATURIZER_VERSION:
-                    raise ValueError(f"{path}: featurizer version {version} != {FEATURIZER_VERSION}")
+                    raise ds.DatasetError(f"{path}: featurizer version {version} != {FEATURIZER_VERSION}")
                 return FeaturizedPrograms(
                     x=z["x"],
                     pos=z["pos"],
@@ -242,7 +242,7 @@ class FeaturizedPrograms:
                        if "loop_x" in z and int(z["loop_dim"]) == LOOP_DIM else {}),
                 )
         except (OSError, KeyError, EOFError, zipfile.BadZipFile) as err:
-            raise ValueError(f"corrupt featurized-programs file {path}: {err}") from err
+            raise ds.DatasetError(f"corrupt featurized-programs file {path}: {err}") from err
 
 
 def stack_leaves(trees: list[ProgramAST]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -339,11 +339,8 @@ def measured_record_lines(record_file: Path, workloads: int):
     """
 
     for _, obj in ds.iter_json_lines(record_file, []):
-        widx, secs = int(obj[0]), obj[1][1] if len(obj[1]) > 1 else None
-        if not 0 <= widx < workloads or not secs:
-            continue
-        arr = np.asarray([float(x) for x in secs], dtype=np.float64)
-        if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or np.any(arr >= 1e9):
+        widx, arr = int(obj[0]), ds.valid_run_secs(obj[1][1] if len(obj[1]) > 1 else None)
+        if not 0 <= widx < workloads or arr is None:
             continue
         yield widx, arr, obj
 

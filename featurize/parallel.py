@@ -19,6 +19,8 @@ import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 
+from cdmpp.errors import InputError
+
 from .ast import ProgramAST
 
 CHUNK = 256
@@ -65,7 +67,7 @@ def featurize_records(records: Sequence, target, psf: bool = True, workers: int 
     from . import featurize_many  # noqa: PLC0415  (the package imports this module)
 
     if workers < 1 or chunk < 1:
-        raise ValueError(f"workers and chunk must be at least 1, got {workers} and {chunk}")
+        raise InputError(f"workers and chunk must be at least 1, got {workers} and {chunk}")
     starts = range(0, len(records), chunk)
     bar = None
     if progress:

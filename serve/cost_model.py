@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.dataset import valid_run_secs
 from cdmpp.errors import CheckpointError
 from cdmpp.featurize import FEATURE_DIM, featurize_each
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
@@ -243,8 +244,8 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             return
         keep = []
         for c, r in zip(candidates, results):
-            secs = [float(s) for s in (r.run_secs or [])]
-            if r.error_msg is None and secs and all(0 < s < 1e9 for s in secs):
+            secs = valid_run_secs(r.run_secs)
+            if r.error_msg is None and secs is not None:
                 keep.append((c.sch, float(np.log(np.median(secs)))))
         if not keep:
             return

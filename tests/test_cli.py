@@ -168,3 +168,17 @@ def test_train_flags_reach_the_model_and_training_configs(capsys):
     assert not leaves.loop_tokens
     assert main(["train", "-d", "x", "-o", "y", "--dropout", "1.5"]) == 2
     assert "dropout must be in [0, 1), got 1.5" in capsys.readouterr().err
+
+
+def test_help_loads_neither_torch_nor_tvm():
+    """``cdmpp --help`` builds the whole parser (every subcommand and the bench group)
+    without importing torch or TVM (what keeps it at about 0.5 s on 2 cores)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\nfrom cdmpp.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('torch', 'tvm', 'tvm_ffi', 'lightning', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -316,8 +316,8 @@ def run_records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
     out = []
     for _, obj in ds.iter_json_lines(path):
         secs = obj[1][1] if isinstance(obj, list) and len(obj) > 1 and isinstance(obj[1], list) else None
-        ok = bool(secs) and all(float(s) < 1e9 for s in secs)
-        out.append((int(obj[0]), [float(s) for s in secs] if ok else None))
+        valid = ds.valid_run_secs(secs)
+        out.append((int(obj[0]), valid.tolist() if valid is not None else None))
     return out
 
 
