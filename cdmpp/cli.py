@@ -6,9 +6,9 @@
     cdmpp import   --work-dir W --device ID -o DIR   add a user's JSONDatabase to a dataset
     cdmpp validate DIR                  check a dataset's files, report bad lines
     cdmpp pack     DIR                  gzip a dataset's database files, write its card
-    cdmpp folds    -d DIR -k 4          the leave-family-out folds of a dataset: families, networks, workloads
     cdmpp train    -d DIR --holdout NET train the transformer and the tree baseline, print the table
-                                        (NET: a network, or a leave-family-out fold like fold-1-of-4)
+                                        (NET: a network, or a leave-family-out fold like fold-1-of-4,
+                                        listed by `cdmpp networks --folds 4`)
     cdmpp evaluate -c CKPT -d DIR       score a checkpoint on a held-out network or any JSONDatabase
     cdmpp adapt    -s DEVDIR -o OUT     teach a checkpoint this machine (or --measured-dir: a device measured elsewhere)
     cdmpp predict  --work-dir W         predicted latency (and interval, and error) of each program, as CSV
@@ -282,40 +282,8 @@ def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainCo
     )
 
 
-def _cmd_folds(args) -> int:
-    from .dataset import device_dirs, read_manifest  # noqa: PLC0415  (keeps numpy off the parser's import)
-    from .train.folds import fold_name, fold_networks  # noqa: PLC0415  (keeps torch off the parser's import)
-    from .train.splits import networks_of  # noqa: PLC0415  (keeps torch off the parser's import)
-
-    nets: dict[str, set[str]] = {}
-    for root in args.dataset:
-        for d in device_dirs(Path(root)):
-            for n, keys in networks_of(read_manifest(d)).items():
-                nets.setdefault(n, set()).update(keys)
-    every = set().union(*nets.values()) if nets else set()
-    print(f"{len(nets)} networks, {len(every)} workloads, in {args.k} leave-family-out folds "
-          f"(cdmpp train --holdout fold-I-of-{args.k}):")
-    for i in range(1, args.k + 1):
-        name = fold_name(i, args.k)
-        try:
-            members = fold_networks(set(nets), name)
-        except CdmppError:
-            print(f"{name}: no network of this dataset")
-            continue
-        keys = set().union(*(nets[n] for n in members))
-        families = sorted({m.rsplit("-", 1)[0] for m in members})
-        print(f"{name}: {len(keys)} workloads, {len(members)} networks of {len(families)} architectures: "
-              f"{', '.join(families)}")
-    return 0
-
-
 def _add_learning_parsers(sub) -> None:
-    """folds, train and evaluate."""
-    s = sub.add_parser("folds", help="list a dataset's leave-family-out folds (the families each holds out)")
-    s.add_argument("-d", "--dataset", required=True, nargs="+", help="dataset folders (their manifests are read)")
-    s.add_argument("-k", type=int, default=4, help="number of folds (default 4)")
-    s.set_defaults(func=_cmd_folds)
-
+    """train and evaluate."""
     s = sub.add_parser("train", help="train the transformer and the tree baseline on a held-out-network split")
     s.add_argument(
         "-d",
@@ -326,7 +294,7 @@ def _add_learning_parsers(sub) -> None:
         "folders (for example datasets/corpus datasets/gpu) pool all their device folders",
     )
     s.add_argument("--holdout", default=None,
-                   help="network to hold out for testing, or a leave-family-out fold like fold-1-of-4 (`cdmpp folds`); "
+                   help="network to hold out for testing, or a leave-family-out fold like fold-1-of-4 (`cdmpp networks --folds 4`); "
                         "'none': train on all")
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")

@@ -27,8 +27,44 @@ from .dataset import RECORD_FILE, WORKLOAD_FILE, resolve
 from .errors import InputError
 
 
+def _print_folds(k: int, datasets: list[str] | None) -> int:
+    """``cdmpp networks --folds K``: each leave-family-out fold's families, networks and
+    workloads, over the zoo, or over the networks of ``datasets``' manifests."""
+    from . import networks  # noqa: PLC0415  (keeps torch off this module's import)
+    from .train.folds import fold_name, fold_networks  # noqa: PLC0415  (keeps torch off this module's import)
+    from .train.splits import networks_of  # noqa: PLC0415  (keeps torch off this module's import)
+
+    nets: dict[str, set[str]] = {}
+    for root in datasets or ():
+        for d in ds.device_dirs(Path(root)):
+            for n, keys in networks_of(ds.read_manifest(d)).items():
+                nets.setdefault(n, set()).update(keys)
+    if not datasets:
+        nets = {n: set() for n in networks.network_names()}
+    every = set().union(*nets.values()) if nets else set()
+    where = "the dataset" if datasets else "the zoo"
+    print(f"{len(nets)} networks of {where}" + (f", {len(every)} workloads" if datasets else "")
+          + f", in {k} leave-family-out folds (cdmpp train --holdout fold-I-of-{k}):")
+    for i in range(1, k + 1):
+        name = fold_name(i, k)
+        try:
+            members = fold_networks(set(nets), name)
+        except InputError:
+            print(f"{name}: no network of {where}")
+            continue
+        archs = sorted({m.rsplit("-", 1)[0] for m in members})
+        count = f"{len(set().union(*(nets[n] for n in members)))} workloads, " if datasets else ""
+        print(f"{name}: {count}{len(members)} networks of {len(archs)} architectures: {', '.join(archs)}")
+    return 0
+
+
 def _cmd_networks(args) -> int:
     from . import networks  # noqa: PLC0415  (keeps torch off this module's import)
+
+    if args.folds is not None:
+        if args.folds < 2:
+            raise InputError(f"--folds takes K >= 2, got {args.folds}")
+        return _print_folds(args.folds, args.dataset and [args.dataset])
 
     names = networks.network_names()
     known: dict[str, tuple[int, int]] = {}  # network -> (tasks, total task weight), from a dataset
@@ -218,6 +254,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("networks", help="list the network zoo")
     s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
     s.add_argument("--dataset", default=None, help="take task counts from this dataset's manifests (instant)")
+    s.add_argument("--folds", type=int, default=None, metavar="K",
+                   help="list the K leave-family-out folds instead (cdmpp train --holdout fold-I-of-K): each "
+                        "fold's architectures, over the zoo or, with --dataset, the dataset's networks and workloads")
     s.set_defaults(func=_cmd_networks)
 
     s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")

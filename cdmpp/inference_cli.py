@@ -28,8 +28,8 @@ from .estimate import (
 )
 from .network_input import load_network
 from .predictor import LatencyPredictor
-from .serve.config import OBJECTIVES, OnlineConfig, SearchConfig
 from .train.metrics import summary
+from .tuning.config import OBJECTIVES, OnlineConfig, SearchConfig
 
 CSV_FIELDS = ("record", "workload_key", "predicted_s", "low_s", "high_s", "measured_s", "error")
 
@@ -208,7 +208,7 @@ def _cmd_estimate(args) -> int:
 
 def _cmd_tune(args) -> int:
     from .device import local_cpu  # noqa: PLC0415  (keeps tvm off this module's import)
-    from .tune import TuneConfig, format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tuning.tune import TuneConfig, format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
 
     cfg = TuneConfig(trials=args.trials, trials_per_iter=args.trials_per_iter, cost_model=args.cost_model,
                      checkpoint=Path(args.checkpoint) if args.checkpoint else None, seed=args.seed,

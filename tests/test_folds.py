@@ -75,7 +75,7 @@ def test_the_shipped_held_out_keys_are_those_of_a_fresh_extraction():
     assert set(shipped) == fresh
 
 
-def test_folds_command_lists_each_folds_families(tmp_path, capsys):
+def test_networks_folds_lists_each_folds_architectures(tmp_path, capsys):
     import json
 
     from cdmpp.cli import main
@@ -84,7 +84,13 @@ def test_folds_command_lists_each_folds_families(tmp_path, capsys):
     dev.mkdir(parents=True)
     (dev / "database_tuning_record.json").write_text("")
     (dev / "manifest.json").write_text(json.dumps(_manifest()))
-    assert main(["folds", "-d", str(tmp_path / "ds"), "-k", "3"]) == 0
+    assert main(["networks", "--folds", "3", "--dataset", str(tmp_path / "ds")]) == 0
     out = capsys.readouterr().out
-    assert "7 networks, 11 workloads, in 3 leave-family-out folds" in out
+    assert "7 networks of the dataset, 11 workloads, in 3 leave-family-out folds" in out
     assert sum(line.startswith("fold-") for line in out.splitlines()) == 3
+    assert main(["networks", "--folds", "4"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fold-")]
+    archs = [a for line in lines for a in line.split(": ")[-1].split(", ")]
+    from cdmpp import networks
+
+    assert len(lines) == 4 and sorted(archs) == sorted(networks.architectures())  # each in exactly one fold

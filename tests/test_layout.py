@@ -124,3 +124,13 @@ def test_results_cites_only_files_that_exist_and_its_links_resolve():
                 assert target[1:] in anchors, f"{doc}: no heading for the link {target}"
             else:
                 assert (ROOT / target.split("#")[0]).exists(), f"{doc}: the link {target} points at nothing"
+
+
+def test_the_collector_reaches_the_metaschedule_side_without_the_http_service():
+    """The collector (``cdmpp.collect``) and the MetaSchedule side (``cdmpp.tuning``) import
+    nothing of ``cdmpp.serve``, at module level or inside a function."""
+    modules = _modules()
+    bad = [f"{path.relative_to(ROOT)}:{line} {base}" for m, path in modules.items()
+           if m.startswith(("cdmpp.collect", "cdmpp.tuning"))
+           for base, _, line in _imports(m, path, modules) if base.startswith("cdmpp.serve")]
+    assert not bad, bad

@@ -27,7 +27,7 @@ def measured(tiny_collection):
 
 def test_scores_are_higher_for_faster_on_one_scale(measured):
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.serve.cost_model import SCORE_REFERENCE_S, CdmppCostModel
+    from cdmpp.tuning.cost_model import SCORE_REFERENCE_S, CdmppCostModel
 
     mods, cands, _, ctx, target = measured
     scores = CdmppCostModel().predict(ctx, cands)
@@ -38,7 +38,7 @@ def test_scores_are_higher_for_faster_on_one_scale(measured):
 
 
 def test_a_score_does_not_depend_on_the_other_candidates(measured):
-    from cdmpp.serve.cost_model import CdmppCostModel
+    from cdmpp.tuning.cost_model import CdmppCostModel
 
     _, cands, _, ctx, _ = measured
     together = CdmppCostModel().predict(ctx, cands)
@@ -53,7 +53,7 @@ def test_a_score_does_not_depend_on_the_other_candidates(measured):
 def test_an_unfeaturizable_candidate_scores_lowest_and_is_logged(measured, caplog):
     from programs import matmul_relu, vector_add
 
-    from cdmpp.serve.cost_model import CdmppCostModel
+    from cdmpp.tuning.cost_model import CdmppCostModel
     from cdmpp.tvm_compat import IRModule
 
     _, cands, _, ctx, _ = measured
@@ -61,14 +61,14 @@ def test_an_unfeaturizable_candidate_scores_lowest_and_is_logged(measured, caplo
         {"main": vector_add.with_attr("global_symbol", "main"), "other": matmul_relu.with_attr("global_symbol", "other")}
     )
     (bad,) = _candidates([two_funcs])
-    with caplog.at_level(logging.WARNING, logger="cdmpp.serve.cost_model"):
+    with caplog.at_level(logging.WARNING, logger="cdmpp.tuning.cost_model"):
         scores = CdmppCostModel().predict(ctx, [cands[0], bad, cands[1]])
     assert scores[1] == 0.0 and scores[0] > 0 and scores[2] > 0
     assert "cannot be featurized" in caplog.text and "PrimFunc" in caplog.text
 
 
 def test_update_learns_the_measured_trials_and_save_load_keeps_them(measured, tmp_path):
-    from cdmpp.serve.cost_model import SCORE_REFERENCE_S, CdmppCostModel, OnlineConfig
+    from cdmpp.tuning.cost_model import SCORE_REFERENCE_S, CdmppCostModel, OnlineConfig
     from cdmpp.tvm_compat import ms
 
     _, cands, latency, ctx, _ = measured
@@ -93,7 +93,7 @@ def test_update_learns_the_measured_trials_and_save_load_keeps_them(measured, tm
 
 
 def test_update_without_online_learning_changes_nothing(measured):
-    from cdmpp.serve.cost_model import CdmppCostModel, OnlineConfig
+    from cdmpp.tuning.cost_model import CdmppCostModel, OnlineConfig
     from cdmpp.tvm_compat import ms
 
     _, cands, latency, ctx, _ = measured
@@ -108,7 +108,7 @@ def test_the_residual_trees_read_the_trace_beside_the_leaves(measured):
     vector; without it the leaves alone (the ablation)."""
     from cdmpp.featurize import FEATURE_DIM
     from cdmpp.featurize.trace import TRACE_DIM
-    from cdmpp.serve.cost_model import CdmppCostModel, OnlineConfig
+    from cdmpp.tuning.cost_model import CdmppCostModel, OnlineConfig
     from cdmpp.tvm_compat import ms
 
     _, cands, latency, ctx, _ = measured
@@ -126,8 +126,8 @@ def test_the_residual_trees_read_the_trace_beside_the_leaves(measured):
 def test_the_pairwise_objective_learns_the_order_of_a_tasks_trials(measured, tmp_path):
     """Trials measured in the reverse of the pretrained order: the ranking trees turn the order
     around, and the level stays that of the trials."""
-    from cdmpp.serve.cost_model import SCORE_REFERENCE_S, CdmppCostModel, OnlineConfig
     from cdmpp.train.metrics import mean_kendall_tau
+    from cdmpp.tuning.cost_model import SCORE_REFERENCE_S, CdmppCostModel, OnlineConfig
     from cdmpp.tvm_compat import ms
 
     def kendalltau(a, b):
@@ -151,7 +151,7 @@ def test_the_pairwise_objective_learns_the_order_of_a_tasks_trials(measured, tmp
 
 def test_search_and_online_settings_refuse_bad_values():
     from cdmpp.errors import InputError
-    from cdmpp.serve.config import OnlineConfig, SearchConfig
+    from cdmpp.tuning.config import OnlineConfig, SearchConfig
     from cdmpp.tvm_compat import ms
 
     with pytest.raises(InputError, match="objective"):

@@ -106,7 +106,7 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     assert np.array_equal(schedule_trace_vectors(schedules), trace_matrix(folder)[0][:6])  # the records' file form
     np.testing.assert_allclose(predictor.predict(schedules, device=device), from_records, rtol=1e-5)
     # the MetaSchedule plugin reads each candidate's trace itself
-    from cdmpp.serve.cost_model import SCORE_REFERENCE_S, CdmppCostModel
+    from cdmpp.tuning.cost_model import SCORE_REFERENCE_S, CdmppCostModel
     from cdmpp.tvm_compat import ArgInfo, Target, feature_context, ms
 
     ctx = feature_context(Target(ds.read_manifest(folder)["device"]["target"]))

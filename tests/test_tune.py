@@ -32,7 +32,7 @@ def build():
 
 def test_tune_config_refuses_a_bad_budget_and_an_unknown_cost_model():
     from cdmpp.errors import InputError
-    from cdmpp.tune import TuneConfig
+    from cdmpp.tuning.tune import TuneConfig
 
     with pytest.raises(InputError, match="trials"):
         TuneConfig(trials=0)
@@ -45,8 +45,8 @@ def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, caps
     import tvm
     from tvm import relax
 
-    from cdmpp import tune as tune_module
-    from cdmpp.tune import count_trials
+    from cdmpp.tuning import tune as tune_module
+    from cdmpp.tuning.tune import count_trials
 
     # MetaSchedule's logging config names every handler of its logger; the unnamed capture handlers that
     # pytest leaves there after earlier tuning tests break it (a user's process has none)
@@ -68,7 +68,7 @@ def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, caps
     tuned = [r for r in rows if int(r["trials"])]
     assert tuned and all(float(r["best_s"]) > 0 and float(r["predicted_s"]) > 0 for r in tuned)
     # a task whose every trial failed (a gather with random indices, say) is named, not summed as NaN
-    from cdmpp.tune import TaskRow, TuneResult, format_tasks
+    from cdmpp.tuning.tune import TaskRow, TuneResult, format_tasks
 
     measured = [TaskRow(r["task"], int(r["weight"]), int(r["trials"]), float(r["best_s"]), float(r["predicted_s"]))
                 for r in rows]

@@ -116,6 +116,8 @@ def fit_transformer(
         save_dir = Path(log_dir or "runs")
         save_dir.mkdir(parents=True, exist_ok=True)
         logger = WandbLogger(project="cdmpp", save_dir=str(save_dir), mode=os.environ["WANDB_MODE"])
+        # Lightning passes anonymous=None to wandb.init, and wandb warns that the setting has no effect
+        getattr(logger, "_wandb_init", {}).pop("anonymous", None)
         logger.log_hyperparams({"holdout": split.holdout, **vars(model_config), **vars(train_config)})
     callbacks = [EpochHistory(history if history is not None else [])]
     ckpt_path = None

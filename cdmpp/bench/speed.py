@@ -119,7 +119,7 @@ def predict_call_seconds(
     """
     import torch  # noqa: PLC0415  (keeps torch off this module's import)
 
-    from cdmpp.serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
     from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
         ArgInfo,
         Schedule,

@@ -3,7 +3,7 @@
 For each chosen task, MetaSchedule's own tuner (``tune_tir``: evolutionary search,
 builds on all cores, timings one at a time on this CPU) runs once per cost model
 with the same seed and trial budget: TVM's ``XGBModel`` (trained online on the
-task's measurements, TVM's default), :class:`~cdmpp.serve.cost_model.CdmppCostModel`
+task's measurements, TVM's default), :class:`~cdmpp.tuning.cost_model.CdmppCostModel`
 (a trained checkpoint that also learns from the task's trials), and optionally ``random`` scores.  The
 measured trials are kept as MetaSchedule tuning records in one work dir per run, so
 a stopped benchmark resumes where it stopped and every trial is a real measurement.
@@ -28,7 +28,7 @@ from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
 from cdmpp.collect.machine import build_tmpdir
 from cdmpp.device import local_cpu, record_device
 from cdmpp.errors import InputError, UnknownNetworkError
-from cdmpp.serve.config import OnlineConfig, SearchConfig
+from cdmpp.tuning.config import OnlineConfig, SearchConfig
 
 COST_MODELS = ("xgb", "cdmpp", "random", "cdmpp-static", "cdmpp-level", "cdmpp-leaves", "cdmpp-pairwise",
                "cdmpp-wide", "cdmpp-explore")
@@ -157,7 +157,7 @@ def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
     points: the collector's measurement protocol, every batch timed on a quiet machine
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
-    from cdmpp.serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
     from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     m = MeasureConfig()

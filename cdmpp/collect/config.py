@@ -28,7 +28,7 @@ TUNED_POLICY = (
     "order) measured before its tuned phase began."
 )
 
-#: the held-out test networks (:mod:`cdmpp.bench.unseen`): no workload of theirs is ever collected
+#: the held-out test networks (:mod:`cdmpp.networks.unseen`): no workload of theirs is ever collected
 HELD_OUT_NETWORKS = ("convnext_tiny-b1", "gpt2_small-b1s128", "llama_1024-b1s128")
 
 INPUT_FILL = (

@@ -99,7 +99,7 @@ def make_tune_context(
         )
     fresh_model = phase != "random" and cost_model is None
     if fresh_model and phase == "tuned" and guide == "cdmpp":
-        from ..serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
+        from ..tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
 
         cost_model = CdmppCostModel(str(checkpoint) if checkpoint else None)
         if device.device_id in cost_model.predictor.devices:  # its row; else the plugin's rule (the target's device)
@@ -158,12 +158,12 @@ def held_out_workloads(networks: tuple[str, ...], target, manifest: dict) -> dic
     """Workload keys (structural hashes) of the held-out test networks' tasks for ``target``.
 
     Read from the manifest's ``held_out`` entry when it lists every network for this
-    target, else extracted (:mod:`cdmpp.bench.unseen`; some 30 s on 2 cores).
+    target, else extracted (:mod:`cdmpp.networks.unseen`; some 30 s on 2 cores).
 
     Returns:
         ``{network: [workload key, ...]}``; the caller stores it in the manifest as ``held_out``.
     """
-    from ..bench.unseen import network_spec  # noqa: PLC0415  (keeps torch and transformers off this module's import)
+    from ..networks.unseen import network_spec  # noqa: PLC0415  (keeps torch and transformers off this module's import)
 
     cached = manifest.get("held_out", {})
     target_key = str(target)

@@ -10,7 +10,7 @@ from three places, each entry naming its source:
 
 The ConvNeXt and GPT-2 families and LLaMA-style decoders (RMSNorm, SwiGLU, rotary
 embeddings: LLaMA, Mistral, Qwen2, Gemma) are reserved as unseen test networks and are
-not in the zoo (:mod:`cdmpp.bench.unseen` defines the test networks).
+not in the zoo (:mod:`.unseen` defines the test networks).
 """
 
 from __future__ import annotations

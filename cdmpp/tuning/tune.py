@@ -2,7 +2,7 @@
 
 MetaSchedule's ``tune_relax`` tunes every task of the network with one global trial
 budget (its gradient task scheduler divides it among the tasks), scoring candidates
-with :class:`cdmpp.serve.cost_model.CdmppCostModel` (or TVM's ``XGBModel``).  The trials
+with :class:`cdmpp.tuning.cost_model.CdmppCostModel` (or TVM's ``XGBModel``).  The trials
 go to a JSONDatabase in the work dir as they are measured; the network is then compiled
 with that database (``compile_relax``) into a shared library.
 
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import dataset as ds
-from .errors import InputError
-from .serve.config import OnlineConfig, SearchConfig
+from .. import dataset as ds
+from ..errors import InputError
+from .config import OnlineConfig, SearchConfig
 
 COST_MODELS = ("cdmpp", "xgb")
 LIBRARY_FILE = "network.so"
@@ -154,8 +154,8 @@ def gather_safe_measurers(m=None) -> tuple:
         ``(builder, runner)``: an ``ms.builder.PyBuilder`` around ``LocalBuilder`` and an
         ``ms.runner.PyRunner`` around ``LocalRunner``, for ``tune_relax``/``tune_tir``.
     """
-    from .collect import MeasureConfig, index_bounds  # noqa: PLC0415  (keeps tvm off this module's import)
-    from .tvm_compat import (  # noqa: PLC0415  (tvm)
+    from ..collect import MeasureConfig, index_bounds  # noqa: PLC0415  (keeps tvm off this module's import)
+    from ..tvm_compat import (  # noqa: PLC0415  (tvm)
         LocalBuilder,
         LocalRunner,
         alloc_arguments_in_bounds,
@@ -199,7 +199,7 @@ def gather_safe_measurers(m=None) -> tuple:
 def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
     """``cost_model``, ``builder`` and ``runner`` of ``tune_relax``: the collector's measuring
     protocol, gathers measured with in-range indices (:func:`gather_safe_measurers`)."""
-    from .serve.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
+    from .cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
 
     model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, online=cfg.online, device=device)
              if cfg.cost_model == "cdmpp" else "xgb")
@@ -210,8 +210,8 @@ def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
 def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None) -> list[TaskRow]:
     """One :class:`TaskRow` per task from the work dir's records: trials, the fastest
     measured record, and ``predictor``'s prediction for it (its trace included)."""
-    from .estimate import best_records  # noqa: PLC0415  (keeps tvm off this module's import)
-    from .tvm_compat import structural_hash  # noqa: PLC0415  (tvm)
+    from ..estimate import best_records  # noqa: PLC0415  (keeps tvm off this module's import)
+    from ..tvm_compat import structural_hash  # noqa: PLC0415  (tvm)
 
     wl, rec = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE), ds.resolve(Path(work_dir) / ds.RECORD_FILE)
     if wl is None or rec is None:
@@ -263,10 +263,10 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
     Raises:
         InputError, UnknownNetworkError: a bad network; UnknownDeviceError: a bad device.
     """
-    from .estimate import relax_tasks  # noqa: PLC0415  (keeps tvm off this module's import)
-    from .network_input import load_relax  # noqa: PLC0415  (keeps torch off this module's import)
-    from .predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
-    from .tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (tvm)
+    from ..estimate import relax_tasks  # noqa: PLC0415  (keeps tvm off this module's import)
+    from ..network_input import load_relax  # noqa: PLC0415  (keeps torch off this module's import)
+    from ..predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
+    from ..tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (tvm)
 
     cfg = cfg or TuneConfig()
     work_dir = Path(work_dir)

@@ -16,7 +16,7 @@ TLP, ASPLOS 2023, reads the same decisions), so the trees learn the transformer'
 residual on this device and task, and take over as trials accumulate (TenSet's transfer-tuning, NeurIPS 2021, section 6, fits
 the same residual idea with a local model).
 
-    >>> from cdmpp.serve.cost_model import CdmppCostModel
+    >>> from cdmpp.tuning.cost_model import CdmppCostModel
     >>> ms.tune_tir(mod, target, work_dir, max_trials_global=64,
     ...             cost_model=CdmppCostModel())  # doctest: +SKIP
 """
@@ -36,8 +36,9 @@ from cdmpp.errors import CheckpointError
 from cdmpp.featurize import FEATURE_DIM, featurize_each
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
 from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
-from cdmpp.serve.config import OBJECTIVES, OnlineConfig
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
+
+from .config import OBJECTIVES, OnlineConfig
 
 logger = logging.getLogger(__name__)
 
