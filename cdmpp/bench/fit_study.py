@@ -188,7 +188,7 @@ class StudyConfig:
 
     def __post_init__(self):
         if self.fold is not None and parse_fold(self.fold) is None:
-            raise InputError(f"fold {self.fold!r}: name a leave-family-out fold like fold-1-of-4 (`cdmpp folds`)")
+            raise InputError(f"fold {self.fold!r}: name a leave-family-out fold like fold-1-of-4 (`cdmpp networks --folds 4`)")
         bad = [r for r in self.residual_inputs if r not in RESIDUAL_INPUTS]
         if bad:
             raise InputError(f"unknown residual input(s) {', '.join(bad)}; known: {', '.join(RESIDUAL_INPUTS)}")
@@ -552,7 +552,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "exists, the study resumes: its levers are kept and not trained again")
     parser.add_argument("--fresh", action="store_true", help="start afresh even when --out exists")
     parser.add_argument("--fold", default=None,
-                        help="also hold out a leave-family-out fold (fold-I-of-K, `cdmpp folds`) and score it as a part "
+                        help="also hold out a leave-family-out fold (fold-I-of-K, `cdmpp networks --folds K`) and score it as a part "
                              "of its own: the part recipes are chosen on")
 
 
