@@ -6,6 +6,21 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # tests/programs.py
 
 
+#: fixtures that build and time programs on this CPU
+MEASURING_FIXTURES = {"tiny_collection", "tiny_featurized", "warm_checkpoint"}
+#: test modules most of whose tests build and time programs (collections, tuning, RPC timing)
+MEASURING_MODULES = {"test_collect", "test_tune", "test_rpc"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that build and time programs (``measures``): ``.ci/run`` runs the fast
+    layer (``-m "not measures"``) first, then these."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in MEASURING_MODULES or MEASURING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.measures)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_held_out_extraction():
     """Collections in tests skip extracting the three held-out test networks (some 30 s each

@@ -210,6 +210,7 @@ def test_cli_evaluate_prints_one_table_per_device(device_checkpoint, two_device_
     assert f"| {AVX2} | cdmpp transformer |" in out and f"| {AVX512} | xgboost PerStoreFeature |" in out
 
 
+@pytest.mark.measures
 def test_adapt_times_real_shots_and_writes_a_checkpoint_that_knows_this_machine(
     device_checkpoint, two_device_dataset, tmp_path, capsys
 ):
