@@ -23,7 +23,6 @@ from .collect import (
     import_database,
     remeasure,
 )
-from .dataset import RECORD_FILE, WORKLOAD_FILE, resolve
 from .errors import InputError
 
 
@@ -216,16 +215,16 @@ def _cmd_validate(args) -> int:
 
 
 def expand_work_dir(args: argparse.Namespace) -> None:
-    """Expand ``--work-dir`` into the MetaSchedule database file paths it holds.
+    """Expand ``--work-dir`` into the MetaSchedule database file paths it holds
+    (:func:`cdmpp.dataset.database_files`: plain or gzipped).
 
-    A file's gzipped form (``<name>.gz``, as a shipped dataset folder holds) is taken
-    when the plain file is absent.
+    Raises:
+        DatasetError: the folder lacks one of them.
     """
 
     if args.work_dir:
-        wl, rec = Path(args.work_dir) / WORKLOAD_FILE, Path(args.work_dir) / RECORD_FILE
-        args.workload_db = str(resolve(wl) or wl)
-        args.record_db = str(resolve(rec) or rec)
+        wl, rec = ds.database_files(Path(args.work_dir))
+        args.workload_db, args.record_db = str(wl), str(rec)
 
 
 def _cmd_import(args) -> int:

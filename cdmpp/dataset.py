@@ -61,6 +61,26 @@ def resolve(path: Path) -> Path | None:
     return gz if gz.exists() else None
 
 
+def database_files(folder: Path, required: bool = True) -> tuple[Path, Path] | None:
+    """The two files of a MetaSchedule JSONDatabase folder (a device folder or a tuning
+    work dir): ``(workload file, tuning-record file)``, each plain or gzipped
+    (:func:`resolve`).  The one place that locates them.
+
+    Raises:
+        DatasetError: with ``required``, the folder lacks one of them (``None`` is
+            returned instead without it).
+    """
+    folder = Path(folder)
+    wl, rec = resolve(folder / WORKLOAD_FILE), resolve(folder / RECORD_FILE)
+    if wl is None or rec is None:
+        if not required:
+            return None
+        missing = " and ".join(n for n, p in ((WORKLOAD_FILE, wl), (RECORD_FILE, rec)) if p is None)
+        raise DatasetError(f"{folder}: no {missing} (a MetaSchedule JSONDatabase folder holds "
+                           f"{WORKLOAD_FILE} and {RECORD_FILE}, plain or gzipped)")
+    return wl, rec
+
+
 def open_text(path: Path) -> io.TextIOBase:
     """Open a plain or gzip text file for reading (by the ``.gz`` suffix)."""
     path = Path(path)
@@ -198,10 +218,10 @@ def warm_repeats(device_dir: Path) -> list[np.ndarray | None] | None:
     order :func:`load_device_dir` keeps its programs (its valid cold records, in file
     order), read as plain JSON; ``None`` for a program not timed warm.  ``None`` when the
     folder has no warm record file."""
-    warm_path, rec = resolve(Path(device_dir) / WARM_RECORD_FILE), resolve(Path(device_dir) / RECORD_FILE)
-    wl = resolve(Path(device_dir) / WORKLOAD_FILE)
-    if warm_path is None or rec is None or wl is None:
+    warm_path, files = resolve(Path(device_dir) / WARM_RECORD_FILE), database_files(device_dir, required=False)
+    if warm_path is None or files is None:
         return None
+    wl, rec = files
     n_workloads = sum(1 for _ in iter_json_lines(wl, []))
     warm = _warm_by_trace(warm_path, [])
     out = []
@@ -292,9 +312,7 @@ def load_device_dir(path: Path, records: bool = True, max_records: int | None = 
     its workloads and manifest only, ``max_records``: its first measured programs only
     (:func:`load_database`)."""
     path = Path(path)
-    wl, rec = resolve(path / WORKLOAD_FILE), resolve(path / RECORD_FILE)
-    if wl is None or rec is None:
-        raise DatasetError(f"{path} lacks {WORKLOAD_FILE} or {RECORD_FILE}")
+    wl, rec = database_files(path)
     manifest = read_manifest(path)
     return load_database(wl, rec, manifest.get("device", {}).get("device_id", path.name), manifest, records,
                          max_records, resolve(path / WARM_RECORD_FILE))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .collect import sample_schedules
-from .dataset import valid_run_secs
+from .dataset import database_files, valid_run_secs
 from .errors import InputError
 from .featurize import featurize_each
 
@@ -246,25 +246,8 @@ def work_dir_best(work_dir: Path) -> dict[str, tuple[object, BestRecord]]:
     """
     from . import dataset as ds  # noqa: PLC0415  (keeps the dataset reader off this module's import)
 
-    wl, rec = work_dir_files(work_dir)
+    wl, rec = database_files(Path(work_dir))
     return best_records([o for _, o in ds.iter_json_lines(wl)], [o for _, o in ds.iter_json_lines(rec)])
-
-
-def work_dir_files(work_dir: Path) -> tuple[Path, Path]:
-    """``(workload file, tuning-record file)`` of a MetaSchedule JSONDatabase folder, each
-    plain or gzipped.
-
-    Raises:
-        InputError: the folder holds no ``database_workload.json`` and
-            ``database_tuning_record.json``.
-    """
-    from . import dataset as ds  # noqa: PLC0415  (keeps the dataset reader off this module's import)
-
-    work = Path(work_dir)
-    wl, rec = ds.resolve(work / ds.WORKLOAD_FILE), ds.resolve(work / ds.RECORD_FILE)
-    if wl is None or rec is None:
-        raise InputError(f"{work}: no {ds.WORKLOAD_FILE} and {ds.RECORD_FILE} (a MetaSchedule JSONDatabase folder)")
-    return wl, rec
 
 
 def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float | None]:

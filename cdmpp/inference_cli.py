@@ -24,7 +24,6 @@ from .estimate import (
     format_estimate,
     parse_record,
     work_dir_best,
-    work_dir_files,
 )
 from .network_input import load_network
 from .predictor import LatencyPredictor
@@ -72,7 +71,7 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
     """
     from .tvm_compat import Workload  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
-    wl_path, rec_path = work_dir_files(work)
+    wl_path, rec_path = ds.database_files(work)
     bad: list = []
     workloads, keys = [], []
     for lineno, obj in ds.iter_json_lines(wl_path, bad):

@@ -317,9 +317,10 @@ def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.nd
     :func:`cdmpp.dataset.load_database` keeps, unless TVM rejects one.  ``None`` when a
     file is missing or a line is not a JSONDatabase line."""
 
-    wl, rec = ds.resolve(Path(device_dir) / ds.WORKLOAD_FILE), ds.resolve(Path(device_dir) / ds.RECORD_FILE)
-    if wl is None or rec is None:
+    files = ds.database_files(device_dir, required=False)
+    if files is None:
         return None
+    wl, rec = files
     try:
         keys = [str(obj[0]) for _, obj in ds.iter_json_lines(wl, [])]
         programs = [(widx, arr) for widx, arr, _ in measured_record_lines(rec, len(keys))]

@@ -110,11 +110,7 @@ def database_files(device_dir: Path) -> tuple[Path, Path]:
     Raises:
         DatasetError: the folder lacks one of them.
     """
-    device_dir = Path(device_dir)
-    wl, rec = ds.resolve(device_dir / ds.WORKLOAD_FILE), ds.resolve(device_dir / ds.RECORD_FILE)
-    if wl is None or rec is None:
-        raise ds.DatasetError(f"{device_dir} lacks {ds.WORKLOAD_FILE} or {ds.RECORD_FILE}")
-    return wl, rec
+    return ds.database_files(device_dir)
 
 
 def record_trace_rows(workload_file: Path, record_file: Path, read) -> tuple[list, np.ndarray]:

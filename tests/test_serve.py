@@ -205,7 +205,7 @@ def test_truth_check_on_tuning_work_dirs_refuses_bad_sources_before_any_timing(t
         TruthCheckConfig(networks=("dcgan-b1",), databases=(summary.device_dir, summary.device_dir))
     with pytest.raises(InputError, match="one tuning work dir per network"):
         run_truth_check(None, TruthCheckConfig(networks=("dcgan-b1",)), progress=False)
-    with pytest.raises(InputError, match="a MetaSchedule JSONDatabase folder"):
+    with pytest.raises(ds.DatasetError, match="a MetaSchedule JSONDatabase folder"):
         run_truth_check(None, TruthCheckConfig(networks=("dcgan-b1",), databases=(tmp_path,)), progress=False)
     with pytest.raises(InputError, match="carries no weights"):
         run_truth_check(None, TruthCheckConfig(networks=("net.json",), databases=(summary.device_dir,)),

@@ -307,9 +307,7 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
     pooled: dict[str, dict] = {}  # workload key -> label, runs, and each model's predictions
     note = ""
     for run in runs:
-        wl, rec = ds.resolve(run / ds.WORKLOAD_FILE), ds.resolve(run / ds.RECORD_FILE)
-        if wl is None:
-            raise ds.DatasetError(f"{run} has tuning records but no {ds.WORKLOAD_FILE}")
+        wl, rec = ds.database_files(run)
         db, data = _database_inputs(model, wl, rec, device_id, manifest, opt.cache_dir, False, opt.traces)
         scoring, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))

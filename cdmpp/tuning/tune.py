@@ -213,9 +213,10 @@ def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None
     from ..estimate import best_records  # noqa: PLC0415  (keeps tvm off this module's import)
     from ..tvm_compat import structural_hash  # noqa: PLC0415  (tvm)
 
-    wl, rec = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE), ds.resolve(Path(work_dir) / ds.RECORD_FILE)
-    if wl is None or rec is None:
+    files = ds.database_files(work_dir, required=False)
+    if files is None:
         return [TaskRow(t.name, t.weight, 0, float("nan"), float("nan")) for t in tasks]
+    wl, rec = files
     wl_lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
     rec_lines = [obj for _, obj in ds.iter_json_lines(rec, [])]
     best = best_records(wl_lines, rec_lines)
