@@ -243,8 +243,7 @@ class LatencyPredictor:
                 IRModule instead of a Schedule or TuningRecord).  A ``trace_optional``
                 checkpoint predicts such an input from its leaves alone.
         """
-        trees, dev_id, traces = self._featurized(mods, target, device)
-        return self.predict_trees(trees, dev_id, traces)
+        return self.predict_each(mods, target, device, intervals=False, strict=True).latency_s
 
     @property
     def reads_traces(self) -> bool:
@@ -265,20 +264,6 @@ class LatencyPredictor:
             return None
 
         return schedule_trace_vectors(list(programs), allow_missing=self.model.config.trace_optional)
-
-    def _featurized(self, mods, target, device: str | None) -> tuple[list, str | None, np.ndarray | None]:
-        """The programs featurized for the device the rule picks, its id, and the trace
-        vectors when the checkpoint reads them."""
-
-        if not isinstance(mods, (list, tuple)):
-            mods = [mods]
-        dev = self.resolve_device(device, target) if self._known else None
-        dev_id = dev.device_id if dev else None
-        traces = self.trace_vectors(mods)
-        if not mods:
-            return [], dev_id, traces
-        feat_target = target if target is not None else (dev.target if dev is not None else None)
-        return featurize_many(list(mods), feat_target), dev_id, traces
 
     def _leaves(self, trees: Sequence[ProgramAST], traces: np.ndarray | None):
         """The stacked leaves of ``trees``, with their trace tokens when the checkpoint reads them."""
@@ -308,15 +293,29 @@ class LatencyPredictor:
             InputError: :attr:`reads_traces`, not ``trace_optional`` and no ``traces``, or
                 ``traces`` of another shape.
         """
-        from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
-
         row = 0
         if self._known:
             row = self._row(self.resolve_device(device).device_id)
-        n = len(trees)
-        if n == 0:
+        if len(trees) == 0:
             return np.zeros(0, dtype=np.float64)
-        return predict_latency_array(self.model, self._leaves(trees, traces), device=row)
+        return self.predict_featurized(self._leaves(trees, traces), device_rows=row)
+
+    def predict_featurized(self, data, index=None, device_rows=None) -> np.ndarray:
+        """Predicted latencies in seconds, float64 ``(len(index),)``, of programs featurized
+        already: a dataset's :class:`cdmpp.featurize.batch.FeaturizedPrograms` (what
+        ``cdmpp evaluate``, ``adapt`` and the studies score) or stacked
+        :class:`cdmpp.model.ProgramLeaves`.  The one place the transformer runs.
+
+        Args:
+            data: the programs, in this checkpoint's input columns (its trace and loop
+                tokens, :func:`cdmpp.featurize.trace.model_inputs`).
+            index: int ``(K,)`` programs of ``data`` (default all).
+            device_rows: the device-table row of each program, int or int ``(K,)``
+                (default ``data.device``, else row 0).
+        """
+        from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
+
+        return predict_latency_array(self.model, data, index, device=device_rows)
 
 
     def predict_interval(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
@@ -332,8 +331,8 @@ class LatencyPredictor:
             (the raw MC-dropout percentiles, much too narrow, when the checkpoint records
             no calibration: ``metadata["interval"]``).
         """
-        trees, dev_id, traces = self._featurized(mods, target, device)
-        return self.predict_trees_interval(trees, dev_id, traces)
+        out = self.predict_each(mods, target, device, strict=True)
+        return out.latency_s, out.low_s, out.high_s
 
     def predict_trees_interval(self, trees: Sequence[ProgramAST], device: str | None = None,
                                traces: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -356,33 +355,68 @@ class LatencyPredictor:
         return np.exp(point), low, high
 
     def predict_each(self, programs: Sequence, target: TargetLike | None = None, device: str | None = None,
-                     names: Sequence[str] | None = None) -> "Predictions":
-        """:meth:`predict_interval` of programs any of which may fail to featurize: the one
-        path by which ``cdmpp predict``, ``cdmpp estimate`` and the plugin predict.
+                     names: Sequence[str] | None = None, intervals: bool = True, strict: bool = False,
+                     keep_inputs: bool = False) -> "Predictions":
+        """The prediction core: programs in, each one's latency (and 10-90% interval) out.
 
-        Programs are featurized by :func:`cdmpp.featurize.featurize_each` (a program that
-        cannot be featurized is named in the log and scored unknown: NaN); each
-        Schedule's or TuningRecord's schedule trace is read for a trace-token checkpoint.
+        Every path that predicts programs goes through it: :meth:`predict` and
+        :meth:`predict_interval` (``strict``), ``cdmpp predict``, ``cdmpp estimate``, the
+        HTTP service's ``/predict`` and the MetaSchedule plugin (``intervals=False``,
+        ``keep_inputs``).  Programs are featurized together; with ``strict=False`` a
+        program that cannot be featurized is named in the log, gets its reason in
+        ``problems`` and NaN latencies, and the others go on
+        (:func:`cdmpp.featurize.featurize_each`).  Each Schedule's or TuningRecord's
+        schedule trace is read for a trace-token checkpoint.
+
+        Args:
+            programs: PrimFuncs, one-PrimFunc IRModules, Schedules or TuningRecords (a
+                single one is accepted too).
+            target: TVM target for featurizing and for choosing the device
+                (:meth:`resolve_device`); default the device's.
+            device: a device id the checkpoint knows.
+            names: a name of each program for the log.
+            intervals: also the 10-90% interval (MC dropout, calibrated); ``False``: one
+                forward pass, ``low_s``/``high_s`` NaN.
+            strict: raise on the first program that cannot be featurized instead.
+            keep_inputs: also return each program's compact AST and trace vector
+                (``trees``, ``traces``), for a caller that keeps them (the plugin).
 
         Returns:
             :class:`Predictions`, each array float64 ``(len(programs),)`` in seconds.
 
         Raises:
             UnknownDeviceError: an unknown device.  InputError: a program without a trace
-                for a checkpoint that needs one.
+                for a checkpoint that needs one.  UnsupportedProgramError: with ``strict``,
+                a program that is not a scheduled program the featurizer supports.
         """
-
-        programs = list(programs)
+        programs = list(programs) if isinstance(programs, (list, tuple)) else [programs]
         dev = self.resolve_device(device, target) if self._known else None
         dev_id = dev.device_id if dev is not None else None
         feat_target = target if target is not None else (dev.target if dev is not None else None)
-        trees, problems = featurize_each(programs, feat_target, names)
+        n = len(programs)
+        if strict:
+            traces_all = self.trace_vectors(programs)  # a missing trace is refused before featurizing
+            trees = featurize_many(programs, feat_target) if programs else []
+            problems = [""] * n
+        else:
+            trees, problems = featurize_each(programs, feat_target, names)
         ok = [i for i, t in enumerate(trees) if t is not None]
-        out = Predictions(*(np.full(len(programs), np.nan) for _ in range(3)), problems, dev_id)
+        out = Predictions(*(np.full(n, np.nan) for _ in range(3)), problems, dev_id)
+        traces = None
         if ok:
-            traces = self.trace_vectors([programs[i] for i in ok])
-            point, low, high = self.predict_trees_interval([trees[i] for i in ok], dev_id, traces)
-            out.latency_s[ok], out.low_s[ok], out.high_s[ok] = point, low, high
+            traces = traces_all if strict else self.trace_vectors([programs[i] for i in ok])
+            ok_trees = [trees[i] for i in ok]
+            if intervals:
+                point, low, high = self.predict_trees_interval(ok_trees, dev_id, traces)
+                out.low_s[ok], out.high_s[ok] = low, high
+            else:
+                point = self.predict_trees(ok_trees, dev_id, traces)
+            out.latency_s[ok] = point
+        if keep_inputs:
+            out.trees = list(trees)
+            if traces is not None:
+                out.traces = np.full((n, traces.shape[1]), np.nan, dtype=np.float32)
+                out.traces[ok] = traces
         return out
 
     def _without_trace(self, n: int, traces: np.ndarray | None) -> np.ndarray:
@@ -404,6 +438,9 @@ class Predictions:
             interval, seconds; NaN for a program that cannot be featurized.
         problems: ``N`` strings: ``""``, or why the program has no prediction.
         device: the device id predicted for (``None``: a checkpoint without a device table).
+        trees: with ``keep_inputs``, each program's compact AST (``None``: not featurized).
+        traces: with ``keep_inputs`` and a checkpoint that reads traces, float32
+            ``(N, TRACE_DIM)``: each program's trace vector (NaN rows: none).
     """
 
     latency_s: np.ndarray
@@ -411,6 +448,8 @@ class Predictions:
     high_s: np.ndarray
     problems: list[str]
     device: str | None = None
+    trees: list | None = None
+    traces: np.ndarray | None = None
 
 
 @lru_cache(maxsize=4)

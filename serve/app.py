@@ -38,6 +38,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
@@ -104,12 +105,17 @@ class PredictRequest(BaseModel):
 
 
 class PredictResponse(BaseModel):
-    """Predicted latency of each program, in seconds, with its 10-90% interval, and the device it is for."""
+    """Predicted latency of each program, in seconds, with its 10-90% interval, and the device it is for.
 
-    latency_s: list[float]
-    low_s: list[float] | None = Field(None, description="lower end of each program's 10-90% interval, seconds")
-    high_s: list[float] | None = Field(None, description="upper end of each program's 10-90% interval, seconds")
+    A program that cannot be featurized has ``null`` latencies and its reason in
+    ``problems``; the others are predicted as usual."""
+
+    latency_s: list[float | None]
+    low_s: list[float | None] | None = Field(None, description="lower end of each program's 10-90% interval, seconds")
+    high_s: list[float | None] | None = Field(None, description="upper end of each program's 10-90% interval, seconds")
     device: str | None = Field(None, description="the device the latencies are for")
+    problems: list[str] = Field(default_factory=list,
+                                description="per program: empty, or why it has no prediction (its latencies are null)")
 
 
 class Database(BaseModel):
@@ -228,8 +234,10 @@ def _worker_init(checkpoint: str | None) -> None:
 
 def _worker_predict(
     programs: list[dict], target: dict | None, device: str | None = None, interval: bool = True
-) -> tuple[list[float], str | None] | tuple[int, str]:
-    """In the worker: parse, featurize and predict; ``(latencies, device id)``, or
+) -> tuple[tuple, str | None] | tuple[int, str]:
+    """In the worker: parse, then predict through the predictor's core
+    (:meth:`LatencyPredictor.predict_each`); ``((latencies, lows, highs, problems), device
+    id)``, a program that cannot be featurized with ``None`` latencies and its reason, or
     ``(status, message)`` for a bad request."""
 
     from cdmpp.errors import UnknownDeviceError  # noqa: PLC0415  (its name is taken at module level)
@@ -256,12 +264,18 @@ def _worker_predict(
             return 422, f"programs[{i}]: {err}"
     dev_id = dev.device_id if dev is not None else None
     try:
-        if not interval:
-            return ([float(v) for v in _WORKER_PREDICTOR.predict(mods, target, dev_id)], None, None), dev_id
-        lat, low, high = _WORKER_PREDICTOR.predict_interval(mods, target, dev_id)
+        out = _WORKER_PREDICTOR.predict_each(mods, target, dev_id, [f"programs[{i}]" for i in range(len(mods))],
+                                             intervals=interval)
     except (UnsupportedProgramError, ValueError) as err:
         return 422, str(err)
-    return ([float(v) for v in lat], [float(v) for v in low], [float(v) for v in high]), dev_id
+
+    def values(a):
+        return [float(v) if np.isfinite(v) else None for v in a]
+
+    problems = [f"programs[{i}]: {p}" if p else "" for i, p in enumerate(out.problems)]
+    if not interval:
+        return (values(out.latency_s), None, None, problems), dev_id
+    return (values(out.latency_s), values(out.low_s), values(out.high_s), problems), dev_id
 
 
 _WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), extracted once per worker
@@ -425,8 +439,8 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
         )
         if isinstance(out[0], int):
             raise HTTPException(out[0], out[1])
-        (lat, low, high), dev = out
-        return PredictResponse(latency_s=lat, low_s=low, high_s=high, device=dev)
+        (lat, low, high, problems), dev = out
+        return PredictResponse(latency_s=lat, low_s=low, high_s=high, device=dev, problems=problems)
 
     @app.post("/estimate", response_model=EstimateResponse)
     def estimate(req: EstimateRequest) -> EstimateResponse:

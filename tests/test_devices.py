@@ -157,7 +157,8 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, 
     """For a mean-pooled head and for the log-sum-exp head alike: the row is fitted
     through the model's own head, so its in-sample error falls."""
     from cdmpp.device import DeviceDescriptor, descriptor_vector
-    from cdmpp.model import load_checkpoint, predict_latency_array, save_checkpoint
+    from cdmpp.model import load_checkpoint, save_checkpoint
+    from cdmpp.predictor import LatencyPredictor
     from cdmpp.train.adapt import fit_device_row, with_new_device
     from cdmpp.train.devices import load_corpus
 
@@ -174,18 +175,20 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, 
     tuned = fit_device_row(grown, slow, idx, row)
 
     def rmse(m):
-        pred = predict_latency_array(m, slow, idx, device=row)
+        pred = LatencyPredictor(m, {}).predict_featurized(slow, idx, device_rows=row)
         return float(np.sqrt(np.mean((np.log(pred) - np.log(slow.latency[idx])) ** 2)))
 
     assert rmse(tuned) < 0.7 * rmse(grown)
     for r in (1, 2):  # the known devices' predictions do not move
         np.testing.assert_allclose(
-            predict_latency_array(tuned, data, idx, device=r), predict_latency_array(model, data, idx, device=r), rtol=1e-5
+            LatencyPredictor(tuned, {}).predict_featurized(data, idx, device_rows=r),
+            LatencyPredictor(model, {}).predict_featurized(data, idx, device_rows=r), rtol=1e-5
         )
     folder = save_checkpoint(tuned, device_checkpoint[0].parent / "grown", {})
     again, _ = load_checkpoint(folder)
     np.testing.assert_allclose(
-        predict_latency_array(again, slow, idx, device=row), predict_latency_array(tuned, slow, idx, device=row), rtol=1e-6
+        LatencyPredictor(again, {}).predict_featurized(slow, idx, device_rows=row),
+        LatencyPredictor(tuned, {}).predict_featurized(slow, idx, device_rows=row), rtol=1e-6
     )
 
 
@@ -452,7 +455,9 @@ def test_cmd_toward_the_left_out_device_reads_its_programs_but_never_trains_on_t
     meta = json.loads((out / "config.json").read_text())["metadata"]
     assert meta["cmd_target_device"] == AVX2 and meta["excluded_devices"] == [AVX2]
     assert [d["device_id"] for d in meta["devices"]] == [AVX512]
-    assert meta["train_programs"] + meta["val_programs"] == meta["devices"][0]["programs"]
+    # every program trains or validates, but those of the held-out test networks' workloads (BERT-base's in the slice)
+    assert meta["test_network_programs"] > 0
+    assert meta["train_programs"] + meta["val_programs"] + meta["test_network_programs"] == meta["devices"][0]["programs"]
     # a device in training is no target, and a target needs the CMD term on
     with pytest.raises(InputError, match="is in training"):
         train_device_model(two_device_dataset, None, tmp_path / "x", mcfg, cmd, tmp_path / "c", (AVX2,),

@@ -30,6 +30,23 @@ def test_predict_over_http_from_tvm_json(client):
     assert client.get("/health").json()["status"] == "ok"
 
 
+def test_a_program_that_cannot_be_featurized_is_named_and_the_others_are_predicted(client):
+    """``/predict`` goes through the predictor's core: one bad program gets null latencies and
+    its reason, the rest of the batch its predictions."""
+    from programs import with_while
+
+    body = {"programs": [{"mod": _mod_json()}, {"mod": _mod_json(with_while)}, {"mod": _mod_json()}]}
+    r = client.post("/predict", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["latency_s"][1] is None and out["low_s"][1] is None and out["high_s"][1] is None
+    assert out["problems"][0] == out["problems"][2] == ""
+    assert out["problems"][1].startswith("programs[1]: cannot be featurized") and "While" in out["problems"][1]
+    assert out["latency_s"][0] == pytest.approx(out["latency_s"][2]) and out["latency_s"][0] > 0
+    r = client.post("/predict", json={**body, "interval": False})
+    assert r.status_code == 200 and r.json()["latency_s"][1] is None and r.json()["low_s"] is None
+
+
 def test_a_workload_and_its_trace_as_a_jsondatabase_line_holds_them(client, tiny_collection):
     from cdmpp import dataset as ds
     from cdmpp.predictor import LatencyPredictor

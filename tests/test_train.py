@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from cdmpp.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint, sinusoidal_encoding
-from cdmpp.train.fit import fit_transformer, predict_latency_array
+from cdmpp.predictor import LatencyPredictor
+from cdmpp.train.fit import fit_transformer
 from cdmpp.train.lightning import ProgramDataModule, TrainConfig
 from cdmpp.train.splits import holdout_network
 
@@ -43,14 +44,14 @@ def test_fast_dev_run_and_checkpoint_round_trip(tiny_featurized, tmp_path):
     split = _split(data, db.manifest["tasks"])
     cfg = ModelConfig(d_model=32, n_heads=2, n_layers=1, ff_dim=64)
     model = fit_transformer(data, split, cfg, TrainConfig(batch_size=4), fast_dev_run=True, progress=False)
-    pred = predict_latency_array(model, data)
+    pred = LatencyPredictor(model, {}).predict_featurized(data)
     assert pred.dtype == np.float64 and pred.shape == (len(data),) and np.all(pred > 0)
     # the normalisation was fitted on the training programs' real labels
     assert model.label_mean.item() == pytest.approx(np.log(data.latency[split.train]).mean(), rel=1e-5)
     save_checkpoint(model, tmp_path / "ckpt", {"holdout": None})
     loaded, meta = load_checkpoint(tmp_path / "ckpt")
     assert meta == {"holdout": None} and loaded.config == cfg
-    np.testing.assert_array_equal(predict_latency_array(loaded, data), pred)
+    np.testing.assert_array_equal(LatencyPredictor(loaded, {}).predict_featurized(data), pred)
 
 
 def test_data_module_batches(tiny_featurized):
@@ -187,10 +188,11 @@ def test_cmd_term_sees_target_features_but_never_their_latencies(tiny_featurized
     tc = TrainConfig(batch_size=4, epochs=2, cmd_weight=1.0)
     model = fit_transformer(blind, split, cfg, tc, use_wandb=False, progress=False, target=target)
     assert all(torch.all(torch.isfinite(p)) for p in model.parameters())
-    assert np.all(np.isfinite(predict_latency_array(model, blind)))
+    assert np.all(np.isfinite(LatencyPredictor(model, {}).predict_featurized(blind)))
     plain = fit_transformer(blind, split, cfg, dataclasses.replace(tc, cmd_weight=0.0), use_wandb=False, progress=False)
     # the term changes what is learned
-    assert not np.allclose(predict_latency_array(model, blind), predict_latency_array(plain, blind))
+    assert not np.allclose(LatencyPredictor(model, {}).predict_featurized(blind),
+                           LatencyPredictor(plain, {}).predict_featurized(blind))
     with pytest.raises(ValueError, match="target-domain programs"):
         fit_transformer(blind, split, cfg, tc, use_wandb=False, progress=False)
 
@@ -278,7 +280,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_featurized, tmp
     assert not folder.exists()  # every epoch ran
     assert [h["epoch"] for h in resumed_history] == [1, 2, 3]
     assert [h["train_loss"] for h in resumed_history] == [h["train_loss"] for h in whole]
-    np.testing.assert_array_equal(predict_latency_array(resumed, data), predict_latency_array(uninterrupted, data))
+    np.testing.assert_array_equal(LatencyPredictor(resumed, {}).predict_featurized(data),
+                                  LatencyPredictor(uninterrupted, {}).predict_featurized(data))
 
 
 def test_length_pools_pad_less_and_serve_every_program_once():

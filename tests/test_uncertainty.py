@@ -38,13 +38,12 @@ def shipped_inputs(shipped, tiny_collection, tiny_featurized):
 
 
 def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, shipped_inputs):
-    from cdmpp.model import predict_latency_array
 
     data = shipped_inputs
     cfg = IntervalConfig(passes=8)
     point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
     assert passes.shape == (8, len(data)) and point.shape == (len(data),)
-    np.testing.assert_allclose(np.exp(point), predict_latency_array(shipped.model, data, device=1), rtol=1e-5)
+    np.testing.assert_allclose(np.exp(point), shipped.predict_featurized(data, device_rows=1), rtol=1e-5)
     assert np.all(mc_std(passes) > 1e-3)  # dropout really is on in the passes
     alone, alone_passes = mc_log_latency(shipped.model, data, index=[2], device=1, cfg=cfg)
     np.testing.assert_allclose(alone_passes[:, 0], passes[:, 2], rtol=1e-6)  # same passes alone or in a batch

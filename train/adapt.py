@@ -43,7 +43,8 @@ from cdmpp.featurize import featurize_many
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, featurize_database, from_trees
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import model_inputs, schedule_trace_vectors, with_trace_tokens
-from cdmpp.model import LatencyTransformer, load_checkpoint, predict_latency_array, save_checkpoint
+from cdmpp.model import LatencyTransformer, load_checkpoint, save_checkpoint
+from cdmpp.predictor import LatencyPredictor
 
 from .metrics import summary
 from .report import ADAPTED_HEADING
@@ -160,7 +161,8 @@ def fit_device_offset(model: LatencyTransformer, data: FeaturizedPrograms, shots
     shots = np.asarray(shots, dtype=np.int64)
     if shots.size == 0:
         raise ValueError("adapting needs at least one measured program")
-    resid = np.log(data.latency[shots]) - np.log(predict_latency_array(model, data, shots, device=row))
+    pred = LatencyPredictor(model, {}).predict_featurized(data, shots, device_rows=row)
+    resid = np.log(data.latency[shots]) - np.log(pred)
     if not np.all(np.isfinite(resid)):
         raise ValueError("a shot has a non-positive or missing latency")
     out = copy.deepcopy(model).eval()
@@ -294,7 +296,7 @@ def adapt_table(
     true, groups = data.latency[rest], data.workload[rest]
 
     def score(m):
-        return summary(predict_latency_array(m, data, rest, device=row), true, groups, weights)
+        return summary(LatencyPredictor(m, {}).predict_featurized(data, rest, device_rows=row), true, groups, weights)
 
     rows = {"zero-shot, descriptor": score(by_desc)}
     known = [DeviceDescriptor.from_json(d["descriptor"]) for d in meta.get("devices", [])]
@@ -455,9 +457,11 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
         (base, row), new = new_device_row(model, meta, device, config.init), True
     shots = np.arange(len(data))
     true = np.log(data.latency)
-    before = float(np.sqrt(np.mean((np.log(predict_latency_array(base, data, shots, device=row)) - true) ** 2)))
+    before = float(np.sqrt(np.mean((np.log(LatencyPredictor(base, {}).predict_featurized(data, shots, device_rows=row))
+                                    - true) ** 2)))
     tuned = adapt_device(base, data, shots, row, config)
-    after = float(np.sqrt(np.mean((np.log(predict_latency_array(tuned, data, shots, device=row)) - true) ** 2)))
+    after = float(np.sqrt(np.mean((np.log(LatencyPredictor(tuned, {}).predict_featurized(data, shots, device_rows=row))
+                                   - true) ** 2)))
     seconds["fit"] = round(time.time() - t0, 1)
     entry = {
         "row": row,

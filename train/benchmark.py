@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.featurize.ast import OWN_FEATURES
-from cdmpp.model import ModelConfig, predict_latency_array
+from cdmpp.model import ModelConfig
+from cdmpp.predictor import LatencyPredictor
 
 from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
 from .config import TrainConfig
@@ -86,7 +87,7 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
             lambda: fit_transformer(
                 inputs, split, mcfg, cfg.train, cfg.log_dir, use_wandb=True, progress=False, target=target
             ),
-            lambda m, idx: predict_latency_array(m, inputs, idx),
+            lambda m, idx: LatencyPredictor(m, {}).predict_featurized(inputs, idx),
         )
 
     models = [("cdmpp transformer", *transformer(cfg.model))]

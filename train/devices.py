@@ -31,7 +31,8 @@ from cdmpp.featurize.batch import (
     measured_repeats,
 )
 from cdmpp.featurize.trace import model_inputs
-from cdmpp.model import load_checkpoint, predict_latency_array
+from cdmpp.model import load_checkpoint
+from cdmpp.predictor import LatencyPredictor
 
 from .baselines import TreeBaseline
 from .folds import holdout_keys, never_trained, parse_fold
@@ -575,7 +576,7 @@ def _score_remapped(model, tree, corpus, index, network, model_rows, table, pane
         if sel.size == 0:
             continue
         true, groups = corpus.data.latency[sel], corpus.data.workload[sel]
-        pred = predict_latency_array(model, corpus.data, sel, device=model_rows[sel])
+        pred = LatencyPredictor(model, {}).predict_featurized(corpus.data, sel, device_rows=model_rows[sel])
         rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
         if panels is not None:
             panels[dev.device_id] = (pred, true, groups)

@@ -20,7 +20,8 @@ from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
-from cdmpp.model import load_checkpoint, predict_latency_array
+from cdmpp.model import load_checkpoint
+from cdmpp.predictor import LatencyPredictor
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .devices import evaluate_devices
@@ -50,7 +51,8 @@ def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True
 def score_models(model, extra: dict, data: FeaturizedPrograms, index: np.ndarray, weights=None) -> dict[str, dict]:
     """Metric rows of the transformer and the baselines in ``extra`` on programs ``index``."""
     true, groups = data.latency[index], data.workload[index]
-    rows = {"cdmpp transformer": summary(predict_latency_array(model, data, index), true, groups, weights)}
+    pred = LatencyPredictor(model, {}).predict_featurized(data, index)
+    rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
     if extra.get("tree") is not None:
         rows["xgboost PerStoreFeature"] = summary(extra["tree"].predict(data.psf_sum[index]), true, groups, weights)
     if extra.get("flops") is not None:
@@ -311,7 +313,7 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
         db, data = _database_inputs(model, wl, rec, device_id, manifest, opt.cache_dir, False, opt.traces)
         scoring, data, note = _for_device(model, meta, db, data)
         index = np.arange(len(data))
-        preds = {"cdmpp transformer": predict_latency_array(scoring, data, index)}
+        preds = {"cdmpp transformer": LatencyPredictor(scoring, {}).predict_featurized(data, index)}
         if tree is not None:
             preds["xgboost PerStoreFeature"] = tree.predict(data.psf_sum[index])
         for w in np.unique(data.workload):

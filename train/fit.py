@@ -15,7 +15,7 @@ import torch
 
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
-from cdmpp.model import LatencyTransformer, ModelConfig, predict_latency_array  # noqa: F401  (re-exported)
+from cdmpp.model import LatencyTransformer, ModelConfig
 
 from .config import resolve_precision
 from .lightning import EpochHistory, LatencyModule, ModelCheckpoint, ProgramDataModule, TrainConfig, make_trainer

@@ -40,6 +40,7 @@ from .devices import (
 )
 from .evaluate import load_featurized, network_program_counts, score_models
 from .fit import fit_transformer
+from .folds import never_trained
 from .lightning import cmd_domain_programs
 from .report import (
     BASELINE_FILE,
@@ -361,6 +362,10 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
         "holdout": holdout,
         "split": data.split if data.split == "network" else split.holdout,
         "excludes_test_networks": data.split == "network",  # the held-out test networks' workloads: never trained
+        # programs of those workloads on no side of the split (they are test programs only when held out)
+        "test_network_programs": int(np.sum(never_trained(corpus.raw_keys) & ~np.isin(np.arange(len(corpus.raw_keys)),
+                                                                                         split.test)))
+        if data.split == "network" else 0,
         "split_filters": filters,
         "train_programs": int(len(split.train)),
         "val_programs": int(len(split.val)),

@@ -378,7 +378,7 @@ def run_fit_study(
     Raises:
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
-    from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
     from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs, tuned_phase  # noqa: PLC0415  (keeps torch off this module's import)
     from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
@@ -475,7 +475,8 @@ def run_fit_study(
                                 device_descriptors=descriptors)
         secs = round(time.time() - t0, 1)
         index = {"fit": split.train, **val_parts}
-        pred = {part: predict_latency_array(model, lever_data, idx) for part, idx in index.items()}
+        predictor = LatencyPredictor(model, {})
+        pred = {part: predictor.predict_featurized(lever_data, idx) for part, idx in index.items()}
         for part, idx in index.items():
             result["rows"].append({"lever": name, "model": "cdmpp transformer", "part": part,
                                    **_score(pred[part], data, idx), "train_s": secs,

@@ -33,7 +33,7 @@ import numpy as np
 
 from cdmpp.dataset import valid_run_secs
 from cdmpp.errors import CheckpointError
-from cdmpp.featurize import FEATURE_DIM, featurize_each
+from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
 from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
@@ -177,24 +177,24 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         return [self._cache[k] for k in keys]
 
     def _featurize(self, keys: list[str], schedules: list, target) -> None:
-
-        trees, _ = featurize_each(schedules, target, [f"candidate {k}" for k in keys])  # unknown: scored 0
-        ok = [i for i, t in enumerate(trees) if t is not None]
-        for i, t in enumerate(trees):
+        # the predictor's core, without intervals; a candidate that cannot be featurized is scored 0
+        pred = self.predictor.predict_each(schedules, target, self.device_id, [f"candidate {k}" for k in keys],
+                                           intervals=False, keep_inputs=True)
+        ok = [i for i, t in enumerate(pred.trees) if t is not None]
+        for i, t in enumerate(pred.trees):
             if t is None:
                 self._cache[keys[i]] = None
         if not ok:
             return
-        # a checkpoint trained with trace tokens reads each candidate's own trace; the residual trees read it too
-        traces = self.predictor.trace_vectors([schedules[i] for i in ok])
-        base = np.log(self.predictor.predict_trees([trees[i] for i in ok], self.device_id, traces))
+        # a checkpoint trained with trace tokens read each candidate's own trace; the residual trees read it too
+        traces = pred.traces[ok] if pred.traces is not None else None
         if traces is None:  # a leaves-only checkpoint: read the traces only for trees that use them
             use = self.online.enabled and self.online.trace_inputs
             traces = (schedule_trace_vectors([schedules[i] for i in ok], allow_missing=True) if use
                       else np.full((len(ok), TRACE_DIM), np.nan, dtype=np.float32))
         for j, i in enumerate(ok):
-            self._cache[keys[i]] = _Entry(float(base[j]), trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32),
-                                          np.asarray(traces[j], dtype=np.float32))
+            leaf_sum = pred.trees[i].leaf_features.sum(0, dtype=np.float64).astype(np.float32)
+            self._cache[keys[i]] = _Entry(float(np.log(pred.latency_s[i])), leaf_sum, np.asarray(traces[j], np.float32))
 
     def _tree_inputs(self, entries: list[_Entry]) -> np.ndarray:
         """float32 ``(len(entries), FEATURE_DIM [+ TRACE_DIM])``: the residual trees' input."""
