@@ -128,7 +128,8 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     monkeypatch.setattr(app, "_WORKER_PREDICTOR", None)  # the in-process worker's predictor, restored after
     app._worker_init(str(out))
     body = [{"workload": tvm.ir.save_json(r.workload.mod), "trace": schedule_trace_json(r.trace)} for r in records]
-    (lat, _, _), _ = app._worker_predict(body, None, device, interval=False)
+    (lat, _, _, problems), _ = app._worker_predict(body, None, device, interval=False)
+    assert problems == [""] * len(body)
     np.testing.assert_allclose(lat, from_records, rtol=1e-5)
     status, message = app._worker_predict([{"mod": tvm.ir.save_json(as_module(records[0]))}], None, device)
     assert status == 422 and "schedule trace" in message
@@ -136,7 +137,8 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     with pytest.raises(InputError, match="schedule trace"):
         predictor.predict([as_module(r) for r in records], device=device)
     with pytest.raises(InputError, match="reads schedule traces"):
-        predictor.predict_trees(predictor._featurized(records, None, device)[0], device)
+        predictor.predict_trees(predictor.predict_each(records, None, device, intervals=False, keep_inputs=True).trees,
+                                device)
 
 
 def test_trace_tokens_take_no_pooled_device_and_no_cmd_target(tiny_collection, tmp_path):
@@ -216,12 +218,12 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     assert np.all(np.isfinite(without)) and np.all(without > 0) and not np.allclose(without, with_trace)
     mixed = predictor.predict([records[0], mods[1], records[2]], device=device)
     np.testing.assert_allclose(mixed, [with_trace[0], without[1], with_trace[2]], rtol=1e-5)
-    np.testing.assert_allclose(predictor.predict_trees(predictor._featurized(mods, None, device)[0], device),
-                               without, rtol=1e-5)
+    trees = predictor.predict_each(mods, None, device, intervals=False, keep_inputs=True).trees
+    np.testing.assert_allclose(predictor.predict_trees(trees, device), without, rtol=1e-5)
     # the service's mod form, refused by a checkpoint that needs the trace, is served
     monkeypatch.setattr(app, "_WORKER_PREDICTOR", None)
     app._worker_init(str(out))
-    (lat, _, _), _ = app._worker_predict([{"mod": tvm.ir.save_json(mods[0])}], None, device, interval=False)
+    (lat, _, _, _), _ = app._worker_predict([{"mod": tvm.ir.save_json(mods[0])}], None, device, interval=False)
     np.testing.assert_allclose(lat, without[:1], rtol=1e-5)
     # cdmpp evaluate scores the dataset with each program's trace, or as bare PrimFuncs
     rows, title = evaluate_devices(out, two_device_dataset, None, tmp_path / "cache", progress=False)
