@@ -51,8 +51,8 @@ def test_networks_lists_task_counts_from_a_dataset(tiny_collection, capsys):
     cfg, _ = tiny_collection
     assert main(["networks", "--dataset", str(cfg.out_dir)]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
-    assert rows["dcgan-b1"][-2:] == ["5", "5"]  # every task is listed, also those not measured
-    assert rows["resnet_50-b1"][-1] == "?" and len(rows) >= 24
+    assert rows["dcgan-b1"][-3:] == ["5", "5", "cdmpp.networks.classic.DCGANGenerator"]  # every task is listed
+    assert rows["resnet_50-b1"][-2] == "?" and len(rows) >= 24
 
 
 def test_train_with_cmd_needs_a_held_out_network(tiny_collection, tmp_path, capsys):

@@ -180,7 +180,7 @@ def test_evolutionary_phase_follows_random_and_restart_reuses_tasks(tmp_path, mo
     m = json.loads((first.device_dir / ds.MANIFEST_FILE).read_text())
     task = m["tasks"][0]
     assert task["random_programs"] == 2  # the evolutionary phase began after 2 random samples
-    assert m["networks"] == {"dcgan-b1": {"tasks": 5}} and m["sampling"]["evolutionary_fraction"] == 0.5
+    assert m["networks"] == {"dcgan-b1": {"tasks": 5, "family": "dcgan"}} and m["sampling"]["evolutionary_fraction"] == 0.5
     assert first.measured == len(ds.load_device_dir(first.device_dir).programs) >= 3
 
     def no_extraction(*_):
@@ -863,12 +863,12 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
         except psutil.NoSuchProcess:
             return psutil.STATUS_DEAD
 
-    def run(bench, items, bounds):
+    def run(bench, items, bounds, warm=False):
         procs = bench.builder._processes()
         assert procs  # the workers exist, so the check below is not vacuous
         states = [status(p) for p in procs]
         assert all(s in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) for s in states), states
-        return real_run(bench, items, bounds)
+        return real_run(bench, items, bounds, warm)
 
     monkeypatch.setattr(loop_mod, "submit_batch", submit)
     monkeypatch.setattr(loop_mod, "finish_batch", finish)

@@ -30,7 +30,7 @@ from cdmpp.featurize.batch import (
     featurize_database,
     measured_repeats,
 )
-from cdmpp.featurize.trace import model_inputs
+from cdmpp.featurize.trace import TRACE_DIM, folder_traces, model_inputs, with_trace_tokens
 from cdmpp.model import load_checkpoint
 from cdmpp.predictor import LatencyPredictor
 
@@ -55,6 +55,9 @@ class DeviceCorpus:
         manifests: each device's manifest, by device id.
         folders: each device's folder, by device id.
         repeat_cv: float64 ``(P,)``: each program's timing repeats' std / mean.
+        twin: int64 ``(P,)``: the program whose tuning record each program is: itself, or
+            for a program of a warm-protocol row (``<device>+warm``), the same program
+            of its device's cold row (they share a schedule trace); ``None``: itself.
     """
 
     data: FeaturizedPrograms
@@ -63,6 +66,7 @@ class DeviceCorpus:
     manifests: dict[str, dict]
     folders: dict[str, Path]
     repeat_cv: np.ndarray
+    twin: np.ndarray | None = None
 
     def networks(self) -> dict[str, set[str]]:
         """Workload keys of each network, over every device's manifest."""
@@ -77,8 +81,16 @@ class DeviceCorpus:
         (:func:`cdmpp.featurize.trace.model_inputs`: each program's trace token for a
         trace-token model, none with ``traces=False``)."""
 
-        folders = [self.folders[d.device_id] for d in self.devices]
-        return dataclasses.replace(self, data=model_inputs(config, self.data, folders, traces))
+        if self.twin is None or not (config.trace_tokens and traces):
+            folders = [self.folders[d.device_id] for d in self.devices]
+            return dataclasses.replace(self, data=model_inputs(config, self.data, folders, traces))
+        # a warm row's programs are its device's programs again: their traces are read once, from the cold rows
+        cold = np.flatnonzero(self.twin == np.arange(len(self.twin)))
+        folders = [self.folders[d.device_id] for d in self.devices if not d.device_id.endswith(ds.WARM_SUFFIX)]
+        matrix = np.zeros((len(self.twin), TRACE_DIM), dtype=np.float32)
+        matrix[cold] = folder_traces(folders, self.data.latency[cold])
+        data = model_inputs(dataclasses.replace(config, trace_tokens=False, trace_optional=False), self.data)  # its loops
+        return dataclasses.replace(self, data=with_trace_tokens(data, matrix[self.twin]))
 
     def descriptors(self) -> np.ndarray:
         """float32 ``(len(devices) + 1, DESCRIPTOR_DIM)``: row 0 zeros (unknown device), then each device's."""
@@ -100,13 +112,13 @@ def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
     out = np.zeros(len(corpus.data), dtype=bool)
     for row, dev in enumerate(corpus.devices, start=1):
         starts = ds.tuned_starts(corpus.manifests[dev.device_id])
-        if not starts:
+        if not starts or dev.device_id.endswith(ds.WARM_SUFFIX):  # a warm row: its cold twin's, below
             continue
         idx = np.flatnonzero(corpus.data.device == row)
         keys = corpus.raw_keys[idx]
         for key, start in starts.items():
             out[idx[keys == key][start:]] = True
-    return out
+    return out if corpus.twin is None else out[corpus.twin]
 
 
 def device_of_manifest(manifest: dict, folder: Path) -> DeviceDescriptor:
@@ -176,7 +188,8 @@ def load_corpus(
     missing = [e for e in exclude if e not in names]
     if missing:
         raise ds.DatasetError(f"no device folder {', '.join(missing)} under {root}; it has {', '.join(sorted(names))}")
-    parts, raw, devices, manifests, folders, cvs = [], [], [], {}, {}, []
+    parts, raw, devices, manifests, folders, cvs, twins = [], [], [], {}, {}, [], []
+    offset = 0  # programs before this folder's
     for folder in dirs:
         if folder.name in exclude:
             continue
@@ -205,6 +218,8 @@ def load_corpus(
                 device=np.full(len(data), row, dtype=np.int64),
             )
         )
+        twins.append(offset + np.arange(len(data), dtype=np.int64))
+        cold_offset, offset = offset, offset + len(data)
         warm = ds.warm_repeats(folder) if protocols else None
         if warm is not None and len(warm) == len(data) and any(w is not None for w in warm):
             # the warm protocol: a device row of its own (same descriptor, its own embedding), its programs
@@ -220,10 +235,13 @@ def load_corpus(
                 workload_keys=[f"{wdev.device_id}:{k}" for k in sub.workload_keys],
                 device=np.full(len(keep), len(devices), dtype=np.int64)))
             cvs.append(np.asarray([warm[i].std() / warm[i].mean() for i in keep], dtype=np.float64))
+            twins.append(cold_offset + keep.astype(np.int64))
+            offset += len(keep)
     if not parts:
         raise ds.DatasetError(f"no measured program under {root}")
     return DeviceCorpus(
-        FeaturizedPrograms.concat(parts), np.concatenate(raw), devices, manifests, folders, np.concatenate(cvs)
+        FeaturizedPrograms.concat(parts), np.concatenate(raw), devices, manifests, folders, np.concatenate(cvs),
+        np.concatenate(twins),
     )
 
 

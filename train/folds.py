@@ -47,20 +47,16 @@ def parse_fold(holdout: str | None) -> tuple[int, int] | None:
     return i, k
 
 
-def family_of(network: str) -> str:
-    """The zoo family of a network; a network outside the zoo is its own family (its name
-    without the shape tag)."""
-    from cdmpp import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
-
-    try:
-        return zoo.get_network(network).family
-    except zoo.UnknownNetworkError:
-        return network.rsplit("-", 1)[0]
-
-
 def fold_of_family(family: str, k: int) -> int:
     """The fold (1-based, of ``k``) a family belongs to: CRC-32 of its name, modulo ``k``."""
     return zlib.crc32(family.encode()) % k + 1
+
+
+def family_of(network: str) -> str:
+    """:func:`cdmpp.networks.family_of` (the zoo and torch load on the first call)."""
+    from cdmpp.networks import family_of as zoo_family  # noqa: PLC0415  (keeps torch off this module's import)
+
+    return zoo_family(network)
 
 
 def fold_networks(networks: list[str] | set[str], holdout: str) -> list[str]:

@@ -383,7 +383,9 @@ def run_fit_study(
     from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     loops = any(LEVERS[n].model.get("loop_tokens") for n in cfg.levers)
-    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops, workers=default_workers())
+    # the cold protocol's labels (warm timings are a protocol row of their own; the study reads traces folder by folder)
+    corpus = load_corpus(cfg.datasets, cache_dir, tuple(cfg.exclude), progress, loops=loops, workers=default_workers(),
+                         protocols=False)
     base = split_corpus(corpus, cfg.fold, seed=cfg.seed)
     # tuned-phase programs train only the levers that ask for them; on validation workloads they are a part of their own
     tuned = tuned_phase(corpus)

@@ -162,17 +162,8 @@ class DatasetStore:
         self.failed_keys.setdefault(task.workload_key, set()).add(program_key)
 
 
-def _family(network: str) -> str:
-    """The zoo family of a network (its name's architecture part when it is not in the zoo)."""
-    from .. import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
-
-    try:
-        return zoo.get_network(network).family
-    except zoo.UnknownNetworkError:
-        return network.rsplit("-", 1)[0]
-
-
 def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[TaskEntry]) -> dict:
+    from ..networks import family_of  # noqa: PLC0415  (keeps torch off this module's import)
     from ..tvm_compat import tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     entries = {(t["network"], t["task_name"]): t for t in old.get("tasks", [])}
@@ -191,7 +182,7 @@ def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, task
         networks.setdefault(t.network, {"tasks": 0})
     for n in networks:
         if any(t.network == n for t in tasks):
-            networks[n] = {"tasks": len({t.task_name for t in tasks if t.network == n}), "family": _family(n)}
+            networks[n] = {"tasks": len({t.task_name for t in tasks if t.network == n}), "family": family_of(n)}
     return {
         "format": "cdmpp-dataset/1",
         "device": device.to_json(),

@@ -146,6 +146,15 @@ def architectures() -> dict[str, list[str]]:
     return out
 
 
+def family_of(network: str) -> str:
+    """The zoo family of a network; a network outside the zoo is its own family (its name
+    without the shape tag)."""
+    try:
+        return get_network(network).family
+    except UnknownNetworkError:
+        return network.rsplit("-", 1)[0]
+
+
 def get_network(name: str) -> NetworkSpec:
     """Look up a zoo entry.
 
