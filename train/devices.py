@@ -35,9 +35,9 @@ from cdmpp.model import load_checkpoint
 from cdmpp.predictor import LatencyPredictor
 
 from .baselines import TreeBaseline
-from .folds import holdout_keys, never_trained, parse_fold
+from .folds import holdout_keys, never_trained
 from .metrics import summary
-from .report import BASELINE_FILE, task_weights
+from .report import BASELINE_FILE, task_weights, worst_tasks
 from .splits import Split, networks_of
 
 
@@ -551,31 +551,6 @@ def evaluate_devices(
         plot_predicted_vs_measured(panels, f"cdmpp transformer, {what}", Path(plot))
         plot_level_free(panels, f"cdmpp transformer, {what}: each task's level taken out", level_free_path(Path(plot)))
     return rows, title
-
-
-def worst_tasks(corpus: DeviceCorpus, index: np.ndarray, panels: dict, network: str | None, k: int = 3) -> list[str]:
-    """Lines naming the ``k`` tasks of each device whose programs are predicted worst
-    (largest median absolute log error), with the median ratio predicted / measured."""
-    names: dict[str, str] = {}
-    for m in corpus.manifests.values():
-        for t in m.get("tasks", []):
-            if network is None or parse_fold(network) or t["network"] == network:
-                names.setdefault(t["workload_key"], t["task_name"])
-    out = []
-    for row, dev in enumerate(corpus.devices, start=1):
-        if dev.device_id not in panels:
-            continue
-        sel = index[corpus.data.device[index] == row]
-        pred, true, _ = panels[dev.device_id]
-        ratio = np.log(pred / true)
-        keys = corpus.raw_keys[sel]
-        scored = []
-        for key in np.unique(keys):
-            r = ratio[keys == key]
-            scored.append((float(np.median(np.abs(r))), key, int(r.size), float(np.exp(np.median(r)))))
-        for err, key, n, med in sorted(scored, reverse=True)[:k]:
-            out.append(f"- {dev.device_id}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
-    return out
 
 
 def _score_remapped(model, tree, corpus, index, network, model_rows, table, panels=None) -> dict[str, dict]:

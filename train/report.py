@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from cdmpp.model import ModelConfig
 
 from .config import describe_loss
@@ -335,3 +337,28 @@ def _interval_section(cal: dict | None, heading: str = "Prediction intervals") -
         + (f" Coverage there: {100 * val['coverage']:.1f}%, median high / low {val['median_width_ratio']:.2f}."
            if val else ""),
     ]
+
+
+def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k: int = 3) -> list[str]:
+    """Lines (of a :class:`cdmpp.train.devices.DeviceCorpus` scored on ``index``) naming the ``k`` tasks of each device whose programs are predicted worst
+    (largest median absolute log error), with the median ratio predicted / measured."""
+    names: dict[str, str] = {}
+    for m in corpus.manifests.values():
+        for t in m.get("tasks", []):
+            if network is None or parse_fold(network) or t["network"] == network:
+                names.setdefault(t["workload_key"], t["task_name"])
+    out = []
+    for row, dev in enumerate(corpus.devices, start=1):
+        if dev.device_id not in panels:
+            continue
+        sel = index[corpus.data.device[index] == row]
+        pred, true, _ = panels[dev.device_id]
+        ratio = np.log(pred / true)
+        keys = corpus.raw_keys[sel]
+        scored = []
+        for key in np.unique(keys):
+            r = ratio[keys == key]
+            scored.append((float(np.median(np.abs(r))), key, int(r.size), float(np.exp(np.median(r)))))
+        for err, key, n, med in sorted(scored, reverse=True)[:k]:
+            out.append(f"- {dev.device_id}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
+    return out
