@@ -37,6 +37,21 @@ def _save(plt, fig, path: Path) -> Path:
     return path
 
 
+def _panel_grid(n: int):
+    """``(pyplot, figure, axes)``: a grid of ``n`` panels, three to a row.
+
+    Raises:
+        InputError: no panel.
+    """
+    if n == 0:
+        raise InputError("nothing to plot: no panel")
+    plt = _pyplot()
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
+    return plt, fig, axes
+
+
 def plot_predicted_vs_measured(panels: dict[str, tuple], title: str, path: Path) -> Path:
     """Scatter predicted against measured latency per panel and write a PNG.
 
@@ -54,13 +69,7 @@ def plot_predicted_vs_measured(panels: dict[str, tuple], title: str, path: Path)
             non-positive latency.
     """
 
-    if not panels:
-        raise InputError("nothing to plot: no panel")
-    plt = _pyplot()
-    n = len(panels)
-    cols = min(3, n)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
+    plt, fig, axes = _panel_grid(len(panels))
     for ax, (name, arrays) in zip(axes.flat, panels.items()):
         pred, true = np.asarray(arrays[0], np.float64), np.asarray(arrays[1], np.float64)
         if pred.shape != true.shape or np.any(pred <= 0) or np.any(true <= 0):
@@ -79,7 +88,7 @@ def plot_predicted_vs_measured(panels: dict[str, tuple], title: str, path: Path)
         ax.set_title(f"{name}\n{true.size} programs, MAPE {100 * mape:.0f}%, within 2x {100 * within2:.0f}%", fontsize=8)
         ax.set_xlabel("measured latency (s)")
         ax.set_ylabel("predicted latency (s)")
-    for ax in list(axes.flat)[n:]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     return _save(plt, fig, path)
@@ -124,13 +133,7 @@ def plot_level_free(panels: dict[str, tuple], title: str, path: Path) -> Path:
     """
     from .metrics import fast_end  # noqa: PLC0415  (keeps scipy off this module's import)
 
-    if not panels:
-        raise InputError("nothing to plot: no panel")
-    plt = _pyplot()
-    n = len(panels)
-    cols = min(3, n)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows), squeeze=False)
+    plt, fig, axes = _panel_grid(len(panels))
     for ax, (name, arrays) in zip(axes.flat, panels.items()):
         if len(arrays) < 3:
             raise InputError(f"panel {name!r}: the level-free plot needs each program's task")
@@ -150,7 +153,7 @@ def plot_level_free(panels: dict[str, tuple], title: str, path: Path) -> Path:
                      f"fast 1/10 {fe['decile_log_ratio']:+.2f}", fontsize=8)
         ax.set_xlabel("log(measured / task median)")
         ax.set_ylabel("log(predicted / task median)")
-    for ax in list(axes.flat)[n:]:
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     return _save(plt, fig, path)
