@@ -36,7 +36,7 @@ _LAZY = {
     "InputError": "cdmpp.errors",
     "UnknownNetworkError": "cdmpp.errors",
     "DatasetError": "cdmpp.dataset",
-    "DeviceUnavailableError": "cdmpp.device",
+    "DeviceUnavailableError": "cdmpp.errors",
     "MachineBusyError": "cdmpp.collect",
     "UnsupportedProgramError": "cdmpp.featurize.ast",
 }

@@ -23,69 +23,27 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import logging
 import sys
 import warnings
 from pathlib import Path
 
-from .bench.cli import add_bench_parser
 from .data_cli import add_parsers as add_data_parsers
 from .data_cli import expand_work_dir
-from .errors import CdmppError
+from .errors import CdmppError, InputError
 from .inference_cli import add_parsers as add_inference_parsers
 from .predictor import DEFAULT_CHECKPOINT
-from .train.config import TrainConfig, TrainData
-
-
-def _model_configs(args):
-    from .model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
-
-    def given(**kw):
-        return {k: v for k, v in kw.items() if v is not None}
-
-    pe = False if args.no_pe else None
-    model = ModelConfig(
-        **given(
-            d_model=args.d_model,
-            n_layers=args.layers,
-            ff_dim=args.ff_dim,
-            dropout=args.dropout,
-            pooling=args.pooling,
-            positional_encoding=pe,
-            trace_tokens=getattr(args, "trace_tokens", None),
-            loop_tokens=True if getattr(args, "tree_attention", False) else getattr(args, "loop_tokens", None),
-            tree_attention=True if getattr(args, "tree_attention", False) else None,
-        )
-    )
-    train = TrainConfig(
-        **given(
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            seed=args.seed,
-            rank_weight=args.rank_weight,
-            task_group=args.task_group,
-            cmd_weight=args.cmd_weight,
-            cmd_domain=args.cmd_domain,
-            device_dropout=args.device_dropout,
-            weight_decay=args.weight_decay,
-            train_share=getattr(args, "train_share", None),
-            within_weight=args.within_weight,
-            huber_delta=args.huber_delta,
-            max_repeat_cv=getattr(args, "max_repeat_cv", None),
-            trace_dropout=getattr(args, "trace_dropout", None),
-            precision=getattr(args, "precision", None),
-            length_pool=getattr(args, "length_pool", None),
-        )
-    )
-    return model, train
+from .recipe_args import add_model_arguments, model_configs
+from .train.config import TrainData
 
 
 def _cmd_train(args) -> int:
     from .featurize.parallel import default_workers  # noqa: PLC0415  (keeps the featurizer off this module's import)
     from .train.train import train  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
-    mcfg, tcfg = _model_configs(args)
+    mcfg, tcfg = model_configs(args)
     data = TrainData(
         datasets=[Path(d) for d in args.dataset],
         holdout=args.holdout,
@@ -109,8 +67,6 @@ def _cmd_evaluate(args) -> int:
     from .train.report import format_device_table, format_table, write_rows  # noqa: PLC0415  (keeps torch off this module's import)
 
     expand_work_dir(args)
-    if args.benchmark:
-        return _benchmark(args)
     if not args.dataset and not args.record_db and not args.tuned:
         print("error: give --dataset DIR, --work-dir DIR, --workload-db and --record-db, or --tuned DIR",
               file=sys.stderr)
@@ -175,38 +131,6 @@ def _cmd_adapt(args) -> int:
     return 0
 
 
-def _benchmark(args) -> int:
-    from .train.benchmark import (  # noqa: PLC0415  (keeps torch off this module's import)
-        BenchmarkConfig,
-        format_benchmark,
-        run_benchmark,
-        write_benchmark,
-    )
-
-    if not args.dataset:
-        print("error: --benchmark needs --dataset DIR", file=sys.stderr)
-        return 2
-    mcfg, tcfg = _model_configs(args)
-    holdouts = None if args.holdout == "auto" else [h for h in args.holdout.split(",") if h]
-    cfg = BenchmarkConfig(
-        holdouts=holdouts,
-        random_split=not args.no_random_split,
-        positional_encoding_ablation=not args.no_ablation,
-        access_ablation=args.access_ablation,
-        model=mcfg,
-        train=tcfg,
-        log_dir=Path(args.output or "runs/benchmark") / "logs",
-    )
-    if len(args.dataset) > 1:
-        print("error: --benchmark takes one dataset folder", file=sys.stderr)
-        return 2
-    rows = run_benchmark(Path(args.dataset[0]), cfg, Path(args.cache))
-    print(format_benchmark(rows))
-    csv_path, md_path = write_benchmark(rows, Path(args.output or "runs/benchmark"))
-    print(f"written: {csv_path}, {md_path}")
-    return 0
-
-
 def _cmd_serve(args) -> int:
     import uvicorn  # noqa: PLC0415  (keeps uvicorn off this module's import)
 
@@ -221,65 +145,6 @@ def _cmd_serve(args) -> int:
                       workers=args.workers, execute_tvmscript=args.unsafe_execute_client_tvmscript)
     uvicorn.run(create_app(args.checkpoint, cfg), host=args.host, port=args.port)
     return 0
-
-
-def _model_args(s) -> None:  # defaults (None) come from ModelConfig and TrainConfig: the shipped recipe
-    s.add_argument("--epochs", type=int, default=None)
-    s.add_argument("--batch-size", type=int, default=None)
-    s.add_argument("--lr", type=float, default=None)
-    s.add_argument("--d-model", type=int, default=None, help="embedding width (default 192)")
-    s.add_argument("--layers", type=int, default=None, help="encoder layers (default 3)")
-    s.add_argument("--ff-dim", type=int, default=None, help="feed-forward width of each encoder layer")
-    s.add_argument("--dropout", type=float, default=None, help="dropout rate of the encoder layers (prediction intervals need it above 0)")
-    s.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
-    s.add_argument("--device-dropout", type=float, default=None,
-                   help="share of training programs scored with the unknown-device row (several devices)")
-    s.add_argument("--pooling", choices=["sum", "mean", "max", "lse"], default=None,
-                   help="how the head reads the tokens: sum, mean or max of them, or lse (a latency term per token, "
-                   "log-sum-exp over them; the default)")
-    s.add_argument("--no-pe", action="store_true", help="drop the pre-order positional encoding (ablation)")
-    s.add_argument("--loop-tokens", action=argparse.BooleanOptionalAction, default=None,
-                   help="every loop of the compact AST as a token among the leaves, in pre-order (kind, extent, "
-                   "depth, what it encloses, annotations; default on)")
-    s.add_argument("--tree-attention", action="store_true",
-                   help="with loop tokens (implied): a learned attention bias per head along the compact AST's "
-                   "parent-child edges")
-    s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
-                   help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "
-                   "dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, "
-                   "and from bare PrimFuncs too with trace dropout)")
-    s.add_argument("--trace-dropout", type=float, default=None,
-                   help="share of training programs seen without their trace token (default 0.2), so that the "
-                   "checkpoint also predicts bare PrimFuncs from their leaves alone; 0: it always needs the trace")
-    s.add_argument("--precision", choices=["32-true", "bf16-mixed", "auto"], default=None,
-                   help="training precision (default 32-true; auto: bf16 autocast where the CPU has AVX-512 BF16 or "
-                   "on a GPU with bf16)")
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--rank-weight", type=float, default=None, help="weight of the within-task ranking term")
-    s.add_argument("--task-group", type=int, default=None, help="programs of one task per batch group")
-    s.add_argument("--length-pool", type=int, default=None,
-                   help="batches of programs of similar token count, drawn from pools of this many batches "
-                        "(0, the default: programs shuffled freely); about half the epoch time, at a cost in "
-                        "accuracy (RESULTS.md, Training speed)")
-    s.add_argument("--within-weight", type=float, default=None,
-                   help="weight of the within-task term (each program's deviation from its task's batch mean; "
-                   "needs --task-group)")
-    s.add_argument("--huber-delta", type=float, default=None,
-                   help="Huber loss with this threshold (standardised log-latency; default 0.1); 0: the MSE")
-    s.add_argument(
-        "--cmd-weight",
-        type=float,
-        default=None,
-        help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features "
-        "(or, for train, those of --cmd-target)",
-    )
-    s.add_argument(
-        "--cmd-domain",
-        choices=["heldout", "validation"],
-        default=None,
-        help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (heldout, the "
-        "default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
-    )
 
 
 def _add_learning_parsers(sub) -> None:
@@ -345,7 +210,7 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("--max-repeat-cv", type=float, default=None,
                    help="leave training programs whose timing repeats vary by more than this (std / mean) out of "
                    "training (several device folders)")
-    _model_args(s)
+    add_model_arguments(s)
     s.set_defaults(func=_cmd_train)
 
     s = sub.add_parser("evaluate", help="score a checkpoint on a held-out network or any JSONDatabase")
@@ -369,21 +234,10 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("--without-trace", action="store_true",
                    help="a checkpoint trained with trace dropout: score the programs as bare PrimFuncs, without their "
                    "schedule traces (dataset of device folders)")
-    s.add_argument("--output", default=None, help="also write the rows as JSON here (--benchmark: a folder)")
-    s.add_argument(
-        "--benchmark",
-        action="store_true",
-        help="train and score every model on leave-one-network-out splits (--holdout a,b,c; default: every "
-        "network) and a random split; writes benchmark.csv and benchmark.md",
-    )
+    s.add_argument("--output", default=None, help="also write the rows as JSON here")
     s.add_argument(
         "--plot", default=None, metavar="PNG", help="with several device folders: predicted vs measured, per device"
     )
-    s.add_argument("--no-random-split", action="store_true", help="--benchmark: skip the random split")
-    s.add_argument("--no-ablation", action="store_true", help="--benchmark: skip the no-positional-encoding run")
-    s.add_argument("--access-ablation", action="store_true",
-                   help="--benchmark: also train the transformer without the buffer-access features")
-    _model_args(s)
     s.set_defaults(func=_cmd_evaluate)
 
 
@@ -445,8 +299,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_parser(sub)
 
     add_inference_parsers(sub)
-    add_bench_parser(sub)
+    s = sub.add_parser("bench", add_help=False,
+                       help="benchmarks and studies, from a source checkout (`cdmpp bench --help` lists them)")
+    s.add_argument("bench_name", nargs="?", default=None, metavar="NAME")
+    s.set_defaults(func=_cmd_bench)
     return p
+
+
+def _benchmarks_cli():
+    """The ``benchmarks.cli`` module of this source checkout (the studies are not installed
+    with the package; an installed ``benchmarks`` is used only without a checkout).
+
+    Raises:
+        InputError: no ``benchmarks/`` beside the package and none importable.
+    """
+    if "benchmarks" not in sys.modules:
+        init = Path(__file__).resolve().parent.parent / "benchmarks" / "__init__.py"
+        if init.is_file():
+            spec = importlib.util.spec_from_file_location("benchmarks", init, submodule_search_locations=[str(init.parent)])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["benchmarks"] = module
+            spec.loader.exec_module(module)
+    try:
+        return importlib.import_module("benchmarks.cli")
+    except ModuleNotFoundError as err:
+        if err.name not in ("benchmarks", "benchmarks.cli"):
+            raise
+        raise InputError("cdmpp bench runs from a source checkout: the benchmarks/ folder is not installed with "
+                         "the package (git clone the repository and pip install -e . there)") from None
+
+
+def _cmd_bench(args, rest: list[str]) -> int:
+    return _benchmarks_cli().main(args.bench_name, rest)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
@@ -473,10 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     their traceback too.  Any other exception is a bug and keeps its traceback.
     """
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command != "bench" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     _quiet_warnings()
     try:
-        return int(args.func(args) or 0)
+        return int((args.func(args, rest) if args.command == "bench" else args.func(args)) or 0)
     except CdmppError as err:
         if args.debug:
             raise

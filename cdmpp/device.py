@@ -19,13 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import CdmppError, InputError, UnknownDeviceError
+from cdmpp.errors import DeviceUnavailableError, InputError, UnknownDeviceError
 
 _ISA_ORDER = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
-
-
-class DeviceUnavailableError(CdmppError, RuntimeError):
-    """The measuring device asked for is not present on this host (the message names it)."""
 
 
 @dataclass(frozen=True)
@@ -363,7 +359,7 @@ def nearest_device(device: DeviceDescriptor, known: list[DeviceDescriptor]) -> D
     """The known device most like ``device`` (:func:`device_similarity`; first on ties).
 
     Raises:
-        ValueError: ``known`` is empty or holds no device of ``device``'s kind.
+        UnknownDeviceError: ``known`` is empty or holds no device of ``device``'s kind.
     """
     scored = [(device_similarity(device, k), -i, k) for i, k in enumerate(known)]
     scored = [s for s in scored if s[0] != float("-inf")]

@@ -31,5 +31,10 @@ class UnknownNetworkError(InputError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class DeviceUnavailableError(CdmppError, RuntimeError):
+    """The measuring device asked for is not present on this host, or cannot be compiled for
+    (the message names it)."""
+
+
 class CheckpointError(CdmppError, ValueError):
     """A checkpoint folder is missing a file, or a file is corrupt or does not match."""

@@ -32,6 +32,7 @@ from .collect import sample_schedules
 from .dataset import database_files, valid_run_secs
 from .errors import InputError
 from .featurize import featurize_each
+from .tasks import Task
 
 if TYPE_CHECKING:  # annotations only: TVM loads when a function runs
     from tvm.ir import IRModule
@@ -61,21 +62,6 @@ class EstimateConfig:
             raise InputError(f"samples must be in [1, 4096], got {self.samples}")
         if self.max_tasks < 1:
             raise InputError(f"max_tasks must be >= 1, got {self.max_tasks}")
-
-
-@dataclass
-class Task:
-    """One tuning task of a network.
-
-    Attributes:
-        name: MetaSchedule's task name (e.g. ``fused_conv2d_add_relu``).
-        weight: task weight: how many times the network calls it.
-        mod: the workload, an IRModule with one PrimFunc.
-    """
-
-    name: str
-    weight: int
-    mod: object
 
 
 @dataclass

@@ -102,7 +102,7 @@ def load_network(spec: str, target) -> tuple[list, str]:
     """The tuning tasks of a network named as :func:`load_relax` takes it.
 
     Returns:
-        ``(tasks, a name for the network)``: :class:`cdmpp.estimate.Task` each.
+        ``(tasks, a name for the network)``: :class:`cdmpp.tasks.Task` each.
 
     Raises:
         InputError, UnknownNetworkError: as :func:`load_relax`.

@@ -42,6 +42,8 @@ from tvm.target import Target
 from tvm.tirx import PrimFunc
 from tvm_ffi import structural_equal, structural_hash
 
+from cdmpp.errors import DeviceUnavailableError
+
 __all__ = [
     "tvm",
     "tirx",
@@ -216,7 +218,7 @@ def configure_cuda_compiler() -> str:
     if shutil.which("nvcc"):
         os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
         return "nvcc"
-    raise RuntimeError(
+    raise DeviceUnavailableError(
         "cannot compile CUDA programs: install the CUDA toolkit (nvcc on the PATH) or `pip install cuda-bindings`"
     )
 

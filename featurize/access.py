@@ -6,7 +6,7 @@ store touches most (by cache lines, then bytes) with 18 features each: access ty
 (read, write, read-write), bytes, unique bytes, cache lines, unique cache lines, reuse
 type (loop-invariant read, serial read-write, none), reuse distance in iterations and
 bytes, reuse count, the four sizes divided by the reuse count, and the innermost stride
-(all sizes ``log2(1 + x)``).  An ablation (``cdmpp evaluate --benchmark --access-ablation``) shows that
+(all sizes ``log2(1 + x)``).  An ablation (``cdmpp bench table --access-ablation``) shows that
 this group carries what the transformer needs from ``PerStoreFeature``.
 
 The compact-AST walk (:func:`cdmpp.featurize.ast.build_tree`) computes the same 90

@@ -5,7 +5,7 @@ ASPLOS 2023, section 4) ranks schedules from their schedule-primitive sequence a
 The compact AST sees the loop nest that those primitives produce; this module reads
 the decisions themselves from a schedule trace (a tuning record's, or a MetaSchedule
 ``Schedule``'s), for the fit study's input check and ``trace`` lever
-(:mod:`cdmpp.bench.fit_study`) and for models trained with trace tokens
+(:mod:`benchmarks.fit_study`) and for models trained with trace tokens
 (:class:`cdmpp.model.ModelConfig` ``trace_tokens``, ``cdmpp train --trace-tokens``).
 
 The vector (float32, :data:`TRACE_DIM` values) of one trace:

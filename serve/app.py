@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cdmpp.errors import InputError
 from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
 from cdmpp.featurize import UnsupportedProgramError
 from cdmpp.predictor import LatencyPredictor
@@ -84,9 +85,9 @@ class Program(BaseModel):
     def _one_form(self) -> "Program":
         forms = [self.mod is not None, self.workload is not None or self.trace is not None, self.tvmscript is not None]
         if sum(forms) != 1:
-            raise ValueError("give exactly one of: 'mod'; 'workload' with 'trace'; 'tvmscript'")
+            raise InputError("give exactly one of: 'mod'; 'workload' with 'trace'; 'tvmscript'")
         if (self.workload is None) != (self.trace is None):
-            raise ValueError("'workload' and 'trace' go together")
+            raise InputError("'workload' and 'trace' go together")
         return self
 
 
@@ -142,7 +143,7 @@ class EstimateRequest(BaseModel):
     @model_validator(mode="after")
     def _one_network(self) -> "EstimateRequest":
         if (self.network is None) == (self.relax is None):
-            raise ValueError("give exactly one of 'network' (a zoo name) and 'relax' (a Relax IRModule as TVM JSON)")
+            raise InputError("give exactly one of 'network' (a zoo name) and 'relax' (a Relax IRModule as TVM JSON)")
         return self
 
 
@@ -183,7 +184,7 @@ class DeviceInfo(BaseModel):
     target: dict
 
 
-class ProgramError(ValueError):
+class ProgramError(InputError):
     """A program that cannot be read or featurized (HTTP 422)."""
 
 

@@ -3,8 +3,8 @@ import csv
 import numpy as np
 import pytest
 
+from benchmarks.table import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
 from cdmpp.model import ModelConfig
-from cdmpp.train.benchmark import BenchmarkConfig, format_benchmark, run_benchmark, write_benchmark
 from cdmpp.train.lightning import TrainConfig
 from cdmpp.train.splits import random_programs
 
@@ -56,8 +56,8 @@ def test_access_ablation_input_keeps_only_the_walks_own_columns(tiny_featurized)
     """The ablation's input: the walk's own columns stay, the buffer-access columns go."""
     import numpy as np
 
+    from benchmarks.table import own_features_only
     from cdmpp.featurize.ast import OWN_FEATURES
-    from cdmpp.train.benchmark import own_features_only
 
     _, data = tiny_featurized
     own = len(OWN_FEATURES)

@@ -138,7 +138,8 @@ def test_a_later_round_with_more_programs_per_task_samples_new_ones(tiny_collect
 def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     import shutil
 
-    from cdmpp.collect.store import DatasetStore, TaskEntry
+    from cdmpp.collect.store import DatasetStore
+    from cdmpp.tasks import Task
     from cdmpp.tvm_compat import TuningRecord
 
     cfg, summary = tiny_collection
@@ -151,7 +152,7 @@ def test_failures_are_kept_with_their_error(tiny_collection, tmp_path):
     before = fail_file.read_text().splitlines() if fail_file.exists() else []  # a build that timed out on a busy machine
     store = DatasetStore(dev)
     failed_before = store.failed.get(key, 0)
-    task = TaskEntry("dcgan-b1", "t", 1, 0.0, None, key)
+    task = Task("t", 1, None, network="dcgan-b1", flops=0.0, workload_key=key)
     store.add_failure(task, "123", "run", "RuntimeError: boom", TuningRecord(rec.trace, rec.workload, None, rec.target))
     (line,) = [json.loads(s) for s in fail_file.read_text().splitlines()[len(before) :]]
     assert line["error"] == "RuntimeError: boom" and line["stage"] == "run" and line["record"][1] is None
@@ -349,7 +350,7 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
 
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
     from cdmpp.tvm_compat import IRModule, JSONDatabase
 
     def rowsum(block: str):
@@ -373,10 +374,10 @@ def test_tasks_sharing_a_workload_under_other_block_names_replay(tmp_path, monke
 
     tasks = {  # committed in network order (rowsum "red_a" first), visited round-robin ("red_b" first)
         "dcgan-b1": [
-            TaskEntry("dcgan-b1", "scale", 1, 8192.0, IRModule({"main": scale.with_attr("global_symbol", "main")})),
-            TaskEntry("dcgan-b1", "rowsum", 1, 8192.0, rowsum("red_a")),
+            Task("scale", 1, IRModule({"main": scale.with_attr("global_symbol", "main")}), network="dcgan-b1", flops=8192.0),
+            Task("rowsum", 1, rowsum("red_a"), network="dcgan-b1", flops=8192.0),
         ],
-        "resnet_18-b1": [TaskEntry("resnet_18-b1", "rowsum", 1, 8192.0, rowsum("red_b"))],
+        "resnet_18-b1": [Task("rowsum", 1, rowsum("red_b"), network="resnet_18-b1", flops=8192.0)],
     }
     monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _target: tasks[n])
     cfg = CollectConfig(
@@ -412,8 +413,8 @@ def test_an_error_in_one_task_skips_that_task_not_the_collection(tmp_path, monke
     calls = []
 
     def failing_first(task, *args, **kwargs):
-        calls.append(task.task_name)
-        if task.task_name == calls[0]:
+        calls.append(task.name)
+        if task.name == calls[0]:
             raise RuntimeError("ScheduleError: boom in the first task")
         return real(task, *args, **kwargs)
 
@@ -528,10 +529,10 @@ def test_a_gather_is_measured_and_earlier_failures_can_be_retried(tmp_path, monk
     from cdmpp.collect import CollectConfig, MeasureConfig
     from cdmpp.collect import sampling as sampling_mod
     from cdmpp.collect import timing as timing_mod
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
 
     monkeypatch.setattr(
-        sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "take", 1, 0.0, _gather_module())]
+        sampling_mod, "extract_network_tasks", lambda n, _t: [Task("take", 1, _gather_module(), network=n, flops=0.0)]
     )
     cfg = CollectConfig(
         networks=["dcgan-b1"],
@@ -603,9 +604,9 @@ def _tiny_cfg(tmp_path, **kw):
 def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, monkeypatch):
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "add", 1, 4.0, _tiny_add_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [Task("add", 1, _tiny_add_module(), network=n, flops=4.0)])
     first = collect(_tiny_cfg(tmp_path, programs_per_task=4), progress=False)
     assert first.measured == 1  # the space has one program
     (task,) = ds.read_manifest(first.device_dir)["tasks"]
@@ -621,9 +622,9 @@ def test_a_used_up_design_space_is_marked_and_skipped_by_later_rounds(tmp_path, 
 def test_rounds_grow_every_task_in_one_run_and_the_stages_are_timed(tmp_path, monkeypatch):
     from cdmpp.collect import STAGES
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [Task("mm", 1, _matmul_module(), network=n, flops=65536.0)])
     summary = collect(_tiny_cfg(tmp_path, rounds=(1, 3)), progress=False)
     assert summary.measured == 3
     entry = ds.read_manifest(summary.device_dir)["collections"][-1]
@@ -647,9 +648,9 @@ def test_the_quiet_machine_guard_waits_for_a_busy_process_to_end(tmp_path, monke
     from cdmpp.collect import QuietConfig
     from cdmpp.collect import loop as loop_mod
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [Task("mm", 1, _matmul_module(), network=n, flops=65536.0)])
     from cdmpp.device import local_cpu
     from cdmpp.tvm_compat import load_tensor_intrinsics
 
@@ -883,9 +884,9 @@ def test_one_task_builds_while_another_samples_and_nothing_builds_during_a_timin
 def test_adaptive_repeats_stop_early_only_when_the_first_repeats_agree(tmp_path, monkeypatch):
     from cdmpp.collect import MeasureConfig
     from cdmpp.collect import sampling as sampling_mod
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
 
-    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [TaskEntry(n, "mm", 1, 65536.0, _matmul_module())])
+    monkeypatch.setattr(sampling_mod, "extract_network_tasks", lambda n, _t: [Task("mm", 1, _matmul_module(), network=n, flops=65536.0)])
     # any spread is small enough and any program slow enough: every program stops after 2 repeats
     early = MeasureConfig(repeat=6, adaptive_repeats=2, adaptive_min_s=0.0, adaptive_max_spread=10.0)
     s = collect(_tiny_cfg(tmp_path / "early", programs_per_task=3, measure=early), progress=False)
@@ -937,7 +938,7 @@ def test_adaptive_evaluator_times_the_rest_unless_the_first_repeats_agree():
 
 
 def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
-    from cdmpp.bench.collect_rate import check_adaptive_repeats
+    from benchmarks.collect_rate import check_adaptive_repeats
 
     runs = [
         [0.010, 0.0101, 0.0100, 0.0100] + [0.0102] * 6,  # first 4 agree within 1%: stops, label 0.0100 for 0.0102
@@ -958,7 +959,7 @@ def test_the_adaptive_repeat_rule_replayed_on_stored_repeats(tmp_path):
 
 
 def test_collect_benchmark_names_its_paths_and_compares_each_of_this_collectors_rows(tmp_path):
-    from cdmpp.bench.collect_rate import (
+    from benchmarks.collect_rate import (
         CollectBenchmarkConfig,
         format_collect_benchmark,
         run_collect_benchmark,
@@ -1012,10 +1013,10 @@ def test_the_tuned_phase_skips_a_held_out_networks_workloads():
     """A workload that the held-out network shares with a training network is never tuned: the
     next largest task of that network is tuned instead."""
     from cdmpp.collect.sampling import skipped_workloads, tuned_task_keys
-    from cdmpp.collect.store import TaskEntry
+    from cdmpp.tasks import Task
 
-    tasks = [TaskEntry("net_a", "big", 2, 1e9, None, "k1"), TaskEntry("net_a", "mid", 1, 1e9, None, "k2"),
-             TaskEntry("net_a", "small", 1, 1e6, None, "k3"), TaskEntry("net_b", "only", 1, 1e6, None, "k4")]
+    tasks = [Task("big", 2, None, network="net_a", flops=1e9, workload_key="k1"), Task("mid", 1, None, network="net_a", flops=1e9, workload_key="k2"),
+             Task("small", 1, None, network="net_a", flops=1e6, workload_key="k3"), Task("only", 1, None, network="net_b", flops=1e6, workload_key="k4")]
     assert tuned_task_keys(tasks, 1) == {"k1", "k4"}
     manifest = {"tasks": [{"network": "held_out", "task_name": "t", "workload_key": "k1"},
                           {"network": "net_a", "task_name": "big", "workload_key": "k1"}]}
@@ -1027,8 +1028,8 @@ def test_the_tuned_phase_skips_a_held_out_networks_workloads():
         skipped_workloads(manifest, ("resnet_50-b1",))
     from cdmpp.collect.sampling import networks_tasks, round_robin
 
-    late = [TaskEntry("net_b", f"t{i}", 1, 1e6, None, f"b{i}") for i in range(3)]
+    late = [Task(f"t{i}", 1, None, network="net_b", flops=1e6, workload_key=f"b{i}") for i in range(3)]
     order = [t.workload_key for t in round_robin(networks_tasks(tasks + late))]
     assert order == ["k1", "k4", "k2", "b0", "k3", "b1", "b2"]
-    extracted = [TaskEntry("resnet_50-b1", "conv", 1, 1e9, None, "k9")]
+    extracted = [Task("conv", 1, None, network="resnet_50-b1", flops=1e9, workload_key="k9")]
     assert skipped_workloads(manifest, ("resnet_50-b1",), extracted) == {"k9"}

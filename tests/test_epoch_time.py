@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cdmpp.bench import epoch_time
+from benchmarks import epoch_time
 from cdmpp.errors import InputError
 
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from cdmpp.bench import fit_study
+from benchmarks import fit_study
 from cdmpp.errors import InputError
 
 

@@ -65,13 +65,13 @@ def test_the_shipped_held_out_keys_are_those_of_a_fresh_extraction():
     Relax import gives them today (``cdmpp.held_out.compute_held_out_file`` rewrites it)."""
     import json
 
-    from cdmpp.bench.unseen import unseen_tasks
+    from benchmarks.unseen import unseen_tasks
     from cdmpp.collect.store import program_hash_key
     from cdmpp.held_out import HELD_OUT_FILE
     from cdmpp.tvm_compat import Target
 
     shipped = json.loads(HELD_OUT_FILE.read_text())["workloads"]["llvm"]["llama_1024-b1s128"]
-    fresh = {program_hash_key(mod) for _, _, mod, _ in unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm"}))}
+    fresh = {program_hash_key(t.mod) for t in unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm"}))}
     assert set(shipped) == fresh
 
 

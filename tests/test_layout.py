@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"cdmpp": "cdmpp", "cdmpp.featurize": "featurize", "cdmpp.train": "train", "cdmpp.serve": "serve"}
+PACKAGES = {"cdmpp": "cdmpp", "cdmpp.featurize": "featurize", "cdmpp.train": "train", "cdmpp.serve": "serve",
+            "benchmarks": "benchmarks"}
 
 
 def _modules() -> dict[str, Path]:
@@ -74,7 +75,7 @@ def test_no_module_imports_another_modules_private_name():
     bad = []
     for m, path in modules.items():
         for base, names, line in _imports(m, path, modules):
-            if base.startswith("cdmpp"):
+            if base.startswith(("cdmpp", "benchmarks")):
                 bad += [f"{path.relative_to(ROOT)}:{line} {n}" for n in names if n.startswith("_") and n != "__version__"]
     assert not bad, bad
 
@@ -93,7 +94,7 @@ def test_at_most_14_top_level_subcommands():
 
 
 def test_the_command_line_tables_and_metrics_load_no_lightning():
-    code = ("import sys, cdmpp.cli, cdmpp.train.metrics, cdmpp.train.report, cdmpp.train.benchmark; "
+    code = ("import sys, cdmpp.cli, cdmpp.train.metrics, cdmpp.train.report, benchmarks; "
             "print(' '.join(m for m in ('lightning', 'torch', 'tvm') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "lightning" not in loaded and "tvm" not in loaded
@@ -134,3 +135,15 @@ def test_the_collector_reaches_the_metaschedule_side_without_the_http_service():
            if m.startswith(("cdmpp.collect", "cdmpp.tuning"))
            for base, _, line in _imports(m, path, modules) if base.startswith("cdmpp.serve")]
     assert not bad, bad
+
+
+def test_the_product_imports_no_benchmark():
+    """No module of the installed product imports the ``benchmarks`` package, which is not
+    installed with it (``cdmpp bench`` loads it from the checkout by path), and the
+    package list of ``pyproject.toml`` leaves it out."""
+    modules = _modules()
+    bad = [f"{path.relative_to(ROOT)}:{line} {base}" for m, path in modules.items() if not m.startswith("benchmarks")
+           for base, _, line in _imports(m, path, modules) if base.split(".")[0] == "benchmarks"]
+    assert not bad, bad
+    packages = re.search(r"^packages = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
+    assert "bench" not in packages and '"cdmpp"' in packages

@@ -204,8 +204,8 @@ def test_estimate_bad_requests_name_the_field(client):
 
 
 def test_truth_check_refuses_a_folder_missing_tasks_before_any_timing(tiny_collection):
+    from benchmarks.truth_check import TruthCheckConfig, run_truth_check
     from cdmpp import dataset as ds
-    from cdmpp.bench.truth_check import TruthCheckConfig, run_truth_check
 
     _, summary = tiny_collection  # 2 of DCGAN's 5 tasks measured, on this machine
     with pytest.raises(ds.DatasetError, match="tasks have no measured record"):
@@ -213,8 +213,8 @@ def test_truth_check_refuses_a_folder_missing_tasks_before_any_timing(tiny_colle
 
 
 def test_truth_check_on_tuning_work_dirs_refuses_bad_sources_before_any_timing(tiny_collection, tmp_path):
+    from benchmarks.truth_check import TruthCheckConfig, run_truth_check
     from cdmpp import dataset as ds
-    from cdmpp.bench.truth_check import TruthCheckConfig, run_truth_check
     from cdmpp.errors import InputError
 
     _, summary = tiny_collection  # a JSONDatabase folder holding 2 of DCGAN's 5 tasks

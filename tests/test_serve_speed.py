@@ -2,7 +2,7 @@ from cdmpp.cli import main
 
 
 def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
-    from cdmpp.bench.speed import predict_call_seconds
+    from benchmarks.speed import predict_call_seconds
 
     _, summary = tiny_collection
     n, secs = predict_call_seconds(summary.device_dir, candidates=4, repeats=1)

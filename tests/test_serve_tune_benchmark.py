@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from cdmpp.bench.tune import (
+from benchmarks.tune import (
     TuneBenchmarkConfig,
     best_so_far,
     choose_tasks,
@@ -99,7 +99,7 @@ def test_trials_to_reach():
 
 
 def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
-    from cdmpp.bench.tune_network import network_curve
+    from benchmarks.tune_network import network_curve
 
     wl = [["111", "a"], ["222", "b"]]
     recs = [[0, ["t", [4e-3], {}, []]], [0, ["t", [1e10], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]],
@@ -122,7 +122,7 @@ def test_gap_breakdown_splits_end_to_end_time_into_tasks_other_calls_and_overhea
     from types import SimpleNamespace
 
     import cdmpp.tvm_compat
-    from cdmpp.bench.tune_network import gap_breakdown
+    from benchmarks.tune_network import gap_breakdown
 
     wl = [["111", "a"], ["222", "b"]]
     recs = [[0, ["t", [4e-3], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]], [0, ["t", [1e-3], {}, []]]]
@@ -146,7 +146,7 @@ def test_gap_breakdown_splits_end_to_end_time_into_tasks_other_calls_and_overhea
 
 
 def test_network_tuning_config_and_cli_errors(capsys):
-    from cdmpp.bench.tune_network import NetworkTuneConfig, format_network_tuning
+    from benchmarks.tune_network import NetworkTuneConfig, format_network_tuning
     from cdmpp.cli import main
 
     with pytest.raises(ValueError, match="unknown cost models"):
@@ -161,7 +161,7 @@ def test_network_tuning_config_and_cli_errors(capsys):
 
 
 def test_a_longer_xgboost_reference_is_the_yardstick():
-    from cdmpp.bench.tune import with_reference
+    from benchmarks.tune import with_reference
 
     curves = {"t": {"xgb": {0: best_so_far([[4.0], [3.0]])}, "cdmpp": {0: best_so_far([[2.5], [1.5]])}}}
     ref = {"t": {"xgb": {0: best_so_far([[5.0], [3.0], [2.0], [1.0]])}}, "other": {"xgb": {0: best_so_far([[1.0]])}}}
@@ -179,7 +179,7 @@ def test_a_longer_xgboost_reference_is_the_yardstick():
 
 
 def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_then_seeds():
-    from cdmpp.bench.tune import ratio_summary
+    from benchmarks.tune import ratio_summary
 
     ref = {0: best_so_far([[4.0], [2.0], [2.0], [1.0]]), 1: best_so_far([[2.0], [2.0], [2.0], [2.0]])}  # finals 1, 2
     curves = {
@@ -199,7 +199,7 @@ def test_ratio_summary_pairs_seeds_with_the_yardstick_and_averages_over_tasks_th
 
 
 def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_kept_file(tmp_path):
-    from cdmpp.bench.tune import (
+    from benchmarks.tune import (
         WALL_FILE,
         ratio_summary,
         save_trial_walls,
@@ -230,7 +230,7 @@ def test_wall_time_to_a_trial_count_comes_from_the_scheduler_log_then_from_the_k
 
 
 def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monkeypatch):
-    from cdmpp.bench import tune
+    from benchmarks import tune
     from cdmpp.errors import InputError
 
     model_dir = tmp_path / "00-fused_dense" / "xgb"
@@ -248,7 +248,7 @@ def test_a_rerun_with_another_budget_goes_beside_the_kept_records(tmp_path, monk
 
 def test_runs_are_paired_by_seed_number_not_by_position(tmp_path):
     """seed10 sorts before seed2 as text, and a model may lack a seed: pairing goes by number."""
-    from cdmpp.bench.tune import ratio_summary, run_seed, tuning_curves
+    from benchmarks.tune import ratio_summary, run_seed, tuning_curves
 
     def run(model, seed, latencies):
         d = tmp_path / "00-fused_dense" / model / f"seed{seed}"
@@ -273,7 +273,7 @@ def test_the_heldout_table_has_one_table_per_plugin_variant_from_the_kept_record
     import shutil
     from pathlib import Path
 
-    from cdmpp.bench.tune_cli import _write_heldout_table
+    from benchmarks.tune_cli import _write_heldout_table
 
     root = Path(__file__).resolve().parent.parent / "datasets/tuning/cpu-amd_epyc-znver4-avx512"
     out = shutil.copytree(root / "heldout6-search-64", tmp_path / "search")

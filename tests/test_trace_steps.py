@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from cdmpp.errors import InputError
-from cdmpp.featurize.trace_steps import (
+from benchmarks.trace_steps import (
     ANNOTATION_KEYS,
     MAX_STEPS,
     STEP_DIM,
@@ -12,6 +11,7 @@ from cdmpp.featurize.trace_steps import (
     trace_steps,
     with_trace_sequence,
 )
+from cdmpp.errors import InputError
 
 TRACE = [
     [
@@ -61,8 +61,8 @@ def test_a_long_trace_is_cut_after_max_steps():
 
 
 def test_step_tokens_go_before_each_programs_leaves(tiny_collection, tiny_featurized):
+    from benchmarks.trace_steps import folder_trace_steps
     from cdmpp.featurize.batch import dense_programs
-    from cdmpp.featurize.trace_steps import folder_trace_steps
 
     _, data = tiny_featurized
     folder = [tiny_collection[1].device_dir]

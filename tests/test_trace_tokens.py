@@ -33,7 +33,7 @@ def test_trace_vector_reads_tiles_unroll_annotations_and_counts():
 
 
 def test_input_check_lines_up_with_the_featurized_programs_and_fits_the_residual(tiny_collection, tiny_featurized):
-    from cdmpp.bench.fit_study import residual_rows
+    from benchmarks.fit_study import residual_rows
     from cdmpp.featurize.trace import folder_traces
 
     _, data = tiny_featurized

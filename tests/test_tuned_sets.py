@@ -100,8 +100,8 @@ def test_a_tuned_set_of_a_device_the_checkpoint_does_not_know_is_read_from_its_d
 
 
 def test_heldout_table_divides_seed_means_and_curves_come_every_k_trials():
-    from cdmpp.bench.tune import tuning_curves
-    from cdmpp.bench.tune_table import curve_rows, heldout_table
+    from benchmarks.tune import tuning_curves
+    from benchmarks.tune_table import curve_rows, heldout_table
 
     table, means = heldout_table(CONVNEXT, CONVNEXT, pairs=((32, 256), (64, 256)), markdown=True)
     curves = tuning_curves(CONVNEXT)

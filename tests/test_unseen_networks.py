@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from cdmpp.bench.tune import pick_tasks
-from cdmpp.bench.unseen import unseen_network, unseen_networks, unseen_tasks
+from benchmarks.tune import pick_tasks
+from benchmarks.unseen import unseen_network, unseen_networks, unseen_tasks
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.networks import get_network, network_names
 

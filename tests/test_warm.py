@@ -61,7 +61,7 @@ def test_a_checkpoint_learns_both_protocols_and_the_estimate_reports_the_in_netw
 
 
 def test_truth_check_table_shows_the_warm_sums_beside_the_cold_ones():
-    from cdmpp.bench.truth_check import format_truth_check
+    from benchmarks.truth_check import format_truth_check
 
     row = {"network": "n", "tasks": 2, "calls": 3, "measured_e2e_s": 0.010, "measured_sum_s": 0.015,
            "estimate_s": 0.012, "estimate_low_s": 0.011, "estimate_high_s": 0.013, "measured_warm_sum_s": 0.011,

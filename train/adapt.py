@@ -122,14 +122,14 @@ def fit_device_row(
     config = config or AdaptConfig()
     shots = np.asarray(shots, dtype=np.int64)
     if shots.size == 0:
-        raise ValueError("adapting needs at least one measured program")
+        raise InputError("adapting needs at least one measured program")
     if model.config.num_devices <= 0:
-        raise ValueError("this model has no device input (num_devices == 0); retrain it over several devices")
+        raise InputError("this model has no device input (num_devices == 0); retrain it over several devices")
     if not 1 <= row <= model.config.num_devices:
-        raise ValueError(f"device row {row} is outside 1..{model.config.num_devices}")
+        raise InputError(f"device row {row} is outside 1..{model.config.num_devices}")
     lat = data.latency[shots]
     if not np.all(np.isfinite(lat) & (lat > 0)):
-        raise ValueError("a shot has a non-positive or missing latency")
+        raise InputError("a shot has a non-positive or missing latency")
     out = copy.deepcopy(model).eval()
     chunks = _encoded(out, data, shots)
     y = (torch.from_numpy(np.log(lat)).float() - out.label_mean) / out.label_std
@@ -160,11 +160,11 @@ def fit_device_offset(model: LatencyTransformer, data: FeaturizedPrograms, shots
     """
     shots = np.asarray(shots, dtype=np.int64)
     if shots.size == 0:
-        raise ValueError("adapting needs at least one measured program")
+        raise InputError("adapting needs at least one measured program")
     pred = LatencyPredictor(model, {}).predict_featurized(data, shots, device_rows=row)
     resid = np.log(data.latency[shots]) - np.log(pred)
     if not np.all(np.isfinite(resid)):
-        raise ValueError("a shot has a non-positive or missing latency")
+        raise InputError("a shot has a non-positive or missing latency")
     out = copy.deepcopy(model).eval()
     with torch.no_grad():
         out.device_offset[row] += float(resid.mean())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import CdmppError, CheckpointError
+from cdmpp.errors import CdmppError, CheckpointError, InputError
 from cdmpp.featurize.ast import PSF_DIM
 
 
@@ -99,7 +99,7 @@ class FlopsBaseline:
         flops, latency = np.asarray(flops, np.float64), np.asarray(latency, np.float64)
         ok = flops > 0
         if not ok.any():
-            raise ValueError("no training program with known FLOPs")
+            raise InputError("no training program with known FLOPs")
         self.throughput_ = float(np.max(flops[ok] / latency[ok]))
         self.floor_ = float(np.min(latency))
         return self

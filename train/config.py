@@ -36,8 +36,8 @@ class TrainData:
             join training (labels as measured, no device feature).
         cmd_target: a device folder whose programs (features only) are the CMD term's
             target domain (needs ``TrainConfig.cmd_weight > 0``).
-        benchmark_table: with one device folder: a markdown file of ``cdmpp evaluate
-            --benchmark`` embedded in the model card.
+        benchmark_table: with one device folder: a markdown file of ``cdmpp bench
+            table`` embedded in the model card.
         cache_dir: featurization cache (``None``: none).
         featurize_workers: processes that featurize a large device folder that is not
             cached yet (:func:`cdmpp.featurize.parallel.featurize_records`; the command

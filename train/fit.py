@@ -90,7 +90,7 @@ def fit_transformer(
     module.model.pack_tokens = not padded_encoder
     if model_config.num_devices > 0:
         if device_descriptors is None or data.device is None:
-            raise ValueError("a model with device input needs data.device and device_descriptors")
+            raise InputError("a model with device input needs data.device and device_descriptors")
         module.model.set_device_descriptors(device_descriptors)
     rows = np.concatenate([np.arange(data.ptr[i], data.ptr[i + 1]) for i in split.train])
     module.model.set_normalization(

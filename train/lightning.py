@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
 from cdmpp.model import LatencyTransformer, ModelConfig
 
@@ -313,9 +314,9 @@ def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, momen
         ValueError: widths differ, a sample is empty, or ``moments < 1``.
     """
     if source.ndim != 2 or target.ndim != 2 or source.shape[1] != target.shape[1]:
-        raise ValueError(f"CMD needs (N, D) and (M, D) samples, got {tuple(source.shape)} and {tuple(target.shape)}")
+        raise InputError(f"CMD needs (N, D) and (M, D) samples, got {tuple(source.shape)} and {tuple(target.shape)}")
     if source.shape[0] == 0 or target.shape[0] == 0 or moments < 1:
-        raise ValueError(f"CMD needs non-empty samples and moments >= 1, got {source.shape[0]}, {target.shape[0]}, {moments}")
+        raise InputError(f"CMD needs non-empty samples and moments >= 1, got {source.shape[0]}, {target.shape[0]}, {moments}")
     ms, mt = source.mean(0), target.mean(0)
     out = torch.linalg.vector_norm(ms - mt)
     cs, ct = source - ms, target - mt

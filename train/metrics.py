@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from cdmpp.errors import InputError
+
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
     """Mean absolute percentage error, as a fraction (0.14 = 14%)."""
@@ -170,9 +172,9 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
     """
     pred, true = np.asarray(pred, dtype=np.float64), np.asarray(true, dtype=np.float64)
     if pred.shape != true.shape or pred.ndim != 1 or pred.size == 0:
-        raise ValueError(f"need two equal 1-D non-empty arrays, got {pred.shape} and {true.shape}")
+        raise InputError(f"need two equal 1-D non-empty arrays, got {pred.shape} and {true.shape}")
     if np.any(true <= 0) or np.any(pred <= 0):
-        raise ValueError("latencies must be positive")
+        raise InputError("latencies must be positive")
     return {
         "programs": int(true.size),
         "mape": mape(pred, true),

@@ -216,7 +216,7 @@ def plot_tuning_curves(
             (seconds).
         ylabel: what the curves measure (the axis says whether it is normalised).
         yardstick: the cost model whose final best is 1 (e.g. ``"xgb 512"``,
-            :func:`cdmpp.bench.tune.with_reference`).
+            :func:`benchmarks.tune.with_reference`).
         log_trials: a log-scale trial axis (for budgets of very different sizes).
     """
     plt = _pyplot()

@@ -157,7 +157,7 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         meta: the checkpoint's metadata; with a ``devices`` list it is a checkpoint with
             a device table (several devices), else a checkpoint of one device.
         program_counts: programs per network (one device), listed under "Data".
-        benchmark_table: markdown of ``cdmpp evaluate --benchmark``, embedded when given.
+        benchmark_table: markdown of ``cdmpp bench table``, embedded when given.
     """
     several = "devices" in meta
     lines = [
@@ -204,7 +204,7 @@ def model_card(model_config: ModelConfig, meta: dict, program_counts: Mapping[st
         )
     lines += _metric_sections(meta, several)
     if benchmark_table:
-        lines += ["", "## Benchmark (`cdmpp evaluate --benchmark`, same data, splits and seed for every model)", "",
+        lines += ["", "## Benchmark (`cdmpp bench table`, same data, splits and seed for every model)", "",
                   benchmark_table.strip()]
     lines += _interval_section(meta.get("interval"))
     if meta.get("interval_without_trace"):

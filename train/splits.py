@@ -77,9 +77,9 @@ def random_programs(num_programs: int, test_fraction: float = 0.2, val_fraction:
         ValueError: fewer than 3 programs, or fractions outside (0, 1).
     """
     if num_programs < 3:
-        raise ValueError(f"a random split needs at least 3 programs, got {num_programs}")
+        raise InputError(f"a random split needs at least 3 programs, got {num_programs}")
     if not (0 < test_fraction < 1 and 0 <= val_fraction < 1 and test_fraction + val_fraction < 1):
-        raise ValueError(f"bad fractions: test {test_fraction}, validation {val_fraction}")
+        raise InputError(f"bad fractions: test {test_fraction}, validation {val_fraction}")
     perm = np.random.default_rng(seed).permutation(num_programs)
     n_test = max(1, int(round(test_fraction * num_programs)))
     n_val = int(round(val_fraction * num_programs))

@@ -59,7 +59,7 @@ def calibrate(point: np.ndarray, passes: np.ndarray, true_s: np.ndarray, cfg: In
     """
     y = np.log(np.asarray(true_s, dtype=np.float64))
     if y.size == 0 or point.shape != y.shape or passes.shape[1] != y.size:
-        raise ValueError(f"need matching non-empty arrays, got {point.shape}, {passes.shape} and {y.shape}")
+        raise InputError(f"need matching non-empty arrays, got {point.shape}, {passes.shape} and {y.shape}")
     s = mc_std(passes)
     r = y - point
     q = (cfg.lower, cfg.upper)

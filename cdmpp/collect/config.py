@@ -65,7 +65,7 @@ class MeasureConfig:
             value at or above ``repeat``): always ``repeat``.  The default rule changes
             the label (median of the kept repeats against the median of all 10) by a
             p90 of 0.5-0.9% and a p99 of 1.1-3.7% on the five CPU folders, replayed on
-            their stored repeats (:func:`cdmpp.bench.collect_rate.check_adaptive_repeats`,
+            their stored repeats (:func:`benchmarks.collect_rate.check_adaptive_repeats`,
             ``cdmpp bench repeat-check``).  Raises ``InputError`` when below 1.
         adaptive_min_s: seconds; faster programs always get every repeat.
         adaptive_max_spread: fraction; see ``adaptive_repeats``.
@@ -76,6 +76,10 @@ class MeasureConfig:
             inputs.  Those timings go to their own tuning-record file
             (:data:`cdmpp.dataset.WARM_RECORD_FILE`) beside the cold one, a JSONDatabase
             over the same workload file.
+        warm_repeat: repeats of the warm protocol (every one kept, no adaptive pass).
+            Without the flush the repeats spread little, and fewer of them keep the warm
+            pass under a quarter of the collection's time.  Raises ``InputError`` when
+            below 1.
     """
 
     number: int = 1
@@ -90,20 +94,25 @@ class MeasureConfig:
     adaptive_min_s: float = 0.002
     adaptive_max_spread: float = 0.02
     warm: bool = True
+    warm_repeat: int = 3
 
     def __post_init__(self):
         if self.repeat < 1 or self.number < 1:
             raise InputError(f"repeat and number must be at least 1, got repeat={self.repeat}, number={self.number}")
+        if self.warm_repeat < 1:
+            raise InputError(f"warm_repeat must be at least 1, got {self.warm_repeat}")
         if self.adaptive_repeats is not None and self.adaptive_repeats < 1:
             raise InputError(f"adaptive_repeats must be at least 1, or None, got {self.adaptive_repeats}")
         if self.adaptive_repeats is not None and self.adaptive_repeats >= self.repeat:
             self.adaptive_repeats = None  # nothing left to skip: every repeat
 
     def evaluator_config(self, warm: bool = False):
-        """MetaSchedule's ``EvaluatorConfig`` of this protocol (``warm``: the same without the cache flush)."""
+        """MetaSchedule's ``EvaluatorConfig`` of this protocol (``warm``: without the cache flush,
+        ``warm_repeat`` repeats)."""
         from ..tvm_compat import EvaluatorConfig  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
-        return EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+        return EvaluatorConfig(number=self.number, repeat=self.warm_repeat if warm else self.repeat,
+                               min_repeat_ms=self.min_repeat_ms,
                                enable_cpu_cache_flush=self.enable_cpu_cache_flush and not warm)
 
 

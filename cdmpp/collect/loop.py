@@ -14,6 +14,7 @@ from cdmpp.errors import InputError
 
 from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
+from ..tasks import Task
 from .config import CollectConfig, CollectSummary, MachineBusyError
 from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
 from .sampling import (
@@ -27,7 +28,6 @@ from .sampling import (
 )
 from .store import (
     DatasetStore,
-    TaskEntry,
     build_manifest,
     mark_phase,
     mark_tasks,
@@ -64,7 +64,7 @@ class _Collection:
         """Whether an earlier visit found this workload's design space used up."""
         return any(t.get("workload_key") == key and "space_exhausted_at" in t for t in self.manifest["tasks"])
 
-    def visit(self, task: TaskEntry, goal: int):
+    def visit(self, task: Task, goal: int):
         """Sample, measure and record programs of one task until it has ``goal`` (or its space runs out).
 
         A generator: it yields each batch of fresh ``(candidate, program_key)`` pairs to
@@ -73,7 +73,7 @@ class _Collection:
         key, wl, cfg = task.workload_key, self.workloads[task.workload_key], self.cfg
         full = self.task_goal(key, goal)  # goal, plus the tuned phase's programs
         need = full - self.store.done.get(key, 0)
-        self.bar.set_postfix_str(f"{task.network}:{task.task_name}"[:40])
+        self.bar.set_postfix_str(f"{task.network}:{task.name}"[:40])
         earlier_failures = self.store.failed.get(key, 0) if cfg.retry_failed else 0
         with self.bench.clock.stage("de-duplication"):
             seen = (set() if cfg.retry_failed else set(self.store.failed_keys.get(key, set()))) | (
@@ -176,7 +176,7 @@ class _Collection:
                 fresh.append((c, pk))
         return fresh
 
-    def _record(self, task: TaskEntry, wl, batch: list, record_type) -> dict:
+    def _record(self, task: Task, wl, batch: list, record_type) -> dict:
         """Store a measured batch: records and failures; returns runner results of the successes by candidate id."""
         from ..tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
@@ -201,14 +201,14 @@ class _Collection:
                 results[id(c)] = ms.runner.RunnerResult(secs, None)
         return results
 
-    def task_failed(self, task: TaskEntry, err: Exception) -> None:
+    def task_failed(self, task: Task, err: Exception) -> None:
         """Keep one task's TVM error in the manifest; the collection goes on."""
         self.task_errors += 1
         message = f"{type(err).__name__}: {err}"
         self.manifest["collections"][-1].setdefault("task_errors", []).append(
             {
                 "network": task.network,
-                "task_name": task.task_name,
+                "task_name": task.name,
                 "workload_key": task.workload_key,
                 "error": message[-4000:],
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -216,7 +216,7 @@ class _Collection:
         )
         ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
         log_note(
-            f"{task.network}:{task.task_name}: skipped after {message.splitlines()[0][:200]} "
+            f"{task.network}:{task.name}: skipped after {message.splitlines()[0][:200]} "
             "(kept in the manifest; the next collection tries it again)"
         )
 
@@ -240,7 +240,7 @@ class _Collection:
             self.checkpoint(final=False)
             self._last_pack = time.time()
 
-    def _advance(self, task: TaskEntry, goal: int, steps, measured, inflight: list) -> None:
+    def _advance(self, task: Task, goal: int, steps, measured, inflight: list) -> None:
         """Run one task's visit (``steps``; ``None``: start it) until it asks for its next batch
         (queued for building and appended to ``inflight``) or ends; a TVM error ends only
         that task."""
@@ -258,7 +258,7 @@ class _Collection:
             return
         inflight.append((task, steps, submit_batch(self.bench, fresh)))
 
-    def run_round(self, tasks: list[TaskEntry], goal: int) -> None:
+    def run_round(self, tasks: list[Task], goal: int) -> None:
         """Visit every task once, towards ``goal`` programs each.
 
         With ``tasks_in_flight`` 2, two tasks are in flight at a time: while one task's
@@ -381,7 +381,7 @@ def collect(
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
             **({"tuned": cfg.tuned_json()} if cfg.tuned_tasks else {}),
             # tasks not collected: a held-out test network has their workload
-            **({"held_out_tasks": [f"{t.network}:{t.task_name}" for t in plan.left_out]} if plan.left_out else {}),
+            **({"held_out_tasks": [f"{t.network}:{t.name}" for t in plan.left_out]} if plan.left_out else {}),
             **({"network_errors": plan.failed} if plan.failed else {}),
         }
     )

@@ -15,8 +15,9 @@ from cdmpp.errors import InputError
 
 from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
+from ..tasks import Task
 from .config import CollectSummary, MeasureConfig, QuietConfig
-from .store import DatasetStore, TaskEntry, program_hash_key
+from .store import DatasetStore, program_hash_key
 from .timing import local_bench, measure_batch
 
 
@@ -309,7 +310,7 @@ def _time_chosen(bench, todo: list, src, store: DatasetStore, target, counts: di
                 record = TuningRecord(p.record.trace, wl, secs, target, p.record.args_info)
                 if secs is None:
                     t = next(iter(src_tasks.get(src.workload_keys[p.workload_index], [])), {})
-                    task = TaskEntry(t.get("network", "?"), t.get("task_name", key), 1, 0.0, None, key)
+                    task = Task(t.get("task_name", key), 1, None, network=t.get("network", "?"), workload_key=key)
                     store.add_failure(task, pk, stage, err, record)
                     counts["failed"] += 1
                     continue

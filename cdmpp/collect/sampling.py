@@ -9,19 +9,20 @@ from pathlib import Path
 from .. import dataset as ds
 from ..device import DeviceDescriptor
 from ..errors import InputError
+from ..tasks import Task
 from .config import CollectConfig
 from .machine import StageClock
-from .store import DatasetStore, TaskEntry, known_tasks, program_hash_key
+from .store import DatasetStore, known_tasks, program_hash_key
 
 
-def extract_network_tasks(network: str, target) -> list[TaskEntry]:
+def extract_network_tasks(network: str, target) -> list[Task]:
     """The MetaSchedule tuning tasks of a zoo network, with weights and FLOPs."""
     from .. import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
 
     return extract_spec_tasks(zoo.get_network(network), target)
 
 
-def extract_spec_tasks(spec, target) -> list[TaskEntry]:
+def extract_spec_tasks(spec, target) -> list[Task]:
     """The MetaSchedule tuning tasks of a :class:`cdmpp.networks.NetworkSpec` (a zoo entry or
     a network outside the zoo), with weights and FLOPs, in extraction order."""
     from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
@@ -35,7 +36,7 @@ def extract_spec_tasks(spec, target) -> list[TaskEntry]:
             flops = float(estimate_tir_flops(sub))
         except Exception:
             flops = 0.0
-        tasks.append(TaskEntry(network, str(t.task_name), int(t.weight), flops, sub))
+        tasks.append(Task(str(t.task_name), int(t.weight), sub, network=network, flops=flops))
     return tasks
 
 
@@ -70,7 +71,7 @@ def sampling_threads(cores: int, tasks_in_flight: int) -> int:
 
 
 def make_tune_context(
-    task: TaskEntry, target, device: DeviceDescriptor, phase: str, seed: int, store: DatasetStore, workload, population: int,
+    task: Task, target, device: DeviceDescriptor, phase: str, seed: int, store: DatasetStore, workload, population: int,
     cost_model=None, clock: StageClock | None = None, threads: int | None = None, guide: str = "xgb",
     checkpoint: Path | None = None,
 ):
@@ -113,7 +114,7 @@ def make_tune_context(
         target=target,
         space_generator="post-order-apply",
         search_strategy=strategy,
-        task_name=task.task_name,
+        task_name=task.name,
         rand_state=seed,
         num_threads=threads,
     )
@@ -124,7 +125,7 @@ def make_tune_context(
     return ctx, cost_model
 
 
-def tuned_task_keys(every: list[TaskEntry], per_network: int, skip: set[str] = frozenset()) -> set[str]:
+def tuned_task_keys(every: list[Task], per_network: int, skip: set[str] = frozenset()) -> set[str]:
     """Workload keys of the ``per_network`` largest tasks of each network by task weight x
     FLOPs (the tuned phase's tasks), leaving out the workload keys in ``skip``."""
     keys: set[str] = set()
@@ -135,7 +136,7 @@ def tuned_task_keys(every: list[TaskEntry], per_network: int, skip: set[str] = f
     return keys
 
 
-def skipped_workloads(manifest: dict, networks: tuple[str, ...], tasks: list[TaskEntry] = ()) -> set[str]:
+def skipped_workloads(manifest: dict, networks: tuple[str, ...], tasks: list[Task] = ()) -> set[str]:
     """Workload keys of these networks' tasks in a device folder's manifest or in ``tasks``
     (this run's extracted tasks; the tuned phase's :attr:`CollectConfig.tuned_skip_networks`).
 
@@ -186,11 +187,11 @@ class TaskPlan:
         failed: networks whose export or Relax import failed, with the error.
     """
 
-    every: list[TaskEntry]
-    visit: list[TaskEntry]
+    every: list[Task]
+    visit: list[Task]
     workloads: dict
     held_out: dict[str, list[str]]
-    left_out: list[TaskEntry]
+    left_out: list[Task]
     failed: dict[str, str]
 
 
@@ -230,15 +231,15 @@ def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target
     return TaskPlan(every, round_robin(per_network), workloads, held, left_out, failed)
 
 
-def round_robin(per_network: list[list[TaskEntry]]) -> list[TaskEntry]:
+def round_robin(per_network: list[list[Task]]) -> list[Task]:
     """The tasks in round-robin order over networks (each network's first task, then each
     one's second, ...), so that a collection stopped early covers every network."""
     return [t for group in itertools.zip_longest(*per_network) for t in group if t is not None]
 
 
-def networks_tasks(tasks: list[TaskEntry]) -> list[list[TaskEntry]]:
+def networks_tasks(tasks: list[Task]) -> list[list[Task]]:
     """``tasks`` grouped by network, each group in the order of ``tasks``."""
-    groups: dict[str, list[TaskEntry]] = {}
+    groups: dict[str, list[Task]] = {}
     for t in tasks:
         groups.setdefault(t.network, []).append(t)
     return list(groups.values())

@@ -5,25 +5,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from .. import dataset as ds
 from ..device import DeviceDescriptor
+from ..tasks import Task
 from .config import INPUT_FILL, SAMPLING_POLICY, TUNED_POLICY, CollectConfig
 
 
-@dataclass
-class TaskEntry:
-    network: str
-    task_name: str
-    weight: int
-    flops: float
-    mod: object
-    workload_key: str = ""
-
-
-def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[TaskEntry]]:
+def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[Task]]:
     """Task lists of networks already extracted into this device folder (no Relax import needed).
 
     A network counts only when the manifest lists all of its tasks and each task's workload
@@ -37,7 +28,7 @@ def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[TaskEntry]]:
     mods = {}
     for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE)):
         mods[str(obj[0])] = obj
-    out: dict[str, list[TaskEntry]] = {}
+    out: dict[str, list[Task]] = {}
     for t in manifest.get("tasks", []):
         if t["network"] in counts and t.get("workload_key") in mods:
             out.setdefault(t["network"], []).append(t)
@@ -45,7 +36,7 @@ def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[TaskEntry]]:
     for n, entries in out.items():
         if len(entries) == counts[n]:
             tasks[n] = [
-                TaskEntry(n, e["task_name"], e["weight"], e["flops"], Workload.from_json(mods[e["workload_key"]]).mod)
+                Task(e["task_name"], e["weight"], Workload.from_json(mods[e["workload_key"]]).mod, network=n, flops=e["flops"])
                 for e in entries
             ]
     return tasks
@@ -142,12 +133,12 @@ class DatasetStore:
             else:
                 self._program_keys[workload_key].add(program_key)
 
-    def add_failure(self, task: TaskEntry, program_key: str, stage: str, error: str, record) -> None:
+    def add_failure(self, task: Task, program_key: str, stage: str, error: str, record) -> None:
         """Append a failed build/run: the tuning record (``run_secs`` null) with its error."""
         line = {
             "workload_key": task.workload_key,
             "network": task.network,
-            "task_name": task.task_name,
+            "task_name": task.name,
             "program_key": program_key,
             "stage": stage,
             "error": error[:4000],
@@ -162,16 +153,16 @@ class DatasetStore:
         self.failed_keys.setdefault(task.workload_key, set()).add(program_key)
 
 
-def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[TaskEntry]) -> dict:
+def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, tasks: list[Task]) -> dict:
     from ..networks import family_of  # noqa: PLC0415  (keeps torch off this module's import)
     from ..tvm_compat import tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     entries = {(t["network"], t["task_name"]): t for t in old.get("tasks", [])}
     for t in tasks:
-        entries[(t.network, t.task_name)] = {
-            **entries.get((t.network, t.task_name), {}),
+        entries[(t.network, t.name)] = {
+            **entries.get((t.network, t.name), {}),
             "network": t.network,
-            "task_name": t.task_name,
+            "task_name": t.name,
             "weight": t.weight,
             "flops": t.flops,
             "workload_key": t.workload_key,
@@ -182,7 +173,7 @@ def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, task
         networks.setdefault(t.network, {"tasks": 0})
     for n in networks:
         if any(t.network == n for t in tasks):
-            networks[n] = {"tasks": len({t.task_name for t in tasks if t.network == n}), "family": family_of(n)}
+            networks[n] = {"tasks": len({t.name for t in tasks if t.network == n}), "family": family_of(n)}
     return {
         "format": "cdmpp-dataset/1",
         "device": device.to_json(),
@@ -215,12 +206,12 @@ def mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name: 
         ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
 
 
-def mark_phase(manifest: dict, device_dir: Path, task: TaskEntry, programs: int, field_name: str = "random_programs"
+def mark_phase(manifest: dict, device_dir: Path, task: Task, programs: int, field_name: str = "random_programs"
                ) -> None:
     """Record, once and before it measures anything, where a task's evolutionary phase
     begins (``random_programs``) or its tuned phase (``tuned_from``): the count of its
     records measured before."""
     for t in manifest["tasks"]:
-        if t["network"] == task.network and t["task_name"] == task.task_name and field_name not in t:
+        if t["network"] == task.network and t["task_name"] == task.name and field_name not in t:
             t[field_name] = programs
             ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)

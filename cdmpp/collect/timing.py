@@ -391,8 +391,7 @@ def local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | No
                          f_run_evaluator=run_evaluator(m))
     warm = None
     if m.warm and dev_type == "cpu":  # a GPU has no CPU cache flush to leave out
-        warm = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config(warm=True),
-                           f_run_evaluator=run_evaluator(m))
+        warm = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config(warm=True))
     guard = QuietGuard(quiet) if quiet is not None else None
     return _Bench(builder, runner, target, dev_type, m.max_repeat_cv, clock or StageClock(), guard, probe_file, warm)
 

@@ -1,11 +1,11 @@
 """``cdmpp bench tune --whole-network``: a whole network tuned with each cost model, then timed end to end.
 
 MetaSchedule's ``tune_relax`` tunes every task of a network (a zoo network or one outside
-the zoo, :mod:`cdmpp.bench.unseen`) with one global trial
+the zoo, :mod:`benchmarks.unseen`) with one global trial
 budget (its gradient task scheduler divides it), once per cost model, on this CPU;
 the network is then compiled with each tuning database and timed in the Relax VM.
 The records are kept as one JSONDatabase per cost model and seed, like the per-task
-runs of :mod:`cdmpp.bench.tune`.
+runs of :mod:`benchmarks.tune`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,20 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import render_table
+from benchmarks.unseen import network_spec
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import relax_tasks
+from cdmpp.tvm_compat import (
+    Target,
+    load_tensor_intrinsics,
+    ms,
+    relax_module_and_params_from_torch,
+    structural_hash,
+)
 
 from .truth_check import compile_time_and_profile
 from .tune import (
@@ -44,7 +53,7 @@ class NetworkTuneConfig:
 
     Attributes:
         network: a zoo network name (``cdmpp.networks.network_names``) or one outside the zoo
-            (:func:`cdmpp.bench.unseen.unseen_networks`).
+            (:func:`benchmarks.unseen.unseen_networks`).
         trials: the global trial budget shared by all of the network's tasks (MetaSchedule's
             gradient task scheduler divides it).
         trials_per_iter: trials measured per search iteration of a task.
@@ -108,9 +117,9 @@ def gap_breakdown(work_dir: Path, tasks: list, profile: dict[str, float], e2e_s:
 
     Args:
         work_dir: the tuning run's JSONDatabase folder.
-        tasks: the network's tasks (:class:`cdmpp.estimate.Task`: ``name``, ``weight``, ``mod``).
+        tasks: the network's tasks (:class:`cdmpp.tasks.Task`: ``name``, ``weight``, ``mod``).
         profile: mean seconds per inference of each function the Relax VM called, by name
-            (:func:`cdmpp.bench.truth_check.compile_time_and_profile`).
+            (:func:`benchmarks.truth_check.compile_time_and_profile`).
         e2e_s: the network's median end-to-end seconds.
 
     Returns:
@@ -124,7 +133,6 @@ def gap_breakdown(work_dir: Path, tasks: list, profile: dict[str, float], e2e_s:
         the run), ``best_s``, ``tuned_s`` (weight x best) and ``in_network_s``, largest
         ``in_network_s`` first.
     """
-    from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)] if wl_path is not None else []
@@ -173,14 +181,6 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     Raises:
         UnknownNetworkError: neither a zoo network nor one outside the zoo.
     """
-    from cdmpp.bench.unseen import network_spec  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-        Target,
-        load_tensor_intrinsics,
-        ms,
-        relax_module_and_params_from_torch,
-        structural_hash,
-    )
 
 
     spec = network_spec(cfg.network)
@@ -240,8 +240,7 @@ def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dic
     if weights_file.exists():
         weights = json.loads(weights_file.read_text(encoding="utf-8"))
     else:
-        from cdmpp.bench.unseen import network_tasks  # noqa: PLC0415  (only on the branch that needs it)
-        from cdmpp.tvm_compat import Target, structural_hash  # noqa: PLC0415  (keeps tvm off this module's import)
+        from benchmarks.unseen import network_tasks  # noqa: PLC0415  (only on the branch that needs it)
 
         weights = {str(structural_hash(mod)): weight
                    for _, weight, mod, _ in network_tasks(network, Target(local_cpu().target))}
@@ -256,7 +255,6 @@ def network_curve_panels(out_dir: Path, network: str) -> dict[str, dict[str, dic
 
 def format_network_tuning(rows: list[dict], markdown: bool = False) -> str:
     """The rows of :func:`run_network_tuning` as a table (milliseconds, minutes)."""
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     head = ["network", "cost model", "seed", "tasks", "trials", "tuned sum ms", "end to end ms",
             "tasks in network ms", "other calls ms", "tuning min"]

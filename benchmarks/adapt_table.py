@@ -7,6 +7,11 @@ from pathlib import Path
 
 from cdmpp import dataset as ds
 from cdmpp.featurize.trace import model_inputs
+from cdmpp.model import load_checkpoint
+from cdmpp.train.adapt import adapt_table
+from cdmpp.train.devices import device_of_manifest
+from cdmpp.train.evaluate import load_featurized
+from cdmpp.train.report import format_table, task_weights, write_rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,11 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_adapt_table(args) -> int:
-    from cdmpp.model import load_checkpoint  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.adapt import adapt_table  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
-    from cdmpp.train.devices import device_of_manifest  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.evaluate import load_featurized  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.report import format_table, task_weights, write_rows  # noqa: PLC0415  (keeps torch off this module's import)
 
     model, meta = load_checkpoint(Path(args.checkpoint))
     db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)

@@ -37,16 +37,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import xgboost as xgb
 
+from benchmarks import write_result
+from benchmarks.trace_steps import folder_trace_steps, with_trace_sequence
 from cdmpp import dataset as ds
-from cdmpp.bench import write_result
 from cdmpp.errors import InputError
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.parallel import default_workers
 from cdmpp.featurize.trace import folder_traces, with_trace_tokens
-from cdmpp.featurize.trace_steps import folder_trace_steps, with_trace_sequence
+from cdmpp.model import ModelConfig
+from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
+from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs, tuned_phase
+from cdmpp.train.fit import fit_transformer
 from cdmpp.train.folds import parse_fold
 from cdmpp.train.metrics import summary
 from cdmpp.train.splits import Split, drop_unstable_labels, thin_training
@@ -67,7 +72,7 @@ class Lever:
         trace_token: add the schedule trace's decisions as one more token before each
             program's leaves (:func:`cdmpp.featurize.trace.with_trace_tokens`).
         trace_sequence: add every instruction of the schedule trace as a token before each
-            program's leaves (:func:`cdmpp.featurize.trace_steps.with_trace_sequence`; TLP's
+            program's leaves (:func:`benchmarks.trace_steps.with_trace_sequence`; TLP's
             input), instead of the one token.
         extra_data: ``"tuned"``: add every tuned-phase program of the training workloads
             (:func:`cdmpp.train.devices.tuned_phase`) to the training programs;
@@ -308,7 +313,6 @@ def residual_rows(pred: dict[str, np.ndarray], data, inputs: dict[str, np.ndarra
         ``{input name: {part: corrected predicted latency (s)}}``: ``pred`` times the
         exponential of the trees' predicted residual.
     """
-    import xgboost as xgb  # noqa: PLC0415  (keeps xgboost off this module's import)
 
     resid = np.log(data.latency[index["fit"]]) - np.log(pred["fit"])
     out = {}
@@ -342,7 +346,6 @@ def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int
 
 
 def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
-    from cdmpp.model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
 
     # the levers add the trace token, the loop tokens and the LSE head themselves (``Lever``);
     # "current" is the mean-pooled MSE recipe on the leaves
@@ -378,9 +381,6 @@ def run_fit_study(
     Raises:
         InputError, DatasetError: bad data, an unknown lever, or an empty split.
     """
-    from cdmpp.predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inputs, tuned_phase  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
     loops = any(LEVERS[n].model.get("loop_tokens") for n in cfg.levers)
     # the cold protocol's labels (warm timings are a protocol row of their own; the study reads traces folder by folder)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cdmpp.bench.collect_rate import check_adaptive_repeats
+from benchmarks import render_table
+from benchmarks.collect_rate import check_adaptive_repeats
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_repeat_check(args) -> int:
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     def pct(x: float) -> str:
         return f"{100 * x:.2f}%"

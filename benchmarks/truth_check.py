@@ -30,13 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import tvm
+from tvm import relax
 
+from benchmarks import render_table
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
+from cdmpp.network_input import load_relax
 from cdmpp.predictor import LatencyPredictor
+from cdmpp.tvm_compat import Target, ms, structural_hash
 
 
 @dataclass
@@ -74,7 +79,6 @@ class TruthCheckConfig:
 def _folder_best(db: ds.DeviceDatabase) -> dict:
     """``{structural hash: (workload IRModule, BestRecord)}``: each workload's fastest measured
     record in a device folder (the form :func:`cdmpp.estimate.estimate_network` takes)."""
-    from cdmpp.tvm_compat import structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     best: dict = {}
     for p in db.programs:
@@ -85,7 +89,6 @@ def _folder_best(db: ds.DeviceDatabase) -> dict:
 
 def _memory_database(by_hash: dict):
     """A MetaSchedule ``MemoryDatabase`` holding the records of ``by_hash`` (one per workload)."""
-    from cdmpp.tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     mem = ms.database.MemoryDatabase()
     for mod, b in by_hash.values():
@@ -130,10 +133,7 @@ def compile_time_and_profile(database, unfused, params: list, example_inputs: tu
         ``profile_runs``); the end-to-end time less their sum is the VM's own overhead
         (plus the instrument's).
     """
-    import tvm  # noqa: PLC0415  (keeps tvm off this module's import)
-    from tvm import relax  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    from cdmpp.tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     t0 = time.perf_counter()
     ex = ms.relax_integration.compile_relax(database, unfused, target, params=None)
@@ -189,8 +189,6 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             loaded (a Relax JSON file carries no weights to run it with).
         UnknownNetworkError: an unknown zoo name.
     """
-    from cdmpp.network_input import load_relax  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.tvm_compat import Target, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     here = local_cpu()
     if cfg.databases:
@@ -257,7 +255,6 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
 
 def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table (milliseconds), with the ratios of the sums to the end-to-end latency."""
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "warm sum / e2e",
             "estimate ms", "10-90% ms", "estimate / e2e", "estimate / sum", "warm estimate / e2e"]

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import render_table
+
 from .tune import bench_runs, best_so_far, run_trials, seconds_to_trials, tuning_curves
 
 PAIRS = ((32, 256), (64, 512), (128, 512))
@@ -61,7 +63,6 @@ def heldout_table(
         ``(table, means)``: the table with a mean row over tasks; ``means`` maps each
         column name to its mean over tasks (``None`` where no task has both runs).
     """
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     mine, ref = tuning_curves(Path(out_dir)), tuning_curves(Path(reference))
     runs_of = {name: list(bench_runs(Path(folder))) for name, folder in ((plugin, out_dir), (yardstick, reference))}

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cdmpp.bench.collect_rate import (
+from benchmarks.collect_rate import (
     SearchCheckConfig,
     format_search_check,
     run_search_check,

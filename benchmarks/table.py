@@ -1,4 +1,4 @@
-"""``cdmpp evaluate --benchmark``: every model on the same splits, data and seed.
+"""``cdmpp bench table``: every model on the same splits, data and seed.
 
 For each split (leave-one-network-out over several networks, then a random split by
 program for reference) it trains the transformer (and, for the ablation, the same
@@ -13,7 +13,7 @@ precomputed) are reported with them.
 
 from __future__ import annotations
 
-import csv
+import argparse
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -21,16 +21,19 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import render_table, write_csv_and_markdown
 from cdmpp.featurize.ast import OWN_FEATURES
 from cdmpp.model import ModelConfig
 from cdmpp.predictor import LatencyPredictor
-
-from .baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
-from .config import TrainConfig
-from .evaluate import load_featurized
-from .metrics import summary
-from .report import task_weights
-from .splits import Split, holdout_network, networks_of, random_programs
+from cdmpp.recipe_args import add_model_arguments, model_configs
+from cdmpp.train.baselines import FlopsBaseline, SegmentSumMLP, TreeBaseline
+from cdmpp.train.config import TrainConfig
+from cdmpp.train.evaluate import load_featurized
+from cdmpp.train.fit import fit_transformer
+from cdmpp.train.lightning import cmd_domain_programs
+from cdmpp.train.metrics import summary
+from cdmpp.train.report import task_weights
+from cdmpp.train.splits import Split, holdout_network, networks_of, random_programs
 
 METRICS = ("mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5", "best_ratio", "slope", "best_speed")
 
@@ -73,8 +76,6 @@ def _models(cfg: BenchmarkConfig, data, split: Split, ablations: list = ()):
     """``(name, fit() -> predictor, predict(predictor, index) -> seconds)`` of every model."""
     # every model learns from the same programs: the transformer's training split (its
     # validation programs only watch its loss, so the baselines do not fit them either)
-    from .fit import fit_transformer  # noqa: PLC0415  (Lightning: off the table path)
-    from .lightning import cmd_domain_programs  # noqa: PLC0415  (keeps lightning off this module's import)
 
     fit_index = np.asarray(split.train)
     seed = cfg.train.seed
@@ -185,29 +186,40 @@ def format_benchmark(rows: list[dict], markdown: bool = False) -> str:
     return render_table(head, [[cell(r, c) for c in cols] for r in rows], markdown)
 
 
-def render_table(head: list[str], body: list[list[str]], markdown: bool = False, left: int = 2) -> str:
-    """Cells as a fixed-width text table, or a markdown table; the first ``left`` columns are left-aligned."""
-    if markdown:
-        rule = "|" + "|".join(" --- " if i < left else " ---: " for i in range(len(head))) + "|"
-        return "\n".join(["| " + " | ".join(head) + " |", rule] + ["| " + " | ".join(b) + " |" for b in body])
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    fmt = lambda vals: "  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
-    return "\n".join([fmt(head), "-" * len(fmt(head)), *(fmt(b) for b in body)])
-
-
-def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown: str) -> tuple[Path, Path]:
-    """Write ``rows`` to ``out_dir/<stem>.csv`` and ``markdown`` to ``out_dir/<stem>.md``; returns their paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
-    with open(csv_path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["split", "model"])
-        w.writeheader()
-        w.writerows(rows)
-    md_path.write_text(markdown + "\n", encoding="utf-8")
-    return csv_path, md_path
-
-
 def write_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
     """Write ``benchmark.csv`` and ``benchmark.md`` into ``out_dir``; returns their paths."""
     return write_csv_and_markdown(rows, out_dir, "benchmark", format_benchmark(rows, markdown=True))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``cdmpp bench table``'s arguments."""
+    parser.add_argument("-d", "--dataset", required=True, help="one dataset (or device) folder")
+    parser.add_argument("--holdout", default="auto",
+                        help="networks held out in turn, comma-separated ('auto': every network with programs)")
+    parser.add_argument("--output", default="runs/benchmark", help="folder for benchmark.csv, benchmark.md and logs")
+    parser.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    parser.add_argument("--no-random-split", action="store_true", help="skip the random split")
+    parser.add_argument("--no-ablation", action="store_true", help="skip the no-positional-encoding run")
+    parser.add_argument("--access-ablation", action="store_true",
+                        help="also train the transformer without the buffer-access features")
+    add_model_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``cdmpp bench table``: train, score, print the table and write it."""
+    mcfg, tcfg = model_configs(args)
+    out = Path(args.output)
+    cfg = BenchmarkConfig(
+        holdouts=None if args.holdout == "auto" else [h for h in args.holdout.split(",") if h],
+        random_split=not args.no_random_split,
+        positional_encoding_ablation=not args.no_ablation,
+        access_ablation=args.access_ablation,
+        model=mcfg,
+        train=tcfg,
+        log_dir=out / "logs",
+    )
+    rows = run_benchmark(Path(args.dataset), cfg, Path(args.cache))
+    print(format_benchmark(rows))
+    csv_path, md_path = write_benchmark(rows, out)
+    print(f"written: {csv_path}, {md_path}")
+    return 0

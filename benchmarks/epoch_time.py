@@ -18,11 +18,14 @@ import itertools
 import time
 from pathlib import Path
 
-from cdmpp.bench import write_result
+from benchmarks import write_result
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.featurize.parallel import default_workers
+from cdmpp.model import ModelConfig
 from cdmpp.train.config import PRECISIONS, TrainConfig, resolve_precision
+from cdmpp.train.devices import load_corpus, split_corpus
+from cdmpp.train.fit import fit_transformer
 
 RECIPES = {
     "shipped": {},
@@ -58,9 +61,6 @@ def time_epochs(
         InputError: an unknown recipe, precision or encoder, ``epochs < 1`` or a negative pool.
         DatasetError: no measured device folder under ``datasets``.
     """
-    from cdmpp.model import ModelConfig  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.devices import load_corpus, split_corpus  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.train.fit import fit_transformer  # noqa: PLC0415  (keeps lightning off this module's import)
 
     if recipe not in RECIPES:
         raise InputError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")

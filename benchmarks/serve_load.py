@@ -18,9 +18,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
+import uvicorn
 
 from cdmpp import dataset as ds
+from cdmpp.serve.app import ServeConfig, create_app
+from cdmpp.tvm_compat import program_from_record, save_json
 
 
 @dataclass
@@ -43,7 +47,6 @@ class LoadResult:
 
 def _programs(dataset: Path, count: int) -> list[dict]:
     """``count`` programs of a device folder as ``{"mod": TVM JSON}`` bodies."""
-    from cdmpp.tvm_compat import program_from_record, save_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     db = ds.load_device_dir(ds.device_dirs(Path(dataset))[0])
     out = []
@@ -57,10 +60,7 @@ def run_load_test(
     interval: bool = True,
 ) -> LoadResult:
     """Start a server, load it, stop it; see the module docstring."""
-    import httpx  # noqa: PLC0415  (keeps httpx off this module's import)
-    import uvicorn  # noqa: PLC0415  (keeps uvicorn off this module's import)
 
-    from cdmpp.serve.app import ServeConfig, create_app  # noqa: PLC0415  (keeps pydantic off this module's import)
 
     body = {"programs": _programs(dataset, programs), "interval": interval}
     with socket.socket() as s:

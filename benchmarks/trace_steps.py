@@ -6,7 +6,7 @@ embedded with its kind and its arguments, and learns latency from that sequence 
 :mod:`cdmpp.featurize.trace` summarises a trace in one vector (the first tile decisions
 and a few counts); this module keeps every instruction in order, each as a token of
 :data:`STEP_DIM` features, for the fit study's ``trace-sequence`` levers
-(:mod:`cdmpp.bench.fit_study`), where the tokens sit before the program's leaves in the
+(:mod:`benchmarks.fit_study`), where the tokens sit before the program's leaves in the
 transformer's sequence.
 
 The look-up instructions (``GetSBlock``, ``GetLoops``, ``GetChildBlocks``,

@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cdmpp.train.uncertainty import (
+    IntervalConfig,
+    calibrate_checkpoint,
+    format_coverage,
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``cdmpp bench calibrate``'s arguments."""
@@ -19,11 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_calibrate(args) -> int:
-    from cdmpp.train.uncertainty import (  # noqa: PLC0415  (keeps torch off this module's import)
-        IntervalConfig,
-        calibrate_checkpoint,
-        format_coverage,
-    )
 
     results = calibrate_checkpoint(
         Path(args.checkpoint), [Path(d) for d in args.dataset], Path(args.cache), IntervalConfig(passes=args.passes),

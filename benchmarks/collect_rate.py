@@ -33,10 +33,22 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import render_table
 from cdmpp import dataset as ds
-from cdmpp.collect import remeasure, stops_early
+from cdmpp.collect import MeasureConfig, QuietConfig, extract_network_tasks, remeasure, stops_early
+from cdmpp.collect.sampling import make_tune_context
+from cdmpp.collect.store import DatasetStore, program_hash_key
+from cdmpp.collect.timing import local_bench, measure_batch
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
+from cdmpp.tvm_compat import (
+    LocalBuilder,
+    LocalRunner,
+    Target,
+    build_for_measurement,
+    load_tensor_intrinsics,
+    ms,
+)
 
 PATHS = {
     "plain": "plain TVM",
@@ -79,16 +91,6 @@ class CollectBenchmarkConfig:
 def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None:
     """In a fresh process: ReplayTrace + LocalBuilder + LocalRunner until ``seconds`` pass;
     writes ``{"measured": n, "cv": [...]}`` to ``out``."""
-    from cdmpp.collect import MeasureConfig, extract_network_tasks  # noqa: PLC0415  (its name is taken at module level)
-    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-        LocalBuilder,
-        LocalRunner,
-        Target,
-        build_for_measurement,
-        load_tensor_intrinsics,
-        ms,
-    )
-
     start = time.perf_counter()
     device = local_cpu()
     target = Target(device.target)
@@ -106,7 +108,7 @@ def _plain_worker(network: str, out: str, seconds: float, per_task: int) -> None
             break
         ctx = ms.TuneContext(t.mod, target=target, space_generator="post-order-apply",
                              search_strategy=ms.search_strategy.ReplayTrace(max_fail_count=64),
-                             task_name=t.task_name, rand_state=0, num_threads=device.cores)
+                             task_name=t.name, rand_state=0, num_threads=device.cores)
         ctx.pre_tuning(max_trials=per_task, num_trials_per_iter=per_task, database=None, cost_model=None)
         cands = ctx.generate_measure_candidates() or []
         ctx.post_tuning()
@@ -197,7 +199,7 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
         t0 = time.perf_counter()
         if path == "plain":
             out.mkdir(parents=True)
-            code = ("import sys; from cdmpp.bench.collect_rate import _plain_worker; "
+            code = ("import sys; from benchmarks.collect_rate import _plain_worker; "
                     f"_plain_worker({cfg.network!r}, {str(out / 'plain.json')!r}, {seconds}, {cfg.programs_per_task})")
             subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=seconds + 300)
@@ -237,7 +239,6 @@ def run_collect_benchmark(cfg: CollectBenchmarkConfig, work_dir: Path, repo: Pat
 
 def format_collect_benchmark(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table: programs per minute, the ratio to each other path, and the noise."""
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     def pct(r, k):
         v = r.get(k)
@@ -296,18 +297,6 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
         InputError: this CPU has no device folder in ``cfg.dataset``, or none of its
             tasks has measured programs.
     """
-    from cdmpp.collect import (  # noqa: PLC0415  (its name is taken at module level)
-        DatasetStore,
-        MeasureConfig,
-        QuietConfig,
-        extract_network_tasks,
-        local_bench,
-        make_tune_context,
-        measure_batch,
-        program_hash_key,
-    )
-    from cdmpp.tvm_compat import Target, load_tensor_intrinsics  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
     device = local_cpu()
     device_dir = Path(cfg.dataset) / device.device_id
     if not (device_dir / ds.MANIFEST_FILE).exists():
@@ -345,7 +334,7 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
                 out = measure_batch(bench, [(c, program_hash_key(c.sch.mod)) for c in cands])
                 labels = [float(np.median(secs)) for _, _, secs, _, _ in out if secs]
                 rows.append({
-                    "network": task.network, "task": task.task_name, "population": pop, "search_s": search_s,
+                    "network": task.network, "task": task.name, "population": pop, "search_s": search_s,
                     "measured": len(labels), "median_s": float(np.median(labels)) if labels else float("nan"),
                     "best_s": min(labels) if labels else float("nan"), "known_best_s": known,
                 })
@@ -357,7 +346,6 @@ def run_search_check(cfg: SearchCheckConfig) -> list[dict]:
 def format_search_check(rows: list[dict], markdown: bool = False) -> str:
     """Per population: search seconds per call and, against the first population, the
     geometric mean over tasks of the batch's median and fastest label."""
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     pops = list(dict.fromkeys(r["population"] for r in rows))
     by = {(r["network"], r["task"], r["population"]): r for r in rows}

@@ -7,14 +7,17 @@ extracts and ranks their tuning tasks for ``cdmpp bench tune``, ``speed`` and
 
 from __future__ import annotations
 
+import dataclasses
+
 from cdmpp.collect.sampling import extract_spec_tasks
 from cdmpp.networks import NetworkSpec
 from cdmpp.networks.unseen import network_spec, unseen_network, unseen_networks
+from cdmpp.tasks import Task
 
 __all__ = ["network_spec", "network_tasks", "unseen_network", "unseen_networks", "unseen_tasks"]
 
 
-def unseen_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
+def unseen_tasks(name: str, target) -> list[Task]:
     """The MetaSchedule tuning tasks of a network outside the zoo, largest first.
 
     Args:
@@ -22,8 +25,8 @@ def unseen_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
         target: TVM ``Target`` the tasks are extracted for.
 
     Returns:
-        ``(task_name, weight, workload IRModule, rank)`` per task in weight x FLOPs order
-        (``rank`` 0: the largest), as :func:`cdmpp.bench.tune.choose_tasks` returns them.
+        Its :class:`cdmpp.tasks.Task` s in weight x FLOPs order, each with its ``rank`` (0:
+        the largest), as :func:`benchmarks.tune.choose_tasks` returns them.
 
     Raises:
         UnknownNetworkError: ``name`` is not a network outside the zoo.
@@ -31,7 +34,7 @@ def unseen_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     return _ranked(unseen_network(name), target)
 
 
-def network_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
+def network_tasks(name: str, target) -> list[Task]:
     """:func:`unseen_tasks` of a network outside the zoo or of a zoo network
     (:func:`cdmpp.networks.get_network`), extracted for ``target``.
 
@@ -41,7 +44,6 @@ def network_tasks(name: str, target) -> list[tuple[str, float, object, int]]:
     return _ranked(network_spec(name), target)
 
 
-def _ranked(spec: NetworkSpec, target) -> list[tuple[str, float, object, int]]:
-
+def _ranked(spec: NetworkSpec, target) -> list[Task]:
     tasks = sorted(extract_spec_tasks(spec, target), key=lambda t: -t.weight * t.flops)
-    return [(t.task_name, float(t.weight), t.mod, r) for r, t in enumerate(tasks)]
+    return [dataclasses.replace(t, rank=r) for r, t in enumerate(tasks)]

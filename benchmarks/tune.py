@@ -23,12 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import render_table, write_csv_and_markdown
+from benchmarks.unseen import unseen_networks, unseen_tasks
 from cdmpp import dataset as ds
 from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
 from cdmpp.collect.machine import build_tmpdir
 from cdmpp.device import local_cpu, record_device
 from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp.tasks import Task
 from cdmpp.tuning.config import OnlineConfig, SearchConfig
+from cdmpp.tuning.cost_model import CdmppCostModel
+from cdmpp.tvm_compat import LocalBuilder, LocalRunner, Target, build_for_measurement, load_tensor_intrinsics, ms
 
 COST_MODELS = ("xgb", "cdmpp", "random", "cdmpp-static", "cdmpp-level", "cdmpp-leaves", "cdmpp-pairwise",
                "cdmpp-wide", "cdmpp-explore")
@@ -157,8 +162,6 @@ def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
     points: the collector's measurement protocol, every batch timed on a quiet machine
     (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
-    from cdmpp.tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-    from cdmpp.tvm_compat import LocalBuilder, LocalRunner, build_for_measurement  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     m = MeasureConfig()
     tools = {
@@ -240,16 +243,14 @@ class TuneBenchmarkConfig:
             raise InputError(f"per-model trials must read <cost model>=<trials >= 1>, e.g. xgb=512; got {bad}")
 
 
-def choose_tasks(
-    db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...] = ()
-) -> list[tuple[str, float, object, int]]:
+def choose_tasks(db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...] = ()) -> list[Task]:
     """Tasks of ``network`` that have a workload in ``db``: the ``count`` largest by weight x
     FLOPs, and those in ``names`` (a task name, or its prefix before an ``_``:
     ``fused_conv2d7`` picks ``fused_conv2d7_subtract5_...``), in weight x FLOPs order.
 
     Returns:
-        ``(task_name, weight, workload IRModule, rank)`` per task, ``rank`` being the
-        task's place in the network's weight x FLOPs order (0: the largest).
+        :class:`cdmpp.tasks.Task` s, each with its ``rank``: its place in the network's
+        weight x FLOPs order (0: the largest).
 
     Raises:
         UnknownNetworkError: the network is not in the manifest.
@@ -262,15 +263,14 @@ def choose_tasks(
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     tasks = [t for t in tasks if t["workload_key"] in index_of]
     tasks.sort(key=lambda t: -float(t["weight"]) * float(t.get("flops", 0.0)))
-    ranked = [(t["task_name"], float(t["weight"]), db.workloads[index_of[t["workload_key"]]].mod, r)
+    ranked = [Task(t["task_name"], int(t["weight"]), db.workloads[index_of[t["workload_key"]]].mod, network=network,
+                   flops=float(t.get("flops", 0.0)), workload_key=t["workload_key"], rank=r)
               for r, t in enumerate(tasks)]
     return pick_tasks(ranked, network, count, names)
 
 
-def pick_tasks(
-    ranked: list[tuple[str, float, object, int]], network: str, count: int, names: tuple[str, ...] = ()
-) -> list[tuple[str, float, object, int]]:
-    """Of a network's tasks ``(task_name, weight, workload, rank)`` in rank order, the
+def pick_tasks(ranked: list[Task], network: str, count: int, names: tuple[str, ...] = ()) -> list[Task]:
+    """Of a network's tasks in rank order, the
     ``count`` largest and those in ``names`` (a task name, or its prefix before an ``_``).
 
     Raises:
@@ -279,17 +279,16 @@ def pick_tasks(
     def named(task_name, n):
         return task_name == n or task_name.startswith(n + "_")
 
-    missing = [n for n in names if not any(named(t[0], n) for t in ranked)]
+    missing = [n for n in names if not any(named(t.name, n) for t in ranked)]
     if missing:
         raise InputError(f"{network} has no task named {', '.join(missing)}; its tasks: "
-                         f"{', '.join(t[0][:40] for t in ranked[:12])}, ...")
-    return [t for t in ranked if t[3] < count or any(named(t[0], n) for n in names)]
+                         f"{', '.join(t.name[:40] for t in ranked[:12])}, ...")
+    return [t for t in ranked if t.rank < count or any(named(t.name, n) for n in names)]
 
 
 def _network_tasks(db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...], target):
-    """:func:`choose_tasks`, or for a network outside the zoo (:mod:`cdmpp.bench.unseen`) its
+    """:func:`choose_tasks`, or for a network outside the zoo (:mod:`benchmarks.unseen`) its
     tasks extracted for ``target``."""
-    from cdmpp.bench.unseen import unseen_networks, unseen_tasks  # noqa: PLC0415  (keeps torch off this module's import)
 
     if network in unseen_networks():
         return pick_tasks(unseen_tasks(network, target), network, count, names)
@@ -349,7 +348,6 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     Raises:
         DatasetError, ValueError: no such dataset or network, a bad config.
     """
-    from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     dirs = ds.device_dirs(Path(dataset))
     if len(dirs) != 1:
@@ -368,7 +366,8 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     load_tensor_intrinsics()
     rows = []
     single = len(cfg.networks) == 1 and not cfg.seeds
-    for net, (name, weight, mod, t_i) in chosen:
+    for net, task in chosen:
+        name, weight, mod, t_i = task.name, task.weight, task.mod, task.rank
         for seed in cfg.seeds or (cfg.seed,):
             for model_name in cfg.cost_models:
                 task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
@@ -470,7 +469,6 @@ def reach_table(
     and in how many trials each seed reached its own seed's yardstick final best (seeds
     paired by number; the yardstick is XGBoost's runs, or a longer reference run of it,
     :func:`with_reference`)."""
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     head = ["task", "cost model", "seeds", f"final best / {yardstick}'s",  # seeds: those paired with the yardstick
             f"trials to reach {yardstick}'s final best (per seed)"]
@@ -511,7 +509,6 @@ def ratio_summary(
         A table with one row per cost model and seed, and a mean row per cost model that ran
         more than one seed; ``"-"`` where no run is ``k`` trials long.
     """
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     per: dict[tuple[str, int], dict] = {}
     for task, models in curves.items():
@@ -560,7 +557,6 @@ def ratio_summary(
 
 def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table: best latency in microseconds after k trials, per task and cost model."""
-    from cdmpp.train.benchmark import render_table  # noqa: PLC0415  (keeps torch off this module's import)
 
     if not rows:
         return "(no rows)"
@@ -576,6 +572,5 @@ def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
 
 def write_tune_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
     """Write ``tune_benchmark.csv`` and ``tune_benchmark.md`` into ``out_dir``; returns their paths."""
-    from cdmpp.train.benchmark import write_csv_and_markdown  # noqa: PLC0415  (keeps torch off this module's import)
 
     return write_csv_and_markdown(rows, out_dir, "tune_benchmark", format_tune_benchmark(rows, markdown=True))

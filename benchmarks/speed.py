@@ -30,7 +30,7 @@ their tuning records is not timed: in a tuning loop the candidates arrive built.
 
 With ``--network NET`` the candidates are instead new schedules of one task of ``NET``
 (its largest by weight x FLOPs, or ``--task``): a zoo network or one outside the zoo
-(:mod:`cdmpp.bench.unseen`), its tasks extracted for this CPU and the schedules sampled
+(:mod:`benchmarks.unseen`), its tasks extracted for this CPU and the schedules sampled
 at random from the task's design space (:func:`cdmpp.collect.sample_schedules`, not
 timed and not measured), as the tuner's candidates of a large task arrive.  XGBModel is
 still fitted on measured programs of ``-d``.
@@ -46,12 +46,25 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from benchmarks.tune import pick_tasks
+from benchmarks.unseen import network_tasks
 from cdmpp import dataset as ds
-from cdmpp.bench.tune import pick_tasks
 from cdmpp.collect.sampling import sample_schedules
+from cdmpp.device import local_cpu
 from cdmpp.featurize import as_module, build_tree
 from cdmpp.predictor import LatencyPredictor
+from cdmpp.tuning.cost_model import CdmppCostModel
+from cdmpp.tvm_compat import (
+    ArgInfo,
+    Schedule,
+    Target,
+    feature_context,
+    ms,
+    per_store_features,
+    structural_hash,
+)
 
 
 def _best_of(fn, repeats: int, setup=None) -> float:
@@ -70,7 +83,7 @@ def task_candidates(network: str, task: str | None, target, count: int, seed: in
 
     Args:
         network: a zoo network (:func:`cdmpp.networks.network_names`) or one outside the zoo
-            (:func:`cdmpp.bench.unseen.unseen_networks`).
+            (:func:`benchmarks.unseen.unseen_networks`).
         task: a task name or its prefix before an ``_``; ``None`` takes the network's largest
             task by weight x FLOPs.
         target: TVM ``Target`` the tasks are extracted and sampled for.
@@ -85,11 +98,10 @@ def task_candidates(network: str, task: str | None, target, count: int, seed: in
         UnknownNetworkError: no such network.
         InputError: ``task`` matches none of its tasks.
     """
-    from cdmpp.bench.unseen import network_tasks  # noqa: PLC0415  (keeps torch off this module's import)
 
     ranked = network_tasks(network, target)
-    name, _, mod, _ = pick_tasks(ranked, network, 1 if task is None else 0, () if task is None else (task,))[0]
-    return name, sample_schedules(mod, target, count, seed)
+    chosen = pick_tasks(ranked, network, 1 if task is None else 0, () if task is None else (task,))[0]
+    return chosen.name, sample_schedules(chosen.mod, target, count, seed)
 
 
 def predict_call_seconds(
@@ -117,18 +129,7 @@ def predict_call_seconds(
         DatasetError: no device folder or no measured program there.
         UnknownNetworkError, InputError: no such network or task.
     """
-    import torch  # noqa: PLC0415  (keeps torch off this module's import)
 
-    from cdmpp.tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-    from cdmpp.tvm_compat import (  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-        ArgInfo,
-        Schedule,
-        Target,
-        feature_context,
-        ms,
-        per_store_features,
-        structural_hash,
-    )
 
     # with --network only XGBModel's 256 training programs come from the folder
     db = ds.load_device_dir(ds.device_dirs(Path(dataset_dir))[0], max_records=None if network is None else 256)
@@ -210,7 +211,6 @@ def main(args: argparse.Namespace) -> int:
     print(f"plugin / XGBModel: {new / xgb:.2f}x on new candidates, "
           f"{secs['CdmppCostModel.predict, seen candidates'] / xgb:.2f}x on seen ones")
     if args.output:
-        from cdmpp.device import local_cpu  # noqa: PLC0415  (keeps tvm off this module's import)
 
         cpu = local_cpu()
         record = {"candidates": n, "where": where, "repeats": args.repeats, "cpu": cpu.model,

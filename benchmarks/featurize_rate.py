@@ -13,10 +13,11 @@ import argparse
 import time
 from pathlib import Path
 
+from benchmarks import write_result
 from cdmpp import dataset as ds
-from cdmpp.bench import write_result
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
+from cdmpp.featurize.parallel import featurize_records
 
 
 def featurize_rates(device_dir: Path, workers: list[int], max_records: int) -> dict:
@@ -31,7 +32,6 @@ def featurize_rates(device_dir: Path, workers: list[int], max_records: int) -> d
         InputError: an empty or non-positive ``workers`` entry, ``max_records`` below 1.
         DatasetError: not a device folder.
     """
-    from cdmpp.featurize.parallel import featurize_records  # noqa: PLC0415  (keeps tvm off this module's import)
 
     if not workers or min(workers) < 1 or max_records < 1:
         raise InputError(f"workers must be >= 1 and max_records >= 1, got {workers} and {max_records}")

@@ -1,4 +1,4 @@
-"""``cdmpp bench tune``: its arguments and the command (the tuning runs are in :mod:`cdmpp.bench.tune`)."""
+"""``cdmpp bench tune``: its arguments and the command (the tuning runs are in :mod:`benchmarks.tune`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cdmpp.bench.tune import (
+from benchmarks import write_csv_and_markdown
+from benchmarks.tune import (
     COST_MODELS,
     TuneBenchmarkConfig,
     format_tune_benchmark,
@@ -20,7 +21,7 @@ from cdmpp.bench.tune import (
     with_reference,
     write_tune_benchmark,
 )
-from cdmpp.bench.tune_network import (
+from benchmarks.tune_network import (
     NetworkTuneConfig,
     format_network_tuning,
     network_curve_panels,
@@ -62,7 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_tune_network(args) -> int:
-    from cdmpp.train.benchmark import write_csv_and_markdown  # noqa: PLC0415  (keeps torch off this module's import)
 
     rows = []
     for seed in args.seeds or [args.seed]:
@@ -138,7 +138,7 @@ def _cmd_tune_benchmark(args) -> int:
 
 
 def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",)) -> None:
-    """Print the held-out table (:func:`cdmpp.bench.tune_table.heldout_table`) of each of
+    """Print the held-out table (:func:`benchmarks.tune_table.heldout_table`) of each of
     ``plugins`` and write them (``tune_heldout.md``, one table per cost model) and every
     run's best-so-far every ``every`` trials (``tune_curves.csv``, the reference's runs
     included) into ``out_dir``."""

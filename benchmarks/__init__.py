@@ -1,0 +1,42 @@
+"""Benchmarks and studies of cdmpp, apart from the product (``cdmpp bench <name>``).
+
+Each module measures something about the product and prints or writes figures; none
+of them is imported on the collection, training or inference paths.
+"""
+
+import csv
+from pathlib import Path
+
+from cdmpp import dataset as ds
+
+
+def write_result(out: Path, result: dict, table: str) -> None:
+    """Write a bench's ``result`` to the JSON file ``out`` (atomically) and its markdown
+    ``table`` beside it (``out`` with ``.md``), making the folder if needed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ds.write_json_atomic(out, result)
+    out.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+
+
+def render_table(head: list[str], body: list[list[str]], markdown: bool = False, left: int = 2) -> str:
+    """Cells as a fixed-width text table, or a markdown table; the first ``left`` columns are left-aligned."""
+    if markdown:
+        rule = "|" + "|".join(" --- " if i < left else " ---: " for i in range(len(head))) + "|"
+        return "\n".join(["| " + " | ".join(head) + " |", rule] + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    fmt = lambda vals: "  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
+    return "\n".join([fmt(head), "-" * len(fmt(head)), *(fmt(b) for b in body)])
+
+
+def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown: str) -> tuple[Path, Path]:
+    """Write ``rows`` to ``out_dir/<stem>.csv`` and ``markdown`` to ``out_dir/<stem>.md``; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["split", "model"])
+        w.writeheader()
+        w.writerows(rows)
+    md_path.write_text(markdown + "\n", encoding="utf-8")
+    return csv_path, md_path
