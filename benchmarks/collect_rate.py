@@ -134,10 +134,10 @@ def _run_collector(python_path: str | None, network: str, out_dir: Path, seconds
     env = dict(os.environ)
     if python_path is not None:
         env["PYTHONPATH"] = python_path
-    cmd = [sys.executable, "-c", "import sys; from cdmpp.cli import main; sys.exit(main())",
+    command = [sys.executable, "-c", "import sys; from cdmpp.cli import main; sys.exit(main())",
            "collect", "-n", network, "-o", str(out_dir), *args]
     log = open(out_dir.parent / f"{out_dir.name}.log", "w", encoding="utf-8")  # noqa: SIM115  closed below
-    proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(command, env=env, cwd=tempfile.gettempdir(), stdout=log, stderr=subprocess.STDOUT)
     try:
         proc.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
@@ -438,7 +438,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="runs/collect-benchmark", help="the runs' dataset folders and the table")
 
 
-def _cmd_collect_benchmark(args) -> int:
+def _run_collect_benchmark(args) -> int:
 
     paths = tuple(p for p in args.paths if p != "baseline" or args.baseline_rev)
     cfg = CollectBenchmarkConfig(network=args.network, minutes=args.minutes, baseline_rev=args.baseline_rev,
@@ -454,4 +454,4 @@ def _cmd_collect_benchmark(args) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench collect-rate``."""
-    return _cmd_collect_benchmark(args)
+    return _run_collect_benchmark(args)

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true")
 
 
-def _cmd_repeat_check(args) -> int:
+def _run_repeat_check(args) -> int:
 
     def pct(x: float) -> str:
         return f"{100 * x:.2f}%"
@@ -37,4 +37,4 @@ def _cmd_repeat_check(args) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench repeat-check``."""
-    return _cmd_repeat_check(args)
+    return _run_repeat_check(args)

@@ -39,7 +39,7 @@ from .recipe_args import add_model_arguments, model_configs
 from .train.config import TrainData
 
 
-def _cmd_train(args) -> int:
+def _run_train(args) -> int:
     from .featurize.parallel import default_workers  # noqa: PLC0415  (keeps the featurizer off this module's import)
     from .train.train import train  # noqa: PLC0415  (keeps lightning, torch off this module's import)
 
@@ -62,7 +62,7 @@ def _cmd_train(args) -> int:
     return 0
 
 
-def _cmd_evaluate(args) -> int:
+def _run_evaluate(args) -> int:
     from .train.evaluate import EvaluateOptions, evaluate  # noqa: PLC0415  (keeps torch off this module's import)
     from .train.report import format_device_table, format_table, write_rows  # noqa: PLC0415  (keeps torch off this module's import)
 
@@ -96,7 +96,7 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
-def _cmd_adapt(args) -> int:
+def _run_adapt(args) -> int:
     from .train.adapt import AdaptConfig, adapt_local, adapt_measured  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
 
     cfg = AdaptConfig(shots=args.shots, selection=args.selection, init=args.init, method=args.method, seed=args.seed)
@@ -131,7 +131,7 @@ def _cmd_adapt(args) -> int:
     return 0
 
 
-def _cmd_serve(args) -> int:
+def _run_serve(args) -> int:
     import uvicorn  # noqa: PLC0415  (keeps uvicorn off this module's import)
 
     from .serve.app import ServeConfig, create_app, is_loopback  # noqa: PLC0415  (keeps pydantic off this module's import)
@@ -211,7 +211,7 @@ def _add_learning_parsers(sub) -> None:
                    help="leave training programs whose timing repeats vary by more than this (std / mean) out of "
                    "training (several device folders)")
     add_model_arguments(s)
-    s.set_defaults(func=_cmd_train)
+    s.set_defaults(func=_run_train)
 
     s = sub.add_parser("evaluate", help="score a checkpoint on a held-out network or any JSONDatabase")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
@@ -238,7 +238,7 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument(
         "--plot", default=None, metavar="PNG", help="with several device folders: predicted vs measured, per device"
     )
-    s.set_defaults(func=_cmd_evaluate)
+    s.set_defaults(func=_run_evaluate)
 
 
 def _add_adaptation_parsers(sub) -> None:
@@ -262,7 +262,7 @@ def _add_adaptation_parsers(sub) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--disable-avx512", action="store_true", help="adapt to the AVX-512-off device of this CPU")
-    s.set_defaults(func=_cmd_adapt)
+    s.set_defaults(func=_run_adapt)
 
 
 def _add_serve_parser(sub) -> None:
@@ -283,7 +283,7 @@ def _add_serve_parser(sub) -> None:
         help="UNSAFE: also accept TVMScript programs, which executes the client's Python code on this machine "
              "(loopback addresses only)",
     )
-    s.set_defaults(func=_cmd_serve)
+    s.set_defaults(func=_run_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", add_help=False,
                        help="benchmarks and studies, from a source checkout (`cdmpp bench --help` lists them)")
     s.add_argument("bench_name", nargs="?", default=None, metavar="NAME")
-    s.set_defaults(func=_cmd_bench)
+    s.set_defaults(func=_run_bench)
     return p
 
 
@@ -329,7 +329,7 @@ def _benchmarks_cli():
                          "the package (git clone the repository and pip install -e . there)") from None
 
 
-def _cmd_bench(args, rest: list[str]) -> int:
+def _run_bench(args, rest: list[str]) -> int:
     return _benchmarks_cli().main(args.bench_name, rest)
 
 

@@ -57,7 +57,7 @@ def _print_folds(k: int, datasets: list[str] | None) -> int:
     return 0
 
 
-def _cmd_networks(args) -> int:
+def _run_networks(args) -> int:
     from . import networks  # noqa: PLC0415  (keeps torch off this module's import)
 
     if args.folds is not None:
@@ -103,7 +103,7 @@ def _cmd_networks(args) -> int:
     return 0
 
 
-def _cmd_collect(args) -> int:
+def _run_collect(args) -> int:
 
     rpc = None
     if args.rpc_tracker:
@@ -184,7 +184,7 @@ def _cmd_collect(args) -> int:
     return 0
 
 
-def _cmd_remeasure(args) -> int:
+def _run_remeasure(args) -> int:
 
     for d in ds.device_dirs(Path(args.dataset)):
         try:
@@ -197,7 +197,7 @@ def _cmd_remeasure(args) -> int:
     return 0
 
 
-def _cmd_validate(args) -> int:
+def _run_validate(args) -> int:
 
     bad_total = 0
     for d in ds.device_dirs(Path(args.dataset)):
@@ -227,7 +227,7 @@ def expand_work_dir(args: argparse.Namespace) -> None:
         args.workload_db, args.record_db = str(wl), str(rec)
 
 
-def _cmd_import(args) -> int:
+def _run_import(args) -> int:
 
     expand_work_dir(args)
     if not args.record_db or not args.workload_db:
@@ -238,7 +238,7 @@ def _cmd_import(args) -> int:
     return 0
 
 
-def _cmd_pack(args) -> int:
+def _run_pack(args) -> int:
 
     for d in ds.device_dirs(Path(args.dataset)):
         for p in ds.pack(d):
@@ -256,7 +256,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--folds", type=int, default=None, metavar="K",
                    help="list the K leave-family-out folds instead (cdmpp train --holdout fold-I-of-K): each "
                         "fold's architectures, over the zoo or, with --dataset, the dataset's networks and workloads")
-    s.set_defaults(func=_cmd_networks)
+    s.set_defaults(func=_run_networks)
 
     s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")
     s.add_argument("-n", "--networks", nargs="+", required=True, help="zoo names (see `cdmpp networks`)")
@@ -334,17 +334,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="quiet-machine guard: CPU (in cores) other processes may use while a batch is timed")
     s.add_argument("--profile", action="store_true",
                    help="print the wall time of each stage at the end (it is in the manifest either way)")
-    s.set_defaults(func=_cmd_collect)
+    s.set_defaults(func=_run_collect)
 
     s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")
     s.add_argument("dataset")
     s.add_argument("--sample", type=int, default=100, help="programs to re-measure per device folder")
     s.add_argument("--seed", type=int, default=0)
-    s.set_defaults(func=_cmd_remeasure)
+    s.set_defaults(func=_run_remeasure)
 
     s = sub.add_parser("validate", help="check a dataset's files and report corrupt lines")
     s.add_argument("dataset")
-    s.set_defaults(func=_cmd_validate)
+    s.set_defaults(func=_run_validate)
 
     s = sub.add_parser("import", help="add any MetaSchedule JSONDatabase to a dataset, tagged with a device")
     s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
@@ -353,8 +353,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device", required=True, help="device id, e.g. cpu-amd_epyc_7763-zen3-avx2")
     s.add_argument("--network", default="imported", help="network name recorded for its tasks")
     s.add_argument("-o", "--out", required=True, help="dataset folder")
-    s.set_defaults(func=_cmd_import)
+    s.set_defaults(func=_run_import)
 
     s = sub.add_parser("pack", help="gzip a dataset's database files for shipping and write its dataset card")
     s.add_argument("dataset")
-    s.set_defaults(func=_cmd_pack)
+    s.set_defaults(func=_run_pack)

@@ -163,7 +163,7 @@ def accuracy_line(programs: list[PredictedProgram]) -> str | None:
             f"{r['best_ratio']:.2f} (median), within-task slope {r['slope']:.2f}")
 
 
-def _cmd_predict(args) -> int:
+def _run_predict(args) -> int:
 
     predictor = LatencyPredictor.load(args.checkpoint)
     programs, dev = predict_programs(predictor, Path(args.work_dir), args.device)
@@ -182,7 +182,7 @@ def _cmd_predict(args) -> int:
     return 0 if len(bad) < len(programs) else 2
 
 
-def _cmd_estimate(args) -> int:
+def _run_estimate(args) -> int:
 
     from .tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
@@ -205,7 +205,7 @@ def _cmd_estimate(args) -> int:
     return 0
 
 
-def _cmd_tune(args) -> int:
+def _run_tune(args) -> int:
     from .device import local_cpu  # noqa: PLC0415  (keeps tvm off this module's import)
     from .tuning.tune import TuneConfig, format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
 
@@ -217,7 +217,7 @@ def _cmd_tune(args) -> int:
     if args.target:
         target = json.loads(args.target)
     elif args.device:
-        target = LatencyPredictor.load(args.checkpoint).device(args.device).target
+        target = LatencyPredictor.load(args.checkpoint).descriptor(args.device).target
     else:
         target = local_cpu().target
     result = tune_network(args.network, Path(args.work_dir), target, cfg, args.device, progress=not args.no_progress)
@@ -238,7 +238,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--device", default=None, help="a device id the checkpoint knows (default: the records' target's)")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("-o", "--output", default=None, help="CSV file to write (default: standard output)")
-    s.set_defaults(func=_cmd_predict)
+    s.set_defaults(func=_run_predict)
 
     s = sub.add_parser("estimate", help="a whole network's latency: per-task table and total")
     s.add_argument("network", help="a zoo name (cdmpp networks), a Relax IRModule as TVM JSON (.json), or "
@@ -250,7 +250,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--samples", type=int, default=32, help="schedules sampled per task without a record")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("--json", default=None, help="also write the estimate as JSON here")
-    s.set_defaults(func=_cmd_estimate)
+    s.set_defaults(func=_run_estimate)
 
     s = sub.add_parser("tune", help="tune a whole network with MetaSchedule and the cdmpp cost model, and build it")
     s.add_argument("network", help="a zoo name (cdmpp networks), a Relax IRModule as TVM JSON (.json), or "
@@ -278,4 +278,4 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="what the plugin's residual trees learn from the trials: the log-latency error (squared) "
                    "or the order of the trials within each task (pairwise)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
-    s.set_defaults(func=_cmd_tune)
+    s.set_defaults(func=_run_tune)

@@ -170,16 +170,16 @@ class LatencyTransformer(nn.Module):
             head_in += c.device_dim
         self.head = nn.Sequential(nn.Linear(head_in, c.d_model), nn.GELU(), nn.Linear(c.d_model, 1))
 
-    def device_vector(self, device: torch.Tensor, embedding_row: torch.Tensor | None = None) -> torch.Tensor:
+    def device_vector(self, device_row: torch.Tensor, embedding_row: torch.Tensor | None = None) -> torch.Tensor:
         """Device vectors, float32 ``(B, device_dim)``.
 
         Args:
-            device: int64 ``(B,)`` rows whose descriptors are read.
+            device_row: int64 ``(B,)`` rows whose descriptors are read.
             embedding_row: int64 ``(B,)`` rows whose learned embeddings are read
-                (default ``device``); training passes 0 for dropped devices.
+                (default ``device_row``); training passes 0 for dropped devices.
         """
-        emb = self.device_embedding(device if embedding_row is None else embedding_row)
-        return emb + self.descriptor_proj(self.device_descriptor[device])
+        emb = self.device_embedding(device_row if embedding_row is None else embedding_row)
+        return emb + self.descriptor_proj(self.device_descriptor[device_row])
 
     @torch.no_grad()
     def set_device_descriptors(self, descriptors) -> None:
@@ -262,7 +262,7 @@ class LatencyTransformer(nn.Module):
         """The pooled program embedding, float32 ``(B, d_model)``."""
         return self.pool(self.encoded(x, pos, mask), mask)
 
-    def output(self, h: torch.Tensor, mask: torch.Tensor, device=None, embedding_row=None) -> torch.Tensor:
+    def output(self, h: torch.Tensor, mask: torch.Tensor, device_row=None, embedding_row=None) -> torch.Tensor:
         """Standardised log-latency, float32 ``(B,)``, from the tokens ``h`` ``(B, L, d_model)``.
 
         With ``pooling="lse"`` the head gives each token ``i`` a term ``z_i`` (standardised
@@ -272,9 +272,9 @@ class LatencyTransformer(nn.Module):
         """
         dev = None
         if self.config.num_devices > 0:
-            if device is None:
-                device = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
-            dev = self.device_vector(device, embedding_row)
+            if device_row is None:
+                device_row = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
+            dev = self.device_vector(device_row, embedding_row)
         return self.output_for_vectors(h, mask, dev)
 
     def output_for_vectors(self, h: torch.Tensor, mask: torch.Tensor, dev: torch.Tensor | None) -> torch.Tensor:
@@ -292,16 +292,16 @@ class LatencyTransformer(nn.Module):
         total = torch.logsumexp(terms.masked_fill(~mask, float("-inf")), dim=1)
         return (total - self.label_mean) / self.label_std
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device=None) -> torch.Tensor:
-        return self.output(self.encoded(x, pos, mask), mask, device)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device_row=None) -> torch.Tensor:
+        return self.output(self.encoded(x, pos, mask), mask, device_row)
 
-    def predict_log_latency(self, x, pos, mask, device=None) -> torch.Tensor:
-        """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device``
+    def predict_log_latency(self, x, pos, mask, device_row=None) -> torch.Tensor:
+        """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device_row``
         (int64 ``(B,)`` rows of the device table; ``None``: the unknown device), with
         each device's ``device_offset`` added."""
-        out = self(x, pos, mask, device) * self.label_std + self.label_mean
-        if self.config.num_devices > 0 and device is not None:
-            out = out + self.device_offset[device]
+        out = self(x, pos, mask, device_row) * self.label_std + self.label_mean
+        if self.config.num_devices > 0 and device_row is not None:
+            out = out + self.device_offset[device_row]
         return out
 
 
@@ -381,7 +381,7 @@ def check_inputs(model: LatencyTransformer, data) -> None:
 
 @torch.no_grad()
 def predict_latency_array(
-    model: LatencyTransformer, data, index=None, batch_size: int = 512, device=None
+    model: LatencyTransformer, data, index=None, batch_size: int = 512, device_row=None
 ) -> np.ndarray:
     """Predicted latency in seconds, float64 ``(len(index),)``, of the programs ``index`` (int
     ``(K,)``, default all) of ``data`` (:class:`ProgramLeaves`, or
@@ -390,8 +390,8 @@ def predict_latency_array(
     Args:
         batch_size: programs per forward pass, at most ``BUCKET_PROGRAMS`` (128): programs
             go through sorted by leaf count, so that each pass pads to a similar length.
-        device: the device-table row to predict for: an int for all programs, or int
-            ``(K,)``; default ``data.device`` (each program's own device) when set, else
+        device_row: the device-table row to predict for: an int for all programs, or int
+            ``(K,)``; default ``data.device_row`` (each program's own device) when set, else
             row 0.  Ignored by a model without devices.
 
     Torch only (no Lightning, no PyG), so that prediction imports neither.
@@ -399,9 +399,9 @@ def predict_latency_array(
 
     check_inputs(model, data)
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
-    if device is None:
-        device = data.device[index] if getattr(data, "device", None) is not None else 0
-    dev = torch.as_tensor(np.broadcast_to(np.asarray(device, dtype=np.int64), index.shape).copy())
+    if device_row is None:
+        device_row = data.device_row[index] if getattr(data, "device_row", None) is not None else 0
+    dev = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
     model.eval()
     if len(index) == 0:
         return np.zeros(0, dtype=np.float64)
@@ -429,13 +429,13 @@ class ProgramLeaves:
         x: float32 ``(sum L_i, F)``: leaf features, program after program.
         pos: int32 ``(sum L_i,)``: each leaf's pre-order position.
         ptr: int64 ``(P + 1,)``: program ``i`` owns rows ``ptr[i]:ptr[i+1]``.
-        device: int64 ``(P,)`` device-table rows, or ``None``.
+        device_row: int64 ``(P,)`` device-table rows, or ``None``.
     """
 
     x: np.ndarray
     pos: np.ndarray
     ptr: np.ndarray
-    device: np.ndarray | None = None
+    device_row: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ptr) - 1
@@ -481,14 +481,14 @@ class IntervalConfig:
 
 
 @torch.no_grad()
-def mc_log_latency(model, data, index=None, device=None, cfg: IntervalConfig | None = None, batch_size: int = 512):
+def mc_log_latency(model, data, index=None, device_row=None, cfg: IntervalConfig | None = None, batch_size: int = 512):
     """Point and MC-dropout log-latencies of programs ``index`` of ``data``.
 
     Args:
         model: a :class:`LatencyTransformer` (its dropout rate is used).
         data: :class:`ProgramLeaves` (or :class:`~cdmpp.featurize.batch.FeaturizedPrograms`).
         index: int ``(K,)`` programs (default all).
-        device: device-table rows, as :func:`predict_latency_array` takes them.
+        device_row: device-table rows, as :func:`predict_latency_array` takes them.
 
     Returns:
         ``(point, passes)``: float64 ``(K,)`` natural log of seconds with dropout off,
@@ -498,9 +498,9 @@ def mc_log_latency(model, data, index=None, device=None, cfg: IntervalConfig | N
     cfg = cfg or IntervalConfig()
     check_inputs(model, data)
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
-    if device is None:
-        device = data.device[index] if getattr(data, "device", None) is not None else 0
-    dev = torch.as_tensor(np.broadcast_to(np.asarray(device, dtype=np.int64), index.shape).copy())
+    if device_row is None:
+        device_row = data.device_row[index] if getattr(data, "device_row", None) is not None else 0
+    dev = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
     gen_state = torch.random.get_rng_state()
     point, passes = [], []
     try:

@@ -31,7 +31,7 @@ from cdmpp.featurize import featurize_each, featurize_many
 from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
 
 from .dataset import WARM_SUFFIX, warm_device_id
-from .device import DeviceDescriptor, devices_for_target, local_cpu, local_gpu, nearest_device
+from .device import DeviceDescriptor, descriptor_vector, devices_for_target, local_cpu, local_gpu, nearest_device
 from .errors import InputError, UnknownDeviceError
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
@@ -104,7 +104,7 @@ class LatencyPredictor:
         """Ids of the devices this checkpoint predicts for, in table order."""
         return [d.device_id for _, d in self._known]
 
-    def device(self, device_id: str) -> DeviceDescriptor:
+    def descriptor(self, device_id: str) -> DeviceDescriptor:
         """The :class:`~cdmpp.device.DeviceDescriptor` of a known device.
 
         Raises:
@@ -130,6 +130,31 @@ class LatencyPredictor:
     def _row(self, device_id: str) -> int:
         return next(r for r, d in self._known if d.device_id == device_id)
 
+    def device_row(self, device: str | DeviceDescriptor | None = None, target: TargetLike | None = None) -> int:
+        """The device-table row a prediction for ``device`` reads: the one device resolver.
+
+        A device id or ``None`` (with ``target``) follows :meth:`resolve_device`'s rules.  A
+        :class:`~cdmpp.device.DeviceDescriptor` of a device the checkpoint knows reads its
+        row; one it does not know gets a new row, zero-shot from its descriptor (the
+        unknown-device row's embedding and the descriptor as the device input; CDMPP,
+        EuroSys 2024, section 5), kept for this predictor's life, so that every later
+        call for that device reads the same row.  A checkpoint without a device table
+        reads row 0.
+
+        Returns:
+            The row, an int.
+
+        Raises:
+            UnknownDeviceError: a device id the checkpoint does not know.
+        """
+        if self.model.config.num_devices <= 0:
+            return 0
+        if isinstance(device, DeviceDescriptor):
+            if device.device_id not in self.devices:
+                self._known.append((self.model.add_device(descriptor_vector(device), 0), device))
+            return self._row(device.device_id)
+        return self._row(self.resolve_device(device, target).device_id)
+
     @property
     def default_target(self) -> dict | None:
         """The TVM target (dict) of the device this machine resolves to, if any."""
@@ -152,7 +177,7 @@ class LatencyPredictor:
         """
 
         if device is not None:
-            return self.device(device)
+            return self.descriptor(device)
         if not self._known:
             raise UnknownDeviceError("this checkpoint records no device")
         known = [d for _, d in self._known if not d.device_id.endswith(WARM_SUFFIX)]  # a protocol row is asked by id
@@ -311,11 +336,11 @@ class LatencyPredictor:
                 tokens, :func:`cdmpp.featurize.trace.model_inputs`).
             index: int ``(K,)`` programs of ``data`` (default all).
             device_rows: the device-table row of each program, int or int ``(K,)``
-                (default ``data.device``, else row 0).
+                (default ``data.device_row``, else row 0).
         """
         from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
 
-        return predict_latency_array(self.model, data, index, device=device_rows)
+        return predict_latency_array(self.model, data, index, device_row=device_rows)
 
 
     def predict_interval(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
@@ -346,7 +371,7 @@ class LatencyPredictor:
         data = self._leaves(trees, traces)
         calibration = self.metadata.get("interval")
         passes = int(calibration["passes"]) if calibration else IntervalConfig().passes
-        point, samples = mc_log_latency(self.model, data, device=row, cfg=IntervalConfig(passes=passes))
+        point, samples = mc_log_latency(self.model, data, device_row=row, cfg=IntervalConfig(passes=passes))
         low, high = interval(point, samples, calibration)
         bare = self._without_trace(n, traces)
         if bare.any() and self.metadata.get("interval_without_trace"):  # programs seen by their leaves alone

@@ -47,7 +47,7 @@ class FeaturizedPrograms:
             programs were featurized without them, as on the prediction path).
         psf_ptr: int64 ``(P + 1,)``: program ``i`` owns ``psf`` rows ``psf_ptr[i]:psf_ptr[i+1]``
             (``None`` with ``psf``).
-        device: int64 ``(P,)``: each program's row in a model's device table (see
+        device_row: int64 ``(P,)``: each program's row in a model's device table (see
             :class:`cdmpp.model.LatencyTransformer`), or ``None`` for programs
             of one device (a single device folder).  Not saved by :meth:`save`.
         loop_x: float32 ``(sum K_i, LOOP_DIM)``: the loop tokens of every program
@@ -66,7 +66,7 @@ class FeaturizedPrograms:
     flops: np.ndarray
     psf: np.ndarray | None = None
     psf_ptr: np.ndarray | None = None
-    device: np.ndarray | None = None
+    device_row: np.ndarray | None = None
     loop_x: np.ndarray | None = None
     loop_pos: np.ndarray | None = None
     loop_ptr: np.ndarray | None = None
@@ -135,7 +135,7 @@ class FeaturizedPrograms:
             flops=self.flops[index],
             psf=psf,
             psf_ptr=psf_ptr,
-            device=None if self.device is None else self.device[index],
+            device_row=None if self.device_row is None else self.device_row[index],
             **loops,
         )
 
@@ -148,7 +148,7 @@ class FeaturizedPrograms:
         and each program's ``workload`` is remapped into it, so a workload measured on
         two devices keeps one index.
 
-        ``device`` is kept when every part has one, and ``psf`` and the loop tokens when
+        ``device_row`` is kept when every part has one, and ``psf`` and the loop tokens when
         every part has them (``None`` otherwise).
 
         Raises:
@@ -156,7 +156,7 @@ class FeaturizedPrograms:
         """
         if not parts:
             raise InputError("concat needs at least one FeaturizedPrograms")
-        with_device = all(p.device is not None for p in parts)
+        with_device = all(p.device_row is not None for p in parts)
         with_psf = all(p.psf is not None and p.psf_ptr is not None for p in parts)
         with_loops = all(p.has_loops for p in parts)
         keys: list[str] = []
@@ -182,7 +182,7 @@ class FeaturizedPrograms:
             )
             if with_psf
             else None,
-            device=np.concatenate([p.device for p in parts]).astype(np.int64) if with_device else None,
+            device_row=np.concatenate([p.device_row for p in parts]).astype(np.int64) if with_device else None,
             **(_concat_loops(parts) if with_loops else {}),
         )
 

@@ -397,7 +397,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
     cfg = config or ServeConfig()
     loaded = LatencyPredictor.load(checkpoint)  # fail before serving on a bad checkpoint
     meta = loaded.metadata
-    known = [loaded.device(d) for d in loaded.devices]
+    known = [loaded.descriptor(d) for d in loaded.devices]
     workers = _Workers(checkpoint, cfg.workers)
     app = FastAPI(title="cdmpp latency prediction")
     app.state.workers = workers

@@ -109,13 +109,13 @@ def test_strict_split_keeps_every_task_on_one_side(two_device_dataset):
 
     corpus = load_corpus(two_device_dataset, None, progress=False)
     assert [d.device_id for d in corpus.devices] == [AVX2, AVX512]
-    assert set(np.unique(corpus.data.device)) == {1, 2}
+    assert set(np.unique(corpus.data.device_row)) == {1, 2}
     split = split_corpus(corpus, "dcgan-b1")
     sides = [set(corpus.raw_keys[s]) for s in (split.train, split.val, split.test)]
     assert not (sides[0] & sides[1]) and not (sides[0] & sides[2]) and not (sides[1] & sides[2])
     assert sides[2] == corpus.networks()["dcgan-b1"] & set(corpus.raw_keys)
     # the held-out network's workloads are test on both devices
-    assert set(corpus.data.device[split.test]) == {1, 2}
+    assert set(corpus.data.device_row[split.test]) == {1, 2}
     with pytest.raises(ValueError, match="not in this dataset"):
         split_corpus(corpus, "no_such_net")
 
@@ -166,7 +166,7 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, 
     model, _ = load_checkpoint(device_checkpoint[0])
     corpus = load_corpus(two_device_dataset, None, progress=False)
     data = corpus.data
-    idx = np.flatnonzero(data.device == 1)
+    idx = np.flatnonzero(data.device_row == 1)
     # pretend the AVX2 programs come from a new device whose latencies are 3x slower than measured
     slow = type(data)(**{**data.__dict__, "latency": data.latency * 3.0})
     desc = descriptor_vector(DeviceDescriptor.from_json(corpus.manifests[AVX2]["device"]))
@@ -391,7 +391,7 @@ def test_evaluate_scores_a_within_task_checkpoint_on_its_own_test_programs(devic
     (ckpt / "config.json").write_text(json.dumps(cfg))
     rows, title = evaluate_devices(ckpt, two_device_dataset, progress=False)
     assert "within-task test programs" in title
-    counts = np.bincount(corpus.data.device[split.test], minlength=3)
+    counts = np.bincount(corpus.data.device_row[split.test], minlength=3)
     assert {d: r["cdmpp transformer"]["programs"] for d, r in rows.items()} == {
         dev.device_id: int(counts[i + 1]) for i, dev in enumerate(corpus.devices) if counts[i + 1]}
     assert sum(r["cdmpp transformer"]["programs"] for r in rows.values()) == len(split.test) < len(corpus.data) / 2
@@ -423,7 +423,7 @@ def test_several_dataset_folders_pool_their_devices_once(two_device_dataset, tmp
     assert [d.name for d in corpus_dirs([a, b])] == [AVX512, AVX2]
     corpus = load_corpus([a, b], tmp_path / "c", progress=False)
     assert [d.device_id for d in corpus.devices] == [AVX512, AVX2]
-    assert sorted(set(corpus.data.device.tolist())) == [1, 2]
+    assert sorted(set(corpus.data.device_row.tolist())) == [1, 2]
     with pytest.raises(DatasetError, match=f"{AVX2} is in both"):
         corpus_dirs([b, two_device_dataset])
     # `cdmpp train -d A B` trains one model over both folders' devices

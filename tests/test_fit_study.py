@@ -81,7 +81,7 @@ def test_tuned_phase_programs_are_found_by_their_rank_in_the_task(two_device_dat
     corpus = load_corpus(tmp_path / "data", tmp_path / "cache", progress=False)
     mask = tuned_phase(corpus)
     assert marked > 0 and mask.sum() == marked  # one per marked task: its last record
-    first = corpus.data.device == 1
+    first = corpus.data.device_row == 1
     assert not mask[~first].any()
     for key in np.unique(corpus.raw_keys[mask]):  # the last program of its task on that device
         rows = np.flatnonzero(first & (corpus.raw_keys == key))

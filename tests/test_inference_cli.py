@@ -115,7 +115,7 @@ def test_estimate_a_pytorch_network_outside_the_zoo_and_its_relax_json(tmp_path,
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     model, inputs = mod.build()
-    target = Target(pred.device(device).target)
+    target = Target(pred.descriptor(device).target)
     (tmp_path / "net.json").write_text(save_json(relax_module_from_torch(model, inputs, target)), encoding="utf-8")
     tasks, _ = load_network(str(tmp_path / "net.json"), target)
     assert sorted(t.name for t in tasks) == sorted(t["task"] for t in est["tasks"])

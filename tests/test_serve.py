@@ -245,7 +245,7 @@ def test_estimate_a_relax_module_sent_as_tvm_json(client):
     from cdmpp.tvm_compat import Target, relax_module_from_torch, save_json
 
     device = LatencyPredictor.load().devices[0]
-    target = LatencyPredictor.load().device(device).target
+    target = LatencyPredictor.load().descriptor(device).target
     spec = zoo.get_network("dcgan-b1")
     relax_json = save_json(relax_module_from_torch(spec.build(), spec.example_inputs(), Target(target)))
     r = client.post("/estimate", json={"relax": relax_json, "device": device, "samples": 2})

@@ -41,11 +41,11 @@ def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, 
 
     data = shipped_inputs
     cfg = IntervalConfig(passes=8)
-    point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
+    point, passes = mc_log_latency(shipped.model, data, device_row=1, cfg=cfg)
     assert passes.shape == (8, len(data)) and point.shape == (len(data),)
     np.testing.assert_allclose(np.exp(point), shipped.predict_featurized(data, device_rows=1), rtol=1e-5)
     assert np.all(mc_std(passes) > 1e-3)  # dropout really is on in the passes
-    alone, alone_passes = mc_log_latency(shipped.model, data, index=[2], device=1, cfg=cfg)
+    alone, alone_passes = mc_log_latency(shipped.model, data, index=[2], device_row=1, cfg=cfg)
     np.testing.assert_allclose(alone_passes[:, 0], passes[:, 2], rtol=1e-6)  # same passes alone or in a batch
     assert not shipped.model.training  # left in eval mode
 
@@ -53,7 +53,7 @@ def test_mc_passes_vary_and_a_programs_interval_ignores_its_neighbours(shipped, 
 def test_calibration_covers_its_own_programs_and_orders_the_bounds(shipped, shipped_inputs):
     data = shipped_inputs
     cfg = IntervalConfig(passes=8, lower=0.25, upper=0.75)
-    point, passes = mc_log_latency(shipped.model, data, device=1, cfg=cfg)
+    point, passes = mc_log_latency(shipped.model, data, device_row=1, cfg=cfg)
     cal = calibrate(point, passes, data.latency, cfg)
     assert cal["mc-normalized"]["alpha"] in (0.0, 0.25, 0.5, 0.75, 1.0)
     for method, (lo, hi) in interval_methods(point, passes, cal).items():

@@ -13,7 +13,7 @@ def test_warm_timings_load_as_a_device_row_of_their_own(tiny_collection):
     corpus = load_corpus(summary.device_dir.parent, None, progress=False)
     ids = [d.device_id for d in corpus.devices]
     assert ids == [summary.device_id, ds.warm_device_id(summary.device_id)]
-    warm_rows = corpus.data.device == 2
+    warm_rows = corpus.data.device_row == 2
     assert np.allclose(corpus.data.latency[warm_rows], [p.warm_latency for p in db.programs])
     assert np.allclose(corpus.data.latency[~warm_rows], [p.latency for p in db.programs])
     assert np.array_equal(corpus.raw_keys[warm_rows], corpus.raw_keys[~warm_rows])  # one workload, both sides
@@ -47,10 +47,10 @@ def test_a_checkpoint_learns_both_protocols_and_the_estimate_reports_the_in_netw
     pred = LatencyPredictor.load(warm_checkpoint)
     dev = summary.device_id
     assert pred.devices == [dev, ds.warm_device_id(dev)] and pred.warm_device(dev) == ds.warm_device_id(dev)
-    assert pred.resolve_device(target=pred.device(dev).target).device_id == dev  # a target means the cold row
+    assert pred.resolve_device(target=pred.descriptor(dev).target).device_id == dev  # a target means the cold row
     d = summary.device_dir
     database = work_dir_best(d)
-    tasks = [t for t in zoo_tasks("dcgan-b1", pred.device(dev).target) if str(t.name) in
+    tasks = [t for t in zoo_tasks("dcgan-b1", pred.descriptor(dev).target) if str(t.name) in
              {e["task_name"] for e in ds.read_manifest(d)["tasks"] if e["workload_key"] in database}]
     est = estimate_network(pred, tasks, dev, database=database)
     assert est.warm_device == ds.warm_device_id(dev) and all(t.warm_s > 0 for t in est.tasks)

@@ -46,7 +46,7 @@ class DeviceCorpus:
     """Featurized programs of several devices, one after another.
 
     Attributes:
-        data: every program; ``data.device`` is the program's device row (1-based:
+        data: every program; ``data.device_row`` is the program's device row (1-based:
             row ``d`` is ``devices[d - 1]``), and ``data.workload_keys`` are
             qualified by device (``"<device_id>:<structural hash>"``), so that
             within-task terms never compare two devices' latencies.
@@ -114,7 +114,7 @@ def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
         starts = ds.tuned_starts(corpus.manifests[dev.device_id])
         if not starts or dev.device_id.endswith(ds.WARM_SUFFIX):  # a warm row: its cold twin's, below
             continue
-        idx = np.flatnonzero(corpus.data.device == row)
+        idx = np.flatnonzero(corpus.data.device_row == row)
         keys = corpus.raw_keys[idx]
         for key, start in starts.items():
             out[idx[keys == key][start:]] = True
@@ -215,7 +215,7 @@ def load_corpus(
             dataclasses.replace(
                 data,
                 workload_keys=[f"{dev.device_id}:{k}" for k in data.workload_keys],
-                device=np.full(len(data), row, dtype=np.int64),
+                device_row=np.full(len(data), row, dtype=np.int64),
             )
         )
         twins.append(offset + np.arange(len(data), dtype=np.int64))
@@ -233,7 +233,7 @@ def load_corpus(
             parts.append(dataclasses.replace(
                 sub, latency=np.asarray([np.median(warm[i]) for i in keep], dtype=np.float64),
                 workload_keys=[f"{wdev.device_id}:{k}" for k in sub.workload_keys],
-                device=np.full(len(keep), len(devices), dtype=np.int64)))
+                device_row=np.full(len(keep), len(devices), dtype=np.int64)))
             cvs.append(np.asarray([warm[i].std() / warm[i].mean() for i in keep], dtype=np.float64))
             twins.append(cold_offset + keep.astype(np.int64))
             offset += len(keep)
@@ -368,7 +368,7 @@ def tree_inputs(data: FeaturizedPrograms, descriptors: np.ndarray, index: np.nda
     """The tree baseline's input over several devices: summed ``PerStoreFeature`` and
     the device descriptor, float32 ``(len(index), 164 + DESCRIPTOR_DIM)``."""
     index = np.asarray(index, dtype=np.int64)
-    return np.concatenate([data.psf_sum[index], descriptors[data.device[index]]], axis=1).astype(np.float32)
+    return np.concatenate([data.psf_sum[index], descriptors[data.device_row[index]]], axis=1).astype(np.float32)
 
 
 def device_task_weights(corpus: DeviceCorpus, network: str | None) -> dict[int, float]:
@@ -379,7 +379,7 @@ def device_task_weights(corpus: DeviceCorpus, network: str | None) -> dict[int, 
 def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, network: str | None) -> dict[str, dict]:
     """Metric rows (transformer, and the trees when given) of programs ``index``, per device id,
     for a model whose device rows are the corpus's."""
-    return _score_remapped(model, tree, corpus, index, network, corpus.data.device, corpus.descriptors())
+    return _score_remapped(model, tree, corpus, index, network, corpus.data.device_row, corpus.descriptors())
 
 
 def checkpoint_corpus(
@@ -393,7 +393,7 @@ def checkpoint_corpus(
         skip: device ids to leave out even when the checkpoint knows them.
 
     Returns:
-        ``(corpus, rows)``: rows int64 ``(P,)``; ``corpus.data.device`` indexes
+        ``(corpus, rows)``: rows int64 ``(P,)``; ``corpus.data.device_row`` indexes
         ``corpus.devices`` (1-based), and the checkpoint's rows may differ.
 
     Raises:
@@ -411,7 +411,7 @@ def checkpoint_corpus(
         raise InputError(f"{', '.join(new)}: warm timings this checkpoint did not learn (they were added to the folder "
                          f"after it trained); score it on a copy of the folder without {ds.WARM_RECORD_FILE}")
     to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
-    return corpus, to_model[corpus.data.device]
+    return corpus, to_model[corpus.data.device_row]
 
 
 def _check_same_split(meta: dict, split: Split, root: Path) -> None:
@@ -565,7 +565,7 @@ def _score_remapped(model, tree, corpus, index, network, model_rows, table, pane
     weights = device_task_weights(corpus, network)
     out = {}
     for row, dev in enumerate(corpus.devices, start=1):
-        sel = index[corpus.data.device[index] == row]
+        sel = index[corpus.data.device_row[index] == row]
         if sel.size == 0:
             continue
         true, groups = corpus.data.latency[sel], corpus.data.workload[sel]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
-from cdmpp.device import DEVICE_FILE, DeviceDescriptor, descriptor_vector
+from cdmpp.device import DEVICE_FILE, DeviceDescriptor
 from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms, featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
@@ -48,10 +48,12 @@ def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True
     return db, featurize_database(db, cache_dir, progress=progress, loops=loops)
 
 
-def score_models(model, extra: dict, data: FeaturizedPrograms, index: np.ndarray, weights=None) -> dict[str, dict]:
-    """Metric rows of the transformer and the baselines in ``extra`` on programs ``index``."""
+def score_models(predictor: LatencyPredictor, extra: dict, data: FeaturizedPrograms, index: np.ndarray,
+                 weights=None) -> dict[str, dict]:
+    """Metric rows of the transformer (read through ``predictor``, each program at its
+    ``data.device_row`` row) and the baselines in ``extra`` on programs ``index``."""
     true, groups = data.latency[index], data.workload[index]
-    pred = LatencyPredictor(model, {}).predict_featurized(data, index)
+    pred = predictor.predict_featurized(data, index)
     rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
     if extra.get("tree") is not None:
         rows["xgboost PerStoreFeature"] = summary(extra["tree"].predict(data.psf_sum[index]), true, groups, weights)
@@ -85,6 +87,7 @@ def evaluate_checkpoint(
         CheckpointError, DatasetError, ValueError: bad checkpoint, bad data or bad split.
     """
     model, meta = load_checkpoint(checkpoint)
+    predictor = LatencyPredictor(model, meta)
     extra = {}
     if (Path(checkpoint) / BASELINE_FILE).exists():
         extra["tree"] = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
@@ -96,7 +99,7 @@ def evaluate_checkpoint(
     if dataset is not None:
         db, data = load_featurized(dataset, cache_dir, progress, loops=model.config.loop_tokens)
         data = model_inputs(model.config, data, ds.device_dirs(dataset)[:1], traces)  # with the records' traces
-        model, data, note = _for_device(model, meta, db, data)
+        data, note = _for_device(predictor, db, data)
         net = meta.get("holdout") if holdout == "auto" else holdout
         weights = task_weights({db.device_id: db.manifest}, data.workload_keys, net)
         if net is None:
@@ -111,13 +114,13 @@ def evaluate_checkpoint(
         device_id, manifest = database_device(meta, [Path(record_db)], device)
         db, data = _database_inputs(model, Path(workload_db), Path(record_db), device_id, manifest, cache_dir,
                                     progress, traces)
-        model, data, note = _for_device(model, meta, db, data)
+        data, note = _for_device(predictor, db, data)
         index = np.arange(len(data))
         extra.pop("flops", None)  # a bare JSONDatabase records no FLOPs
         title = f"all {len(data)} programs of {record_db}"
     if model.config.trace_tokens and not traces:
         title += ", without their traces"
-    return score_models(model, extra, data, index, weights), title + note
+    return score_models(predictor, extra, data, index, weights), title + note
 
 
 @dataclasses.dataclass
@@ -304,6 +307,7 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
     opt = options or EvaluateOptions()
     runs = tuning_work_dirs(folders)
     model, meta = load_checkpoint(checkpoint)
+    predictor = LatencyPredictor(model, meta)
     tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE) if (Path(checkpoint) / BASELINE_FILE).exists() else None
     device_id, manifest = database_device(meta, runs, opt.device)
     pooled: dict[str, dict] = {}  # workload key -> label, runs, and each model's predictions
@@ -311,9 +315,9 @@ def evaluate_tuned(checkpoint: Path, folders: list[Path], options: EvaluateOptio
     for run in runs:
         wl, rec = ds.database_files(run)
         db, data = _database_inputs(model, wl, rec, device_id, manifest, opt.cache_dir, False, opt.traces)
-        scoring, data, note = _for_device(model, meta, db, data)
+        data, note = _for_device(predictor, db, data)
         index = np.arange(len(data))
-        preds = {"cdmpp transformer": LatencyPredictor(scoring, {}).predict_featurized(data, index)}
+        preds = {"cdmpp transformer": predictor.predict_featurized(data, index)}
         if tree is not None:
             preds["xgboost PerStoreFeature"] = tree.predict(data.psf_sum[index])
         for w in np.unique(data.workload):
@@ -362,28 +366,24 @@ def _database_inputs(model, workload_db: Path, record_db: Path, device_id: str, 
     return db, data
 
 
-def _for_device(model, meta: dict, db, data: FeaturizedPrograms):
-    """``(model, data, note)`` set to predict for ``db``'s device: for a model with a device
-    table, its row when the checkpoint knows the device, else a new zero-shot row
-    from the device's descriptor (or the unknown row 0 when the folder records no
-    device).  ``note`` is a title suffix naming how an unknown device is scored ('' for
-    a known one)."""
-    if model.config.num_devices <= 0:
-        return model, data, ""
-
-    rows = {d["device_id"]: int(d["row"]) for d in meta.get("devices", [])}
+def _for_device(predictor: LatencyPredictor, db, data: FeaturizedPrograms) -> tuple[FeaturizedPrograms, str]:
+    """``(data, note)``: ``data`` with every program at the device-table row of ``db``'s
+    device (:meth:`LatencyPredictor.device_row`: its own row when the checkpoint knows
+    it, else a zero-shot row from the descriptor the folder records, else the unknown row
+    0).  ``note`` is a title suffix naming how an unknown device is scored ('' for a
+    known one)."""
+    if predictor.model.config.num_devices <= 0:
+        return data, ""
     note = ""
-    if db.device_id in rows:
-        row = rows[db.device_id]
+    if db.device_id in predictor.devices:
+        row = predictor.device_row(db.device_id)
     elif db.manifest.get("device"):
-        from .adapt import with_new_device  # noqa: PLC0415  (keeps sklearn off this module's import)
-
-        model, row = with_new_device(model, descriptor_vector(DeviceDescriptor.from_json(db.manifest["device"])))
+        row = predictor.device_row(DeviceDescriptor.from_json(db.manifest["device"]))
         note = f"; device {db.device_id} is not in this checkpoint: zero-shot from its descriptor"
     else:
         row = 0
         note = f"; device {db.device_id} is not in this checkpoint: the unknown-device row"
-    return model, dataclasses.replace(data, device=np.full(len(data), row, dtype=np.int64)), note
+    return dataclasses.replace(data, device_row=np.full(len(data), row, dtype=np.int64)), note
 
 
 def network_program_counts(db) -> dict[str, int]:

@@ -51,7 +51,7 @@ def fit_transformer(
             ``train_config.cmd_weight``: only their features are used, never their
             latencies.  Ignored when ``cmd_weight`` is 0.
         device_descriptors: float32 ``(num_devices + 1, DESCRIPTOR_DIM)``, the device
-            table's descriptors, for a model with device input (``data.device`` holds
+            table's descriptors, for a model with device input (``data.device_row`` holds
             each program's row).
         history: a list that gets one dict per epoch: ``epoch`` (1-based), ``train_loss``
             and ``val_loss`` (the epoch's mean loss on the training and validation
@@ -89,8 +89,8 @@ def fit_transformer(
     module = LatencyModule(model_config, train_config)
     module.model.pack_tokens = not padded_encoder
     if model_config.num_devices > 0:
-        if device_descriptors is None or data.device is None:
-            raise InputError("a model with device input needs data.device and device_descriptors")
+        if device_descriptors is None or data.device_row is None:
+            raise InputError("a model with device input needs data.device_row and device_descriptors")
         module.model.set_device_descriptors(device_descriptors)
     rows = np.concatenate([np.arange(data.ptr[i], data.ptr[i + 1]) for i in split.train])
     module.model.set_normalization(

@@ -125,8 +125,8 @@ class ProgramDataModule(L.LightningDataModule):
     Each batch is a dict: ``x`` float32 ``(B, L_max, F)``, ``pos`` int64 ``(B, L_max)``,
     ``mask`` bool ``(B, L_max)``, ``y`` float32 ``(B,)`` (natural log of seconds),
     ``index`` int64 ``(B,)`` (program indices into ``data``), ``workload`` int64
-    ``(B,)`` (each program's task) and ``device`` int64 ``(B,)`` (each program's row
-    in the model's device table; zeros when ``data.device`` is ``None``).  With
+    ``(B,)`` (each program's task) and ``device_row`` int64 ``(B,)`` (each program's row
+    in the model's device table; zeros when ``data.device_row`` is ``None``).  With
     ``task_group > 0`` the training batches are
     drawn by :class:`TaskGroupBatchSampler`; with ``length_pool > 0`` by
     :class:`LengthPoolBatchSampler`, and the validation programs go through sorted by
@@ -185,7 +185,7 @@ class ProgramDataModule(L.LightningDataModule):
         x, pos, mask = self._leaves(idx)
         y = torch.from_numpy(np.log(self.data.latency[idx]).astype(np.float32))
         workload = torch.from_numpy(np.asarray(self.data.workload[idx], dtype=np.int64))
-        dev = self.data.device[idx] if self.data.device is not None else np.zeros(len(idx), np.int64)
+        dev = self.data.device_row[idx] if self.data.device_row is not None else np.zeros(len(idx), np.int64)
         return {
             "x": x,
             "pos": pos,
@@ -193,7 +193,7 @@ class ProgramDataModule(L.LightningDataModule):
             "y": y,
             "index": torch.from_numpy(idx),
             "workload": workload,
-            "device": torch.from_numpy(np.asarray(dev, dtype=np.int64)),
+            "device_row": torch.from_numpy(np.asarray(dev, dtype=np.int64)),
         }
 
     def collate_train(self, indices: list[int]) -> dict:
@@ -367,13 +367,13 @@ class LatencyModule(L.LightningModule):
         if stage == "train" and self.train_config.trace_dropout > 0 and self.model.config.trace_tokens:
             mask = drop_trace_tokens(batch["x"], mask, self.train_config.trace_dropout)
         tokens = self.model.encoded(batch["x"], batch["pos"], mask)
-        device = batch.get("device")
+        device_row = batch.get("device_row")
         row = None
-        if (device is not None and stage == "train" and self.train_config.device_dropout > 0
+        if (device_row is not None and stage == "train" and self.train_config.device_dropout > 0
                 and self.model.config.num_devices > 0):  # no device table: draw nothing, keep the RNG stream
-            drop = torch.rand(device.shape, device=device.device) < self.train_config.device_dropout
-            row = torch.where(drop, torch.zeros_like(device), device)
-        pred = self.model.output(tokens, mask, device, row)
+            drop = torch.rand(device_row.shape, device=device_row.device) < self.train_config.device_dropout
+            row = torch.where(drop, torch.zeros_like(device_row), device_row)
+        pred = self.model.output(tokens, mask, device_row, row)
         c = self.train_config
         if c.huber_delta > 0:
             loss = torch.nn.functional.huber_loss(pred, target, delta=c.huber_delta)
@@ -402,7 +402,7 @@ class LatencyModule(L.LightningModule):
         return self.shared_step(batch, "test")
 
     def predict_step(self, batch, batch_idx, dataloader_idx=0):
-        return self.model.predict_log_latency(batch["x"], batch["pos"], batch["mask"], batch.get("device"))
+        return self.model.predict_log_latency(batch["x"], batch["pos"], batch["mask"], batch.get("device_row"))
 
     def configure_optimizers(self):
         c = self.train_config

@@ -351,7 +351,7 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
     for row, dev in enumerate(corpus.devices, start=1):
         if dev.device_id not in panels:
             continue
-        sel = index[corpus.data.device[index] == row]
+        sel = index[corpus.data.device_row[index] == row]
         pred, true, _ = panels[dev.device_id]
         ratio = np.log(pred / true)
         keys = corpus.raw_keys[sel]

@@ -25,6 +25,7 @@ from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 from cdmpp.featurize.trace import model_inputs
 from cdmpp.model import ModelConfig, save_checkpoint
+from cdmpp.predictor import LatencyPredictor
 
 from .baselines import FlopsBaseline, TreeBaseline
 from .config import TrainConfig, TrainData, no_cmd_target
@@ -202,10 +203,11 @@ def _train_one_device(data: TrainData, out: Path, model_config, train_config, us
     flops = FlopsBaseline().fit(programs.flops[split.train], programs.latency[split.train])
     manifests = {db.device_id: db.manifest}
     extra = {"tree": tree, "flops": flops}
-    rows = (score_models(model, extra, programs, split.test, task_weights(manifests, programs.workload_keys, holdout))
+    predictor = LatencyPredictor(model, {})
+    rows = (score_models(predictor, extra, programs, split.test, task_weights(manifests, programs.workload_keys, holdout))
             if len(split.test) else {})
     # the recipe is chosen on these (RESULTS.md), never on the held-out network
-    val_rows = (score_models(model, extra, programs, split.val, task_weights(manifests, programs.workload_keys, None))
+    val_rows = (score_models(predictor, extra, programs, split.val, task_weights(manifests, programs.workload_keys, None))
                 if len(split.val) else {})
     meta = {
         "dataset": str(dataset),
@@ -310,7 +312,7 @@ def _corpus_cmd_target(corpus: DeviceCorpus, data: TrainData, split: Split, trai
         raise InputError(f"CMD target device {tdb.device_id} is in training; leave it out (exclude) to adapt toward it")
     # its programs follow the corpus's; the split's indices stay valid
     tdata = dataclasses.replace(tdata, workload_keys=[f"{tdb.device_id}:{k}" for k in tdata.workload_keys],
-                                device=np.zeros(len(tdata), dtype=np.int64))
+                                device_row=np.zeros(len(tdata), dtype=np.int64))
     fit_data = FeaturizedPrograms.concat([corpus.data, tdata])
     return fit_data, np.arange(len(corpus.data), len(fit_data)), tdb.device_id
 
@@ -348,8 +350,8 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     if model_config.trace_optional and len(split.val):  # the same programs as bare PrimFuncs: no trace token
         bare = leaves_only.for_model(model_config, traces=False)
         no_trace_rows = score_by_device(model, None, bare, split.val, None)
-    counts = np.bincount(corpus.data.device, minlength=len(corpus.devices) + 1)
-    train_counts = np.bincount(corpus.data.device[split.train], minlength=len(corpus.devices) + 1)
+    counts = np.bincount(corpus.data.device_row, minlength=len(corpus.devices) + 1)
+    train_counts = np.bincount(corpus.data.device_row[split.train], minlength=len(corpus.devices) + 1)
     meta = {
         "dataset": dataset_label(data.datasets),
         "devices": [

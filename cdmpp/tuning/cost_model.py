@@ -96,7 +96,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         self._announced = False
         self._load_predictor(checkpoint)
         if device is not None:
-            self.predictor.device(device)  # an unknown id fails here, not in the middle of tuning
+            self.predictor.descriptor(device)  # an unknown id fails here, not in the middle of tuning
 
     # -- persistence -------------------------------------------------------------------------
     def _load_predictor(self, path: str | None) -> None:
