@@ -32,6 +32,8 @@ from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.ast import FEATURIZER_VERSION
 from cdmpp.featurize.batch import dense_programs, stack_leaves
 from cdmpp.featurize.loops import merge_tokens, stack_loops
+from cdmpp.roofline import RooflineBound
+from cdmpp.tree_gnn import TreeMessagePassing
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -79,6 +81,14 @@ class ModelConfig:
             bias per head for a token's parent and for its children in the compact AST
             (:func:`tree_parents`), so that the encoder sees the tree's edges, not only
             the pre-order; zero at the start, so training begins from the plain encoder.
+        tree_gnn: with ``loop_tokens``, this many GATv2 layers of message passing along
+            the compact AST's parent-child edges before the encoder
+            (:class:`cdmpp.tree_gnn.TreeMessagePassing`, PyTorch Geometric); 0: none.
+        roofline: the level from physics: the prediction is the program's roofline bound
+            on the device (:class:`cdmpp.roofline.RooflineBound`: FLOPs and bytes over the
+            descriptor's peak rates, each with a learned per-device correction, plus an
+            overhead) times ``1 + e^z``, a learned non-negative inefficiency on top of it
+            (NeuSight, ASPLOS 2025, bounds its tile predictions the same way).
     """
 
     feature_dim: int = FEATURE_DIM
@@ -96,6 +106,8 @@ class ModelConfig:
     trace_optional: bool = False
     loop_tokens: bool = True
     tree_attention: bool = False
+    tree_gnn: int = 0
+    roofline: bool = False
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -108,6 +120,8 @@ class ModelConfig:
             raise InputError("trace_optional needs trace_tokens: only a model that reads traces can do without one")
         if self.tree_attention and not self.loop_tokens:
             raise InputError("tree_attention needs loop_tokens: the tree's inner nodes are the loop tokens")
+        if self.tree_gnn < 0 or (self.tree_gnn and not self.loop_tokens):
+            raise InputError(f"tree_gnn needs loop_tokens and a layer count >= 0, got {self.tree_gnn}")
 
     @staticmethod
     def from_json(obj: dict) -> "ModelConfig":
@@ -159,6 +173,10 @@ class LatencyTransformer(nn.Module):
         self.norm = nn.LayerNorm(c.d_model)
         if c.tree_attention:  # attention bias per head: towards the parent, towards the children
             self.tree_bias = nn.Parameter(torch.zeros(2, c.n_heads))
+        if c.tree_gnn:
+            self.tree_gnn = TreeMessagePassing(c.d_model, c.n_heads, c.tree_gnn, c.dropout)
+        if c.roofline:
+            self.roofline = RooflineBound(c.num_devices + 1 if c.num_devices > 0 else 1)
         head_in = c.d_model
         if c.num_devices > 0:
             self.device_embedding = nn.Embedding(c.num_devices + 1, c.device_dim)
@@ -212,6 +230,8 @@ class LatencyTransformer(nn.Module):
         desc = torch.as_tensor(np.asarray(descriptor, dtype=np.float32)).reshape(1, -1)
         self.device_descriptor = torch.cat([self.device_descriptor, desc], dim=0)
         self.device_offset = torch.cat([self.device_offset, self.device_offset[init_row].reshape(1)])
+        if self.config.roofline:
+            self.roofline.add_row(init_row)
         self.config.num_devices += 1
         return self.config.num_devices
 
@@ -227,6 +247,8 @@ class LatencyTransformer(nn.Module):
         h = self.embed((x - self.feature_mean) / self.feature_std)
         if self.config.positional_encoding:
             h = h + sinusoidal_encoding(pos, self.config.d_model)
+        if self.config.tree_gnn:
+            h = self.tree_gnn(h, x, mask)
         if not self.config.tree_attention and self.pack_tokens:
             return self.norm(encode_packed(self.encoder.layers, h, mask))
         if not self.config.tree_attention:
@@ -262,38 +284,69 @@ class LatencyTransformer(nn.Module):
         """The pooled program embedding, float32 ``(B, d_model)``."""
         return self.pool(self.encoded(x, pos, mask), mask)
 
-    def output(self, h: torch.Tensor, mask: torch.Tensor, device_row=None, embedding_row=None) -> torch.Tensor:
+    def output(self, h: torch.Tensor, mask: torch.Tensor, device_row=None, embedding_row=None,
+               x: torch.Tensor | None = None) -> torch.Tensor:
         """Standardised log-latency, float32 ``(B,)``, from the tokens ``h`` ``(B, L, d_model)``.
 
         With ``pooling="lse"`` the head gives each token ``i`` a term ``z_i`` (standardised
         log-latency); the program's natural-log latency is ``log sum_i exp(z_i * std +
         mean)`` over the tokens of ``mask``: the time of a program is the sum of its
-        statements' times.  Otherwise the head reads the pooled embedding.
+        statements' times.  Otherwise the head reads the pooled embedding.  A
+        ``roofline`` model also needs the raw token rows ``x`` ``(B, L, F)``.
         """
         dev = None
         if self.config.num_devices > 0:
             if device_row is None:
                 device_row = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
             dev = self.device_vector(device_row, embedding_row)
-        return self.output_for_vectors(h, mask, dev)
+        return self.output_for_vectors(h, mask, dev, self.roofline_bound(x, mask, device_row, embedding_row))
 
-    def output_for_vectors(self, h: torch.Tensor, mask: torch.Tensor, dev: torch.Tensor | None) -> torch.Tensor:
+    def roofline_bound(self, x: torch.Tensor | None, mask: torch.Tensor, device_row=None,
+                       embedding_row=None) -> torch.Tensor | None:
+        """The natural log of each program's roofline bound in seconds, float32 ``(B,)``
+        (:class:`cdmpp.roofline.RooflineBound`: the physics from ``device_row``'s
+        descriptor, the learned correction of ``embedding_row``, default ``device_row``);
+        ``None`` for a model without ``roofline``.
+
+        Raises:
+            InputError: a ``roofline`` model without the raw rows ``x``.
+        """
+        if not self.config.roofline:
+            return None
+        if x is None:
+            raise InputError("a roofline model needs the raw token rows x to bound each program")
+        if self.config.num_devices <= 0:
+            return self.roofline(x, mask, None, None)
+        if device_row is None:
+            device_row = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
+        return self.roofline(x, mask, self.device_descriptor[device_row],
+                             device_row if embedding_row is None else embedding_row)
+
+    def output_for_vectors(self, h: torch.Tensor, mask: torch.Tensor, dev: torch.Tensor | None,
+                           bound: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`output` for given device vectors ``dev``, float32 ``(B, device_dim)``
-        (``None`` for a model without devices): what ``cdmpp adapt`` differentiates to fit
-        one device's row."""
+        (``None`` for a model without devices), and roofline bounds ``bound`` (natural log
+        of seconds, ``(B,)``; ``None`` without ``roofline``): what ``cdmpp adapt``
+        differentiates to fit one device's row."""
         if self.config.pooling != "lse":
             pooled = self.pool(h, mask)
             if dev is not None:
                 pooled = torch.cat([pooled, dev.to(pooled.dtype)], dim=-1)
-            return self.head(pooled).squeeze(-1)
-        if dev is not None:
-            h = torch.cat([h, dev.to(h.dtype).unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
-        terms = self.head(h).squeeze(-1).float() * self.label_std + self.label_mean
-        total = torch.logsumexp(terms.masked_fill(~mask, float("-inf")), dim=1)
+            out = self.head(pooled).squeeze(-1)
+            if bound is None:
+                return out
+            total = out.float() * self.label_std + self.label_mean
+        else:
+            if dev is not None:
+                h = torch.cat([h, dev.to(h.dtype).unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
+            terms = self.head(h).squeeze(-1).float() * self.label_std + self.label_mean
+            total = torch.logsumexp(terms.masked_fill(~mask, float("-inf")), dim=1)
+        if bound is not None:  # the bound times 1 + e^z: never below it
+            total = bound + torch.nn.functional.softplus(total - self.label_mean)
         return (total - self.label_mean) / self.label_std
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device_row=None) -> torch.Tensor:
-        return self.output(self.encoded(x, pos, mask), mask, device_row)
+        return self.output(self.encoded(x, pos, mask), mask, device_row, x=x)
 
     def predict_log_latency(self, x, pos, mask, device_row=None) -> torch.Tensor:
         """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device_row``
@@ -448,107 +501,3 @@ class ProgramLeaves:
         if loops:
             return ProgramLeaves(*merge_tokens(*stack_leaves(trees), *stack_loops(trees)))
         return ProgramLeaves(*stack_leaves(trees))
-
-
-# Prediction intervals (inference half; calibration is in cdmpp.train.uncertainty)
-
-METHODS = ("mc-normalized", "mc-raw", "constant")
-ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
-MIN_STD = 1e-3  # floor of the MC standard deviation (natural log units), so that r stays finite
-
-
-@dataclass
-class IntervalConfig:
-    """How intervals are computed.
-
-    Attributes:
-        passes: MC-dropout forward passes per program.
-        lower: lower quantile of the interval (0.1: a 10-90% interval).
-        upper: upper quantile.
-        seed: torch seed of the dropout masks (the same inputs give the same interval).
-    """
-
-    passes: int = 16
-    lower: float = 0.1
-    upper: float = 0.9
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.passes < 2:
-            raise InputError(f"passes must be >= 2, got {self.passes}")
-        if not 0.0 < self.lower < self.upper < 1.0:
-            raise InputError(f"need 0 < lower < upper < 1, got {self.lower} and {self.upper}")
-
-
-@torch.no_grad()
-def mc_log_latency(model, data, index=None, device_row=None, cfg: IntervalConfig | None = None, batch_size: int = 512):
-    """Point and MC-dropout log-latencies of programs ``index`` of ``data``.
-
-    Args:
-        model: a :class:`LatencyTransformer` (its dropout rate is used).
-        data: :class:`ProgramLeaves` (or :class:`~cdmpp.featurize.batch.FeaturizedPrograms`).
-        index: int ``(K,)`` programs (default all).
-        device_row: device-table rows, as :func:`predict_latency_array` takes them.
-
-    Returns:
-        ``(point, passes)``: float64 ``(K,)`` natural log of seconds with dropout off,
-        and float64 ``(P, K)`` with dropout on, one row per pass.
-    """
-
-    cfg = cfg or IntervalConfig()
-    check_inputs(model, data)
-    index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
-    if device_row is None:
-        device_row = data.device_row[index] if getattr(data, "device_row", None) is not None else 0
-    dev = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
-    gen_state = torch.random.get_rng_state()
-    point, passes = [], []
-    try:
-        model.eval()
-        for s in range(0, len(index), batch_size):
-            x, pos, mask = dense_programs(data, index[s : s + batch_size])
-            point.append(model.predict_log_latency(x, pos, mask, dev[s : s + batch_size]).double())
-        model.train()  # dropout on; the model has no batch norm, so nothing else changes
-        for k, i in enumerate(index):
-            # one program at a time, its passes as one batch, the seed set anew: a program's
-            # interval never depends on which other programs share the call
-            torch.manual_seed(cfg.seed)
-            x, pos, mask = dense_programs(data, np.full(cfg.passes, i))
-            passes.append(model.predict_log_latency(x, pos, mask, dev[k].repeat(cfg.passes)).double())
-    finally:
-        model.eval()
-        torch.random.set_rng_state(gen_state)
-    if not point:
-        return np.zeros(0), np.zeros((cfg.passes, 0))
-    return torch.cat(point).numpy(), torch.stack(passes, dim=1).numpy()
-
-
-def mc_std(passes: np.ndarray) -> np.ndarray:
-    """Standard deviation over the passes, float64 ``(K,)``, floored at ``MIN_STD``."""
-    return np.maximum(np.std(passes, axis=0), MIN_STD)
-
-
-def interval_methods(point: np.ndarray, passes: np.ndarray, calibration: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Interval bounds in seconds, ``(low (K,), high (K,))`` float64, of each method in ``METHODS``."""
-    s = mc_std(passes)
-    lo, hi = calibration["lower"], calibration["upper"]
-    out = {}
-    c = calibration["mc-normalized"]
-    w = s ** c.get("alpha", 1.0)
-    out["mc-normalized"] = (np.exp(point + c["q_lower"] * w), np.exp(point + c["q_upper"] * w))
-    out["mc-raw"] = (np.exp(np.quantile(passes, lo, axis=0)), np.exp(np.quantile(passes, hi, axis=0)))
-    c = calibration["constant"]
-    out["constant"] = (np.exp(point + c["q_lower"]), np.exp(point + c["q_upper"]))
-    return out
-
-
-def interval(point: np.ndarray, passes: np.ndarray, calibration: dict | None) -> tuple[np.ndarray, np.ndarray]:
-    """The served interval in seconds, ``(low (K,), high (K,))``: ``calibration["method"]``'s
-    (default ``mc-normalized``), or the raw MC-dropout percentiles when the checkpoint
-    records no calibration."""
-    if not calibration:
-        lo, hi = np.quantile(passes, 0.1, axis=0), np.quantile(passes, 0.9, axis=0)
-        return np.exp(lo), np.exp(hi)
-    return interval_methods(point, passes, calibration)[calibration.get("method", "mc-normalized")]
-
-

@@ -346,7 +346,7 @@ class LatencyPredictor:
     def predict_interval(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
                          device: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predict latencies with a 10-90% interval (MC dropout, calibrated on validation
-        workloads: :mod:`cdmpp.model`; calibrated by :mod:`cdmpp.train.uncertainty`).
+        workloads: :mod:`cdmpp.intervals`; calibrated by :mod:`cdmpp.train.uncertainty`).
 
         Arguments and errors as :meth:`predict`.
 
@@ -362,7 +362,7 @@ class LatencyPredictor:
     def predict_trees_interval(self, trees: Sequence[ProgramAST], device: str | None = None,
                                traces: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
-        from cdmpp.model import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
+        from cdmpp.intervals import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
 
         row = self._row(self.resolve_device(device).device_id) if self._known else 0
         n = len(trees)

@@ -36,6 +36,12 @@ def add_model_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--tree-attention", action="store_true",
                    help="with loop tokens (implied): a learned attention bias per head along the compact AST's "
                    "parent-child edges")
+    s.add_argument("--tree-gnn", type=int, default=None, metavar="LAYERS",
+                   help="with loop tokens: this many GATv2 layers of message passing along the compact AST's "
+                   "parent-child edges before the encoder (PyTorch Geometric; default 0)")
+    s.add_argument("--roofline", action=argparse.BooleanOptionalAction, default=None,
+                   help="the level from physics: predict the program's roofline bound on the device (FLOPs and bytes "
+                   "over the descriptor's peak rates, learned per device) times a learned inefficiency >= 1")
     s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
                    help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "
                    "dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, "
@@ -56,6 +62,9 @@ def add_model_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--within-weight", type=float, default=None,
                    help="weight of the within-task term (each program's deviation from its task's batch mean; "
                    "needs --task-group)")
+    s.add_argument("--listmle-weight", type=float, default=None,
+                   help="weight of the within-task listwise term (ListMLE, fastest first, the fast end weighted "
+                   "most; needs --task-group)")
     s.add_argument("--huber-delta", type=float, default=None,
                    help="Huber loss with this threshold (standardised log-latency; default 0.1); 0: the MSE")
     s.add_argument(
@@ -94,6 +103,8 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
             trace_tokens=getattr(args, "trace_tokens", None),
             loop_tokens=True if getattr(args, "tree_attention", False) else getattr(args, "loop_tokens", None),
             tree_attention=True if getattr(args, "tree_attention", False) else None,
+            tree_gnn=getattr(args, "tree_gnn", None),
+            roofline=getattr(args, "roofline", None),
         )
     )
     train = TrainConfig(
@@ -110,6 +121,7 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
             weight_decay=args.weight_decay,
             train_share=getattr(args, "train_share", None),
             within_weight=args.within_weight,
+            listmle_weight=getattr(args, "listmle_weight", None),
             huber_delta=args.huber_delta,
             max_repeat_cv=getattr(args, "max_repeat_cv", None),
             trace_dropout=getattr(args, "trace_dropout", None),

@@ -353,7 +353,7 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     val_rows, val_title = evaluate_devices(known, two_device_dataset, holdout="validation", progress=False)
     assert set(val_rows) == {AVX512} and "validation programs" in val_title
     # a calibration afterwards writes the card again, and the adapted device's section stays
-    from cdmpp.model import IntervalConfig
+    from cdmpp.intervals import IntervalConfig
     from cdmpp.train.uncertainty import calibrate_checkpoint
 
     calibrated = calibrate_checkpoint(known, two_device_dataset, tmp_path / "c", IntervalConfig(passes=2),

@@ -253,7 +253,7 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
                                      progress=False)
     assert rows_db["cdmpp transformer"]["programs"] == len(ds.load_device_dir(folder).programs)
     # calibrated twice: with the traces, and for bare PrimFuncs; each program gets its own kind's interval
-    from cdmpp.model import IntervalConfig
+    from cdmpp.intervals import IntervalConfig
     from cdmpp.train.uncertainty import calibrate_checkpoint
 
     results = calibrate_checkpoint(out, [two_device_dataset], tmp_path / "cache", IntervalConfig(passes=4),

@@ -89,14 +89,18 @@ class AdaptConfig:
 
 
 @torch.no_grad()
-def _encoded(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray) -> list:
-    """The encoder's tokens of programs ``index``, in chunks of 512: a list of ``(h, mask)``,
-    ``h`` float32 ``(B, L, d_model)`` and ``mask`` bool ``(B, L)``, computed once (no grad)."""
+def _encoded(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray, row: int) -> list:
+    """The encoder's tokens of programs ``index``, in chunks of 512: a list of ``(h, mask,
+    bound)``, ``h`` float32 ``(B, L, d_model)``, ``mask`` bool ``(B, L)`` and ``bound`` the
+    roofline bound on device row ``row`` (``(B,)``; ``None`` without ``roofline``),
+    computed once (no grad)."""
     model.eval()
     out = []
-    for s in range(0, len(index), 512):
-        x, pos, mask = dense_programs(data, index[s : s + 512])
-        out.append((model.encoded(x, pos, mask), mask))
+    with torch.no_grad():
+        for s in range(0, len(index), 512):
+            x, pos, mask = dense_programs(data, index[s : s + 512])
+            rows = torch.full((len(x),), row, dtype=torch.int64)
+            out.append((model.encoded(x, pos, mask), mask, model.roofline_bound(x, mask, rows)))
     return out
 
 
@@ -131,7 +135,7 @@ def fit_device_row(
     if not np.all(np.isfinite(lat) & (lat > 0)):
         raise InputError("a shot has a non-positive or missing latency")
     out = copy.deepcopy(model).eval()
-    chunks = _encoded(out, data, shots)
+    chunks = _encoded(out, data, shots, row)
     y = (torch.from_numpy(np.log(lat)).float() - out.label_mean) / out.label_std
     start = out.device_embedding.weight[row].detach().clone()
     param = torch.nn.Parameter(start.clone())
@@ -141,7 +145,8 @@ def fit_device_row(
         opt.zero_grad()
         vec = param + desc
         # the model's own head (pooled or a log-sum-exp over tokens) on the fixed tokens
-        pred = torch.cat([out.output_for_vectors(h, mask, vec.unsqueeze(0).expand(len(h), -1)) for h, mask in chunks])
+        pred = torch.cat([out.output_for_vectors(h, mask, vec.unsqueeze(0).expand(len(h), -1), bound)
+                          for h, mask, bound in chunks])
         loss = torch.nn.functional.mse_loss(pred, y) + config.l2 * (param - start).pow(2).sum()
         loss.backward()
         opt.step()

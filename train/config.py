@@ -133,6 +133,11 @@ class TrainConfig:
             mean in the batch, which splits log-latency into a task-level part (the MSE
             carries it) and a within-task part that this term weighs again.  Needs
             same-task programs in a batch (``task_group > 0``).  0 trains without it.
+        listmle_weight: weight of the within-task listwise term (:func:`~cdmpp.train.lightning.listmle_loss`):
+            ListMLE over each task's programs in a batch, ordered fastest first, each
+            place weighted ``1 / log2(2 + place)`` so that the fast end weighs most
+            (Xia et al., ICML 2008; Lan et al., AAAI 2014, position-aware ListMLE),
+            beside the level loss.  Needs ``task_group > 0``.  0 trains without it.
         huber_delta: when > 0, a Huber loss with this threshold (in standard deviations
             of the standardised log-latency) replaces the MSE: a robust loss for labels
             that a noisy timing threw far off.  0 keeps the MSE.
@@ -176,6 +181,7 @@ class TrainConfig:
     device_dropout: float = 0.1
     train_share: float = 1.0
     within_weight: float = 0.0
+    listmle_weight: float = 0.0
     huber_delta: float = 0.1
     max_repeat_cv: float = 0.0
     trace_dropout: float = 0.2
@@ -203,6 +209,9 @@ class TrainConfig:
             )
         if self.within_weight > 0 and self.task_group == 0:
             raise InputError("within_weight > 0 needs task_group > 0: the within-task term needs same-task programs in a batch")
+        if self.listmle_weight < 0 or (self.listmle_weight > 0 and self.task_group == 0):
+            raise InputError(f"listmle_weight must be >= 0, and above 0 needs task_group > 0 (same-task programs in a "
+                             f"batch), got {self.listmle_weight} with task_group {self.task_group}")
         if self.precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not 0 < self.train_share <= 1:

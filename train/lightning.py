@@ -292,6 +292,41 @@ def within_task_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tens
     return diff[keep].pow(2).mean()
 
 
+def listmle_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """Position-weighted ListMLE over each task's programs in the batch, fastest first.
+
+    For a task with programs ``1..n`` in the batch, ordered by measured latency (fastest
+    first) and scored ``s = -pred`` (a higher score is a faster program), the term is
+    ``sum_k w_k (log sum_{j >= k} exp(s_j) - s_k) / sum_k w_k`` with ``w_k = 1 /
+    log2(k + 1)`` (``k`` from 1): the negative log-likelihood of the measured order under
+    the Plackett-Luce model (ListMLE; Xia et al., ICML 2008), each place weighted as in
+    NDCG so that placing the fastest programs first weighs most (position-aware
+    ListMLE; Lan et al., AAAI 2014).  TLP (ASPLOS 2023) trains its cost model with a
+    listwise ranking loss (LambdaRank); this one needs no sort inside the loss's graph.
+
+    Args:
+        pred, target: float32 ``(B,)`` standardised log-latency, predicted and measured.
+        group: int64 ``(B,)`` task of each program.
+
+    Returns:
+        The mean over tasks with at least 2 programs in the batch (a scalar tensor); 0
+        when there is none.  Only the order within each task counts: adding a constant
+        to a task's predictions leaves it unchanged.
+    """
+    total, tasks = pred.sum() * 0.0, 0
+    for g in torch.unique(group):
+        at = torch.nonzero(group == g, as_tuple=True)[0]
+        if at.numel() < 2:
+            continue
+        order = at[torch.argsort(target[at], stable=True)]
+        s = -pred[order].float()
+        tail = torch.logcumsumexp(s.flip(0), dim=0).flip(0)  # log sum_{j >= k} exp(s_j)
+        w = 1.0 / torch.log2(torch.arange(2, s.numel() + 2, dtype=s.dtype, device=s.device))
+        total = total + ((tail - s) * w).sum() / w.sum()
+        tasks += 1
+    return total / max(tasks, 1)
+
+
 def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, moments: int = 5) -> torch.Tensor:
     """Central moment discrepancy between two samples of embeddings.
 
@@ -373,7 +408,7 @@ class LatencyModule(L.LightningModule):
                 and self.model.config.num_devices > 0):  # no device table: draw nothing, keep the RNG stream
             drop = torch.rand(device_row.shape, device=device_row.device) < self.train_config.device_dropout
             row = torch.where(drop, torch.zeros_like(device_row), device_row)
-        pred = self.model.output(tokens, mask, device_row, row)
+        pred = self.model.output(tokens, mask, device_row, row, x=batch["x"])
         c = self.train_config
         if c.huber_delta > 0:
             loss = torch.nn.functional.huber_loss(pred, target, delta=c.huber_delta)
@@ -381,6 +416,8 @@ class LatencyModule(L.LightningModule):
             loss = torch.nn.functional.mse_loss(pred, target)
         if c.within_weight > 0:
             loss = loss + c.within_weight * within_task_loss(pred, target, batch["workload"])
+        if c.listmle_weight > 0:
+            loss = loss + c.listmle_weight * listmle_loss(pred, target, batch["workload"])
         if c.rank_weight > 0:
             margin = c.rank_margin / float(self.model.label_std)
             loss = loss + c.rank_weight * pairwise_rank_loss(pred, target, batch["workload"], margin)

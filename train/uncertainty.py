@@ -29,18 +29,17 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp.errors import CheckpointError, InputError
-from cdmpp.model import (  # noqa: F401  (the inference half of the intervals lives with the model)
+from cdmpp.intervals import (  # noqa: F401  (the inference half of the intervals, re-exported for the calibration)
     ALPHAS,
-    CONFIG_FILE,
     METHODS,
     MIN_STD,
     IntervalConfig,
     interval,
     interval_methods,
-    load_checkpoint,
     mc_log_latency,
     mc_std,
 )
+from cdmpp.model import CONFIG_FILE, load_checkpoint
 
 from .devices import dataset_label, own_split_corpus
 from .report import CARD_FILE, adapted_sections, model_card

@@ -1,0 +1,186 @@
+"""The fast-end levers: the within-task ListMLE term, the roofline-bounded level and message
+passing along the compact AST (fast layer: synthetic rows, no program is built or timed)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from cdmpp.errors import InputError
+from cdmpp.featurize import FEATURE_DIM
+from cdmpp.featurize.access import ACCESS_FEATURE_NAMES
+from cdmpp.featurize.ast import OWN_FEATURES
+
+
+def test_listmle_scores_the_order_within_each_task_and_weighs_the_fast_end_most():
+    from cdmpp.train.lightning import listmle_loss
+
+    target = torch.tensor([0.0, 1.0, 2.0, 3.0, 0.0, 5.0])  # task 0: four programs, fastest first; task 1: two
+    group = torch.tensor([0, 0, 0, 0, 1, 1])
+    right = listmle_loss(target * 2, target, group)
+    reversed_order = listmle_loss(-target, target, group)
+    assert right < reversed_order
+    # a constant per task changes nothing: the term leaves the level to the level loss
+    shifted = target * 2 + torch.tensor([5.0, 5.0, 5.0, 5.0, -3.0, -3.0])
+    assert listmle_loss(shifted, target, group) == pytest.approx(float(right), rel=1e-5)
+    # swapping the two fastest costs more than swapping the two slowest
+    fast_swap = torch.tensor([1.0, 0.0, 2.0, 3.0, 0.0, 5.0]) * 2
+    slow_swap = torch.tensor([0.0, 1.0, 3.0, 2.0, 0.0, 5.0]) * 2
+    assert listmle_loss(fast_swap, target, group) > listmle_loss(slow_swap, target, group)
+    # no task with two programs: 0, with a gradient graph
+    alone = torch.tensor([1.0, 2.0], requires_grad=True)
+    zero = listmle_loss(alone, torch.tensor([1.0, 2.0]), torch.tensor([0, 1]))
+    assert float(zero.detach()) == 0.0 and zero.requires_grad
+
+
+def test_listmle_needs_task_groups():
+    from cdmpp.train.config import TrainConfig
+
+    with pytest.raises(InputError, match="listmle_weight"):
+        TrainConfig(listmle_weight=1.0)
+    assert TrainConfig(listmle_weight=1.0, task_group=16).listmle_weight == 1.0
+
+
+def _leaf_row(iterations: float, adds: float, muls: float, unique_bytes: list[float]) -> np.ndarray:
+    row = np.zeros(FEATURE_DIM, np.float32)
+    row[OWN_FEATURES.index("iterations")] = math.log2(1 + iterations)
+    row[OWN_FEATURES.index("add_sub")] = math.log2(1 + adds)
+    row[OWN_FEATURES.index("mul")] = math.log2(1 + muls)
+    for b, nbytes in enumerate(unique_bytes):
+        row[len(OWN_FEATURES) + b * len(ACCESS_FEATURE_NAMES) + ACCESS_FEATURE_NAMES.index("unique_bytes")] = \
+            math.log2(1 + nbytes)
+    return row
+
+
+def test_the_roofline_bound_counts_flops_and_bytes_and_never_undercuts_the_overhead():
+    from cdmpp.device import local_cpu
+    from cdmpp.roofline import RooflineBound, base_log_rates, program_work
+
+    # a 256^3 matmul's update (one add, one mul per iteration over 3 buffers) and an elementwise leaf
+    mm = _leaf_row(256**3, 1, 1, [256 * 256 * 4] * 3)
+    ew = _leaf_row(1024, 1, 0, [4096, 4096])
+    x = torch.from_numpy(np.stack([np.stack([mm, ew]), np.stack([ew, np.zeros(FEATURE_DIM, np.float32)])]))
+    mask = torch.tensor([[True, True], [True, False]])
+    flops, nbytes = program_work(x, mask)
+    np.testing.assert_allclose(flops.numpy(), [2 * 256**3 + 1024, 1024], rtol=1e-4)
+    np.testing.assert_allclose(nbytes.numpy(), [3 * 256 * 256 * 4 + 2 * 4096, 2 * 4096], rtol=1e-4)
+    from cdmpp.device import descriptor_vector
+
+    desc = torch.from_numpy(np.stack([descriptor_vector(local_cpu())] * 2))
+    with torch.no_grad():
+        bound = RooflineBound(rows=1)(x, mask, desc, None)
+    rates = base_log_rates(desc, 2)
+    assert torch.all(bound >= rates[:, 2] - 1e-6)  # at least the overhead
+    assert bound[0] > bound[1] + 3.0  # the matmul's bound is far above the small elementwise program's
+    expected = math.log(math.exp(float(rates[0, 2])) + 2 * 256**3 / math.exp(float(rates[0, 0]))
+                        + (3 * 256 * 256 * 4 + 8192) / math.exp(float(rates[0, 1])))
+    assert float(bound[0]) == pytest.approx(expected, abs=1e-3)
+
+
+def test_a_roofline_model_never_predicts_below_its_bound_and_learns_a_new_device():
+    from cdmpp.model import LatencyTransformer, ModelConfig
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=1, ff_dim=32, trace_tokens=False, loop_tokens=False,
+                      num_devices=2, roofline=True)
+    m = LatencyTransformer(cfg).eval()
+    m.label_mean.fill_(-9.0)
+    m.label_std.fill_(2.0)
+    x = torch.from_numpy(np.stack([np.stack([_leaf_row(2**20, 1, 1, [2**22] * 3)] * 3)] * 4)) + 0.0
+    x[1:, :, 0] = torch.rand(3, 3) * 4  # other depths: the encoder sees different programs
+    pos = torch.arange(3).expand(4, 3)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    rows = torch.tensor([1, 2, 1, 2])
+    with torch.no_grad():
+        torch.nn.init.normal_(m.head[-1].weight, std=3.0)  # inefficiencies far below and above 0 before softplus
+        bound = m.roofline_bound(x, mask, rows)
+        got = m.predict_log_latency(x, pos, mask, rows)
+    assert torch.all(got >= bound - 1e-5)
+    with pytest.raises(InputError, match="raw token rows"):
+        m.output(m.encoded(x, pos, mask), mask, rows)
+    row = m.add_device(m.device_descriptor[1].numpy(), init_row=1)
+    assert row == 3 and m.roofline.correction.shape == (4, 3)
+    with torch.no_grad():
+        np.testing.assert_allclose(m.roofline_bound(x, mask, torch.full((4,), 3)).numpy(),
+                                   m.roofline_bound(x, mask, torch.full((4,), 1)).numpy(), rtol=1e-6)
+
+
+def test_roofline_and_tree_gnn_models_save_and_load(tmp_path):
+    from cdmpp.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
+
+    torch.manual_seed(0)
+    x, pos, mask = _tree_batch()
+    cfg = ModelConfig(feature_dim=x.shape[-1], d_model=16, n_heads=2, n_layers=1, ff_dim=32, trace_tokens=False,
+                      loop_tokens=True, tree_gnn=1, roofline=True)
+    m = LatencyTransformer(cfg).eval()
+    with torch.no_grad():
+        before = m.predict_log_latency(x, pos, mask)
+    save_checkpoint(m, tmp_path / "ckpt", {})
+    loaded, _ = load_checkpoint(tmp_path / "ckpt")
+    with torch.no_grad():
+        np.testing.assert_allclose(loaded.predict_log_latency(x, pos, mask).numpy(), before.numpy(), rtol=1e-5)
+    assert loaded.config.tree_gnn == 1 and loaded.config.roofline
+    with pytest.raises(InputError, match="tree_gnn needs loop_tokens"):
+        ModelConfig(loop_tokens=False, trace_tokens=False, tree_gnn=2)
+
+
+def _tree_batch():
+    """Two loop-token programs: ``for i: {leaf; for j: leaf}`` and ``for i: leaf`` (padded)."""
+    from cdmpp.encoder import LOOP_DEPTH
+    from cdmpp.featurize.loops import LOOP_DIM
+
+    width = FEATURE_DIM + LOOP_DIM + 1
+
+    def loop(depth):
+        r = np.zeros(width, np.float32)
+        r[FEATURE_DIM + LOOP_DEPTH] = depth
+        r[-1] = 1.0
+        return r
+
+    def leaf(depth, iters):
+        r = np.zeros(width, np.float32)
+        r[:FEATURE_DIM] = _leaf_row(iters, 1, 1, [4 * iters])
+        r[0] = depth
+        return r
+
+    a = [loop(0), leaf(1, 64), loop(1), leaf(2, 4096)]
+    b = [loop(0), leaf(1, 128), np.zeros(width, np.float32), np.zeros(width, np.float32)]
+    x = torch.from_numpy(np.stack([np.stack(a), np.stack(b)]))
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    return x, torch.arange(4).expand(2, 4), mask
+
+
+def test_tree_edges_follow_the_compact_ast_and_the_gnn_leaves_padding_and_batch_mates_alone():
+    from cdmpp.model import LatencyTransformer, ModelConfig
+    from cdmpp.tree_gnn import tree_edges
+
+    x, pos, mask = _tree_batch()
+    edges = tree_edges(x, mask).numpy()
+    # real tokens numbered 0-3 (first program) and 4-5 (second): child -> parent, then back
+    pairs = set(zip(edges[0].tolist(), edges[1].tolist()))
+    assert pairs == {(1, 0), (2, 0), (3, 2), (5, 4), (0, 1), (0, 2), (2, 3), (4, 5)}
+    torch.manual_seed(0)
+    m = LatencyTransformer(ModelConfig(feature_dim=x.shape[-1], d_model=16, n_heads=2, n_layers=1, ff_dim=32,
+                                       trace_tokens=False, loop_tokens=True, tree_gnn=2)).eval()
+    with torch.no_grad():
+        both = m.predict_log_latency(x, pos, mask)
+        alone = m.predict_log_latency(x[1:, :2], pos[1:, :2], mask[1:, :2])
+        plain = LatencyTransformer(ModelConfig(feature_dim=x.shape[-1], d_model=16, n_heads=2, n_layers=1, ff_dim=32,
+                                               trace_tokens=False, loop_tokens=True))
+        plain.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("tree_gnn.")})
+        without = plain.eval().predict_log_latency(x, pos, mask)
+    np.testing.assert_allclose(alone.numpy(), both[1:].numpy(), rtol=1e-5)
+    assert not np.allclose(both.numpy(), without.numpy())  # the messages change the tokens
+
+
+def test_the_new_flags_reach_the_configs():
+    from cdmpp.cli import build_parser
+    from cdmpp.recipe_args import model_configs
+
+    args = build_parser().parse_args(["train", "-d", "x", "-o", "y", "--roofline", "--tree-gnn", "2",
+                                      "--listmle-weight", "0.5", "--task-group", "16"])
+    model, train = model_configs(args)
+    assert model.roofline and model.tree_gnn == 2 and train.listmle_weight == 0.5
+    default_model, default_train = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
+    assert not default_model.roofline and default_model.tree_gnn == 0 and default_train.listmle_weight == 0.0
