@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None, metavar="PNG", help="also plot MAPE against the number of shots")
 
 
-def _cmd_adapt_table(args) -> int:
+def _run_adapt_table(args) -> int:
 
     model, meta = load_checkpoint(Path(args.checkpoint))
     db, data = load_featurized(Path(args.dataset), Path(args.cache), progress=False)
@@ -45,9 +45,10 @@ def _cmd_adapt_table(args) -> int:
         tuple(args.shots), tuple(args.selection), args.seed,
     )
     title = f"device {device.device_id}, unseen by {args.checkpoint}: zero-shot and after shots"
-    print(format_table(rows, title))
+    table = format_table(rows, title)
+    print(table)
     if args.output:
-        write_rows(rows, Path(args.output))
+        write_rows(rows, Path(args.output), table, Path(args.checkpoint) if args.checkpoint else None)
     if args.plot:
         from cdmpp.train.plots import plot_error_vs_shots  # noqa: PLC0415  (only on the branch that needs it)
 
@@ -58,4 +59,4 @@ def _cmd_adapt_table(args) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench adapt-table``."""
-    return _cmd_adapt_table(args)
+    return _run_adapt_table(args)

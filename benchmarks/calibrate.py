@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", default=".cdmpp-cache", help="feature cache folder")
 
 
-def _cmd_calibrate(args) -> int:
+def _run_calibrate(args) -> int:
 
     results = calibrate_checkpoint(
         Path(args.checkpoint), [Path(d) for d in args.dataset], Path(args.cache), IntervalConfig(passes=args.passes),
@@ -41,4 +41,4 @@ def _cmd_calibrate(args) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench calibrate``."""
-    return _cmd_calibrate(args)
+    return _run_calibrate(args)

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="runs/search-check")
 
 
-def _cmd_search_check(args) -> int:
+def _run_search_check(args) -> int:
 
 
     cfg = SearchCheckConfig(dataset=Path(args.dataset), networks=args.networks,
@@ -41,4 +41,4 @@ def _cmd_search_check(args) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench search-check``."""
-    return _cmd_search_check(args)
+    return _run_search_check(args)

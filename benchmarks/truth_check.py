@@ -24,7 +24,6 @@ same schedules.  Timings wait for a quiet machine (the collector's guard).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from cdmpp.errors import InputError
 from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
 from cdmpp.network_input import load_relax
 from cdmpp.predictor import LatencyPredictor
+from cdmpp.train.report import write_rows
 from cdmpp.tvm_compat import Target, ms, structural_hash
 
 
@@ -289,19 +289,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="also write the rows (with per-task figures) as JSON here")
 
 
-def _cmd_truth_check(args) -> int:
+def _run_truth_check(args) -> int:
 
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
                            args.device, tuple(Path(w) for w in args.work_dirs or ()))
     rows = run_truth_check(Path(args.dataset) if args.dataset else None, cfg)
-    print(format_truth_check(rows, markdown=True))
+    table = format_truth_check(rows, markdown=True)
+    print(table)
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(rows, indent=1), encoding="utf-8")
-        print(f"rows written to {args.output}")
+        write_rows(rows, Path(args.output), table, cfg.checkpoint)
+        print(f"rows written to {args.output} (the table beside it, .md)")
     return 0
 
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench truth-check``."""
-    return _cmd_truth_check(args)
+    return _run_truth_check(args)

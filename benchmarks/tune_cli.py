@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "print the summary of ratios to it")
 
 
-def _cmd_tune_network(args) -> int:
+def _run_tune_network(args) -> int:
 
     rows = []
     for seed in args.seeds or [args.seed]:
@@ -89,10 +89,10 @@ def _cmd_tune_network(args) -> int:
     return 0
 
 
-def _cmd_tune_benchmark(args) -> int:
+def _run_tune_benchmark(args) -> int:
 
     if args.whole_network:
-        return _cmd_tune_network(args)
+        return _run_tune_network(args)
     if not args.dataset or not (args.network or args.task):
         print("error: cdmpp bench tune needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
         return 2
@@ -159,4 +159,4 @@ def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Se
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench tune``."""
-    return _cmd_tune_benchmark(args)
+    return _run_tune_benchmark(args)

@@ -79,9 +79,10 @@ def _run_evaluate(args) -> int:
         from .train.evaluate import evaluate_tuned  # noqa: PLC0415  (keeps torch off this module's import)
 
         rows, title = evaluate_tuned(checkpoint, [Path(d) for d in args.tuned], options)
-        print(format_device_table(rows, title, label="task"))
+        table = format_device_table(rows, title, label="task")
+        print(table)
         if args.output:
-            write_rows(rows, Path(args.output))
+            write_rows(rows, Path(args.output), table, checkpoint)
         return 0
     rows, title, per_device = evaluate(
         checkpoint,
@@ -90,9 +91,10 @@ def _run_evaluate(args) -> int:
         record_db=Path(args.record_db) if args.record_db else None,
         options=options,
     )
-    print(format_device_table(rows, title) if per_device else format_table(rows, title))
+    table = format_device_table(rows, title) if per_device else format_table(rows, title)
+    print(table)
     if args.output:
-        write_rows(rows, Path(args.output))
+        write_rows(rows, Path(args.output), table, checkpoint)
     return 0
 
 
@@ -234,7 +236,9 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("--without-trace", action="store_true",
                    help="a checkpoint trained with trace dropout: score the programs as bare PrimFuncs, without their "
                    "schedule traces (dataset of device folders)")
-    s.add_argument("--output", default=None, help="also write the rows as JSON here")
+    s.add_argument("--output", default=None,
+                   help="also write the rows as JSON here, and the table beside it (.md, its first line naming the "
+                   "checkpoint)")
     s.add_argument(
         "--plot", default=None, metavar="PNG", help="with several device folders: predicted vs measured, per device"
     )

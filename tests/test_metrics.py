@@ -121,3 +121,26 @@ def test_the_level_free_plot_is_written(tmp_path):
     true, groups = _two_tasks()
     path = plot_level_free({"dev": (true * 1.2, true, groups)}, "t", tmp_path / "lf.png")
     assert path.stat().st_size > 5000 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_written_table_names_the_checkpoint_on_its_first_line(tmp_path):
+    """``cdmpp evaluate --output`` and the benches write the table beside the rows, its first
+    line naming the checkpoint by folder and weights hash: two checkpoints, two lines."""
+    import hashlib
+    import json
+    import shutil
+
+    from cdmpp.predictor import DEFAULT_CHECKPOINT
+    from cdmpp.train.report import checkpoint_line, write_rows
+
+    rows = {"cdmpp transformer": {"mape": 0.25}}
+    write_rows(rows, tmp_path / "out" / "rows.json", "| table |", None)
+    assert json.loads((tmp_path / "out" / "rows.json").read_text()) == rows
+    first, blank, table = (tmp_path / "out" / "rows.md").read_text().splitlines()
+    digest = hashlib.sha256((DEFAULT_CHECKPOINT / "model.safetensors").read_bytes()).hexdigest()[:12]
+    assert first.startswith("Checkpoint: ") and digest in first and blank == "" and table == "| table |"
+    other = tmp_path / "other"
+    shutil.copytree(DEFAULT_CHECKPOINT, other)
+    with open(other / "model.safetensors", "ab") as f:
+        f.write(b"\0")
+    assert digest not in checkpoint_line(other) and "other" in checkpoint_line(other)

@@ -7,6 +7,7 @@ and a device table is the same columns with the device in front.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -122,9 +123,31 @@ def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], networ
     return out
 
 
-def write_rows(rows: Mapping, path: Path) -> None:
-    """Write metric rows as JSON."""
-    Path(path).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+def checkpoint_line(checkpoint: Path | None) -> str:
+    """The first line of every table written for the record: which checkpoint it scores (its
+    folder and the first 12 hex digits of the SHA-256 of its weights), so that a reader
+    never has to ask which model a number is about.  ``None``: the shipped checkpoint."""
+    from cdmpp.model import WEIGHTS_FILE  # noqa: PLC0415  (keeps torch off this module's import)
+    from cdmpp.predictor import DEFAULT_CHECKPOINT  # noqa: PLC0415  (keeps the predictor off this module's import)
+
+    folder = Path(checkpoint) if checkpoint is not None else DEFAULT_CHECKPOINT
+    weights = folder / WEIGHTS_FILE
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.is_file() else "no weights"
+    try:
+        shown = folder.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        shown = folder
+    return f"Checkpoint: `{shown}` (weights sha256 {digest})"
+
+
+def write_rows(rows: Mapping, path: Path, table: str | None = None, checkpoint: Path | None = None) -> None:
+    """Write metric rows as JSON to ``path``; with ``table``, also ``path`` with ``.md``: the
+    :func:`checkpoint_line` of ``checkpoint``, a blank line and the table."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    if table is not None:
+        path.with_suffix(".md").write_text(f"{checkpoint_line(checkpoint)}\n\n{table}\n", encoding="utf-8")
 
 
 _ARCHITECTURE = (
