@@ -254,7 +254,9 @@ def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int
     return Split(np.sort(np.concatenate([split.train, add])), split.val, split.test, split.holdout)
 
 
-def _configs(cfg: StudyConfig, lever: Lever, num_devices: int):
+def lever_configs(cfg: StudyConfig, lever: Lever, num_devices: int) -> tuple[ModelConfig, TrainConfig]:
+    """The model and training configs of ``lever`` on the study's base recipe, for a device
+    table of ``num_devices`` rows (``feature_dim`` is set later, from the data)."""
 
     # the levers add the trace token, the loop tokens and the LSE head themselves (``Lever``);
     # "current" is the mean-pooled MSE recipe on the leaves
@@ -368,7 +370,7 @@ def run_fit_study(
         if name in done:
             continue
         lever = LEVERS[name]
-        mcfg, tcfg = _configs(cfg, lever, len(corpus.devices))
+        mcfg, tcfg = lever_configs(cfg, lever, len(corpus.devices))
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
         split = _with_extra_data(split, base, tuned_train, lever.extra_data, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)

@@ -148,3 +148,32 @@ def test_a_study_with_a_fold_scores_the_held_out_families_as_a_part_of_their_own
     assert "slowest 50% log p/m" in out.with_suffix(".md").read_text()
     with pytest.raises(InputError, match="fold-1-of-4"):
         fit_study.StudyConfig([two_device_dataset], fold="dcgan")
+
+
+def test_every_lever_makes_a_model_and_a_recipe():
+    """Each lever of the study (the fast-end ones on the shipped recipe among them) gives a
+    valid model and training config, and a model of that config predicts a batch."""
+    import dataclasses
+
+    import torch
+
+    from benchmarks.fit_study import StudyConfig, lever_configs
+    from benchmarks.levers import LEVERS
+    from cdmpp.featurize import FEATURE_DIM
+    from cdmpp.featurize.loops import LOOP_DIM
+    from cdmpp.featurize.trace import TRACE_DIM
+    from cdmpp.model import LatencyTransformer
+
+    cfg = StudyConfig(datasets=[], levers=list(LEVERS), d_model=16, n_layers=1, ff_dim=32)
+    for name, lever in LEVERS.items():
+        model, train = lever_configs(cfg, lever, 2)
+        model = dataclasses.replace(model, feature_dim=FEATURE_DIM + LOOP_DIM + 1 + TRACE_DIM + 1)  # as fit sets it
+        if lever.model.get("roofline") or lever.train.get("listmle_weight"):
+            assert model.loop_tokens and model.pooling == "lse" and train.huber_delta == 0.1, name
+        m = LatencyTransformer(model).eval()
+        x = torch.zeros(2, 3, model.feature_dim)
+        x[..., 0] = 1.0
+        with torch.no_grad():
+            out = m.predict_log_latency(x, torch.arange(3).expand(2, 3), torch.ones(2, 3, dtype=torch.bool),
+                                        torch.tensor([1, 2]))
+        assert out.shape == (2,) and torch.all(torch.isfinite(out)), name
