@@ -184,3 +184,32 @@ def test_the_new_flags_reach_the_configs():
     assert model.roofline and model.tree_gnn == 2 and train.listmle_weight == 0.5
     default_model, default_train = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
     assert not default_model.roofline and default_model.tree_gnn == 0 and default_train.listmle_weight == 0.0
+
+
+def test_one_training_step_of_every_fast_end_lever_reaches_its_new_weights():
+    """The Lightning module's loss with the roofline level, the ListMLE term and the tree
+    GNN together: finite, and its gradient reaches the roofline corrections, the GATv2
+    layers and the encoder."""
+    from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig
+    from cdmpp.train.lightning import LatencyModule
+
+    x, pos, mask = _tree_batch()
+    x = torch.cat([x, x])
+    pos, mask = torch.cat([pos, pos]), torch.cat([mask, mask])
+    torch.manual_seed(0)
+    module = LatencyModule(
+        ModelConfig(feature_dim=x.shape[-1], d_model=16, n_heads=2, n_layers=1, ff_dim=32, trace_tokens=False,
+                    loop_tokens=True, tree_gnn=1, roofline=True, num_devices=1),
+        TrainConfig(task_group=2, listmle_weight=1.0, device_dropout=0.0),
+    )
+    batch = {"x": x, "pos": pos, "mask": mask, "y": torch.tensor([-9.0, -11.0, -8.5, -10.0]),
+             "workload": torch.tensor([0, 0, 1, 1]), "device_row": torch.tensor([1, 1, 1, 1])}
+    module.log = lambda *a, **k: None  # no trainer attached
+    loss = module.shared_step(batch, "train")
+    loss.backward()
+    assert torch.isfinite(loss)
+    m = module.model
+    assert m.roofline.correction.grad is not None and m.roofline.correction.grad[1].abs().sum() > 0
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.tree_gnn.parameters())
+    assert m.embed[0].weight.grad.abs().sum() > 0
