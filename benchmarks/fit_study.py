@@ -385,7 +385,7 @@ def run_fit_study(
             mcfg = dataclasses.replace(mcfg, feature_dim=lever_data.x.shape[1])
         t0 = time.time()
         model = fit_transformer(lever_data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
-                                device_descriptors=descriptors)
+                                device_descriptors=descriptors, device_caches=corpus.caches())
         secs = round(time.time() - t0, 1)
         index = {"fit": split.train, **val_parts}
         predictor = LatencyPredictor(model, {})

@@ -112,6 +112,10 @@ LEVERS: dict[str, Lever] = {
         Lever("shipped-gnn", "huber-trace-loops-lse with 2 GATv2 layers along the compact AST's parent-child edges "
               "before the encoder (PyTorch Geometric)", model={"loop_tokens": True, "pooling": "lse", "tree_gnn": 2},
               train={"huber_delta": 0.1}, trace_token=True),
+        Lever("shipped-cache-fit", "huber-trace-loops-lse with each leaf's working sets against the device's caches, "
+              "its vector width against the ISA's and its parallel extent against the cores",
+              model={"loop_tokens": True, "pooling": "lse", "cache_fit": True}, train={"huber_delta": 0.1},
+              trace_token=True),
         Lever("shipped-tuned", "huber-trace-loops-lse plus every tuned-phase program of the training workloads",
               model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1}, trace_token=True,
               extra_data="tuned"),

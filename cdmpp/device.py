@@ -36,6 +36,10 @@ class DeviceDescriptor:
         isa: the widest vector ISA the generated code may use.
         isa_flags: the vector ISA flags the hardware reports.
         target: the TVM target as a JSON-able dict.
+        caches: bytes of the L1 data cache and the L2 of one core and of the L3, as the
+            measuring machine reports them (``/sys/devices/system/cpu``); empty where it
+            was not recorded (folders collected before it was): :func:`device_caches`
+            then reads the microarchitecture's.
     """
 
     device_id: str
@@ -45,17 +49,22 @@ class DeviceDescriptor:
     isa: str
     isa_flags: tuple[str, ...] = field(default_factory=tuple)
     target: dict = field(default_factory=dict)
+    caches: tuple[int, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict:
-        """A JSON-able dict (``isa_flags`` as a list)."""
+        """A JSON-able dict (``isa_flags`` and ``caches`` as lists; ``caches`` left out when empty)."""
         out = asdict(self)
         out["isa_flags"] = list(self.isa_flags)
+        out["caches"] = list(self.caches)
+        if not self.caches:
+            del out["caches"]
         return out
 
     @staticmethod
     def from_json(obj: dict) -> "DeviceDescriptor":
-        """Inverse of :meth:`to_json`."""
-        return DeviceDescriptor(**{**obj, "isa_flags": tuple(obj.get("isa_flags", ()))})
+        """Inverse of :meth:`to_json` (a descriptor written before ``caches`` has none)."""
+        return DeviceDescriptor(**{**obj, "isa_flags": tuple(obj.get("isa_flags", ())),
+                                   "caches": tuple(int(c) for c in obj.get("caches", ()))})
 
 
 def _slug(text: str) -> str:
@@ -78,6 +87,51 @@ def host_cpu_info() -> tuple[str, set[str]]:
     except OSError:
         pass
     return model, flags
+
+
+def host_caches() -> tuple[int, ...]:
+    """This machine's ``(L1 data, L2, L3)`` cache sizes in bytes, from
+    ``/sys/devices/system/cpu/cpu0/cache`` (L1d and L2 of one core, the L3 as it reports
+    it); empty where a level cannot be read."""
+    found = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = int((index / "level").read_text().strip())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
+        found[level] = int(float(size.rstrip("KMG")) * scale)
+    return tuple(found[k] for k in (1, 2, 3)) if all(k in found for k in (1, 2, 3)) else ()
+
+
+MICROARCH_CACHES = {
+    "znver3": (32 * 1024, 512 * 1024, 32 * 1024**2),
+    "znver4": (32 * 1024, 1024**2, 32 * 1024**2),
+    "znver5": (48 * 1024, 1024**2, 32 * 1024**2),
+    "icelake-server": (48 * 1024, 1280 * 1024, 48 * 1024**2),
+    "sapphirerapids": (48 * 1024, 2 * 1024**2, 105 * 1024**2),
+    "emeraldrapids": (48 * 1024, 2 * 1024**2, 320 * 1024**2),
+    "rocketlake": (48 * 1024, 512 * 1024, 16 * 1024**2),
+    "sm_90": (256 * 1024, 50 * 1024**2, 50 * 1024**2),
+}
+"""``(L1 data, L2, L3)`` bytes of the microarchitectures of the corpus's devices (LLVM's
+``mcpu``, or a GPU's arch: an SM's L1 and the L2 twice), from the vendors' specifications,
+for descriptors that do not record their machine's own (:func:`device_caches`)."""
+DEFAULT_CACHES = (32 * 1024, 1024**2, 32 * 1024**2)
+
+
+def device_caches(device: DeviceDescriptor) -> tuple[int, int, int]:
+    """``(L1 data, L2, L3)`` cache bytes of ``device``: the ones its machine reported, else
+    its microarchitecture's (:data:`MICROARCH_CACHES`, by the target's ``mcpu`` or the GPU
+    arch), else :data:`DEFAULT_CACHES`."""
+    if len(device.caches) == 3:
+        return tuple(int(c) for c in device.caches)
+    key = device.target.get("mcpu") if device.kind == "cpu" else device.isa
+    return MICROARCH_CACHES.get(str(key), DEFAULT_CACHES)
 
 
 def local_cpu(num_cores: int | None = None, disable_avx512: bool = False,
@@ -116,6 +170,7 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False,
         isa=isa,
         isa_flags=isa_flags,
         target=target,
+        caches=host_caches() if cpu_info is None else (),
     )
 
 

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from cdmpp.device import DESCRIPTOR_DIM
+from cdmpp.cache_fit import FIT_DIM, cache_fit_features
+from cdmpp.device import DEFAULT_CACHES, DESCRIPTOR_DIM
 from cdmpp.encoder import encode_packed, sinusoidal_encoding, tree_parents
 from cdmpp.errors import CheckpointError, InputError
 from cdmpp.featurize import FEATURE_DIM
@@ -89,6 +90,10 @@ class ModelConfig:
             descriptor's peak rates, each with a learned per-device correction, plus an
             overhead) times ``1 + e^z``, a learned non-negative inefficiency on top of it
             (NeuSight, ASPLOS 2025, bounds its tile predictions the same way).
+        cache_fit: every leaf token also reads its working sets against the device's
+            caches, its vector width against the ISA's and its parallel extent against
+            the cores (:func:`cdmpp.cache_fit.cache_fit_features`, through a linear map
+            that starts at zero); the encoder then depends on the device.
     """
 
     feature_dim: int = FEATURE_DIM
@@ -108,6 +113,7 @@ class ModelConfig:
     tree_attention: bool = False
     tree_gnn: int = 0
     roofline: bool = False
+    cache_fit: bool = False
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -177,6 +183,12 @@ class LatencyTransformer(nn.Module):
             self.tree_gnn = TreeMessagePassing(c.d_model, c.n_heads, c.tree_gnn, c.dropout)
         if c.roofline:
             self.roofline = RooflineBound(c.num_devices + 1 if c.num_devices > 0 else 1)
+        if c.cache_fit:
+            self.fit_proj = nn.Linear(FIT_DIM, c.d_model)
+            nn.init.zeros_(self.fit_proj.weight)
+            nn.init.zeros_(self.fit_proj.bias)
+            default = torch.log2(torch.tensor(DEFAULT_CACHES, dtype=torch.float32))
+            self.register_buffer("device_caches", default.repeat(c.num_devices + 1 if c.num_devices > 0 else 1, 1))
         head_in = c.d_model
         if c.num_devices > 0:
             self.device_embedding = nn.Embedding(c.num_devices + 1, c.device_dim)
@@ -209,13 +221,24 @@ class LatencyTransformer(nn.Module):
         self.device_descriptor.copy_(d)
 
     @torch.no_grad()
-    def add_device(self, descriptor, init_row: int = 0) -> int:
+    def set_device_caches(self, caches) -> None:
+        """Set each row's cache sizes for ``cache_fit``: ``(rows, 3)`` bytes of the L1 data
+        cache, the L2 and the L3 (:func:`cdmpp.device.device_caches`; stored as log2)."""
+        c = torch.log2(torch.as_tensor(np.asarray(caches, dtype=np.float64)).float())
+        if c.shape != self.device_caches.shape:
+            raise InputError(f"caches of shape {tuple(c.shape)}, the table is {tuple(self.device_caches.shape)}")
+        self.device_caches.copy_(c)
+
+    @torch.no_grad()
+    def add_device(self, descriptor, init_row: int = 0, caches=None) -> int:
         """Append a device row; returns its index.
 
         Args:
             descriptor: float32 ``(descriptor_dim,)`` the new device's descriptor.
             init_row: the row whose learned embedding the new row starts from (0, the
                 unknown device: the zero-shot guess from the descriptor alone).
+            caches: the new device's ``(L1 data, L2, L3)`` bytes for ``cache_fit``
+                (default: row ``init_row``'s).
 
         Raises:
             ValueError: the model has no device table.
@@ -232,6 +255,10 @@ class LatencyTransformer(nn.Module):
         self.device_offset = torch.cat([self.device_offset, self.device_offset[init_row].reshape(1)])
         if self.config.roofline:
             self.roofline.add_row(init_row)
+        if self.config.cache_fit:
+            new = (torch.log2(torch.as_tensor(np.asarray(caches, dtype=np.float64)).float()).reshape(1, 3)
+                   if caches is not None else self.device_caches[init_row:init_row + 1])
+            self.device_caches = torch.cat([self.device_caches, new])
         self.config.num_devices += 1
         return self.config.num_devices
 
@@ -242,9 +269,16 @@ class LatencyTransformer(nn.Module):
         self.label_mean.copy_(log_latency.mean())
         self.label_std.copy_(log_latency.std().clamp_min(1e-3))
 
-    def encoded(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The encoder's output per token, float32 ``(B, L, d_model)``."""
+    def encoded(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device_row=None) -> torch.Tensor:
+        """The encoder's output per token, float32 ``(B, L, d_model)`` (``device_row``, int64
+        ``(B,)``: the devices a ``cache_fit`` model measures the tiles against; ``None``:
+        row 0)."""
         h = self.embed((x - self.feature_mean) / self.feature_std)
+        if self.config.cache_fit:
+            rows = (torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
+                    if device_row is None or self.config.num_devices <= 0 else device_row)
+            desc = self.device_descriptor[rows] if self.config.num_devices > 0 else None
+            h = h + self.fit_proj(cache_fit_features(x, self.device_caches[rows], desc)).to(h.dtype)
         if self.config.positional_encoding:
             h = h + sinusoidal_encoding(pos, self.config.d_model)
         if self.config.tree_gnn:
@@ -280,9 +314,9 @@ class LatencyTransformer(nn.Module):
             return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
         return h.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(1).values
 
-    def pooled(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def pooled(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device_row=None) -> torch.Tensor:
         """The pooled program embedding, float32 ``(B, d_model)``."""
-        return self.pool(self.encoded(x, pos, mask), mask)
+        return self.pool(self.encoded(x, pos, mask, device_row), mask)
 
     def output(self, h: torch.Tensor, mask: torch.Tensor, device_row=None, embedding_row=None,
                x: torch.Tensor | None = None) -> torch.Tensor:
@@ -346,7 +380,7 @@ class LatencyTransformer(nn.Module):
         return (total - self.label_mean) / self.label_std
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, device_row=None) -> torch.Tensor:
-        return self.output(self.encoded(x, pos, mask), mask, device_row, x=x)
+        return self.output(self.encoded(x, pos, mask, device_row), mask, device_row, x=x)
 
     def predict_log_latency(self, x, pos, mask, device_row=None) -> torch.Tensor:
         """Natural log of the latency in seconds, float32 ``(B,)``, on devices ``device_row``

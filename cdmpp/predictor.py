@@ -31,7 +31,15 @@ from cdmpp.featurize import featurize_each, featurize_many
 from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
 
 from .dataset import WARM_SUFFIX, warm_device_id
-from .device import DeviceDescriptor, descriptor_vector, devices_for_target, local_cpu, local_gpu, nearest_device
+from .device import (
+    DeviceDescriptor,
+    descriptor_vector,
+    device_caches,
+    devices_for_target,
+    local_cpu,
+    local_gpu,
+    nearest_device,
+)
 from .errors import InputError, UnknownDeviceError
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
@@ -151,7 +159,7 @@ class LatencyPredictor:
             return 0
         if isinstance(device, DeviceDescriptor):
             if device.device_id not in self.devices:
-                self._known.append((self.model.add_device(descriptor_vector(device), 0), device))
+                self._known.append((self.model.add_device(descriptor_vector(device), 0, device_caches(device)), device))
             return self._row(device.device_id)
         return self._row(self.resolve_device(device, target).device_id)
 

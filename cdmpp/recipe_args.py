@@ -42,6 +42,9 @@ def add_model_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--roofline", action=argparse.BooleanOptionalAction, default=None,
                    help="the level from physics: predict the program's roofline bound on the device (FLOPs and bytes "
                    "over the descriptor's peak rates, learned per device) times a learned inefficiency >= 1")
+    s.add_argument("--cache-fit", action=argparse.BooleanOptionalAction, default=None,
+                   help="every leaf also reads its working sets against the device's L1/L2/L3, its vector width "
+                   "against the ISA's and its parallel extent against the cores")
     s.add_argument("--trace-tokens", action=argparse.BooleanOptionalAction, default=None,
                    help="each program's schedule-trace decisions as one more token beside its leaves (default on; a "
                    "dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, "
@@ -105,6 +108,7 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
             tree_attention=True if getattr(args, "tree_attention", False) else None,
             tree_gnn=getattr(args, "tree_gnn", None),
             roofline=getattr(args, "roofline", None),
+            cache_fit=getattr(args, "cache_fit", None),
         )
     )
     train = TrainConfig(

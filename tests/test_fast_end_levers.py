@@ -213,3 +213,82 @@ def test_one_training_step_of_every_fast_end_lever_reaches_its_new_weights():
     assert m.roofline.correction.grad is not None and m.roofline.correction.grad[1].abs().sum() > 0
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.tree_gnn.parameters())
     assert m.embed[0].weight.grad.abs().sum() > 0
+
+
+def test_cache_fit_features_compare_a_leaf_with_its_devices_caches_isa_and_cores():
+    from cdmpp.cache_fit import FIT_DIM, cache_fit_features
+    from cdmpp.device import DESCRIPTOR_FEATURES
+
+    def leaf(reuse_bytes, vector_extent, parallel_extent):
+        row = _leaf_row(4096, 1, 1, [reuse_bytes, 64])
+        row[OWN_FEATURES.index("program_leaves")] = 1.0
+        row[OWN_FEATURES.index("dtype_bits")] = 32.0
+        row[OWN_FEATURES.index("extent_vectorized")] = math.log2(vector_extent) if vector_extent > 1 else 0.0
+        row[OWN_FEATURES.index("extent_parallel")] = math.log2(parallel_extent) if parallel_extent > 1 else 0.0
+        col = len(OWN_FEATURES) + ACCESS_FEATURE_NAMES.index("reuse_distance_bytes")
+        row[col] = math.log2(1 + reuse_bytes)
+        return row
+
+    x = torch.from_numpy(np.stack([np.stack([leaf(16 * 1024, 16, 2), leaf(8 * 1024**2, 4, 64),
+                                             np.zeros(FEATURE_DIM, np.float32)])]))
+    caches = torch.log2(torch.tensor([[48 * 1024, 2 * 1024**2, 32 * 1024**2]], dtype=torch.float32))
+    desc = torch.zeros(1, len(DESCRIPTOR_FEATURES))
+    desc[0, DESCRIPTOR_FEATURES.index("kind_cpu")] = 1
+    desc[0, DESCRIPTOR_FEATURES.index("isa_avx512")] = 1
+    desc[0, DESCRIPTOR_FEATURES.index("log2_cores")] = 1  # 2 cores
+    f = cache_fit_features(x, caches, desc)
+    assert f.shape == (1, 3, FIT_DIM)
+    small, large = f[0, 0], f[0, 1]
+    assert small[0] < 0 and small[1] < 0 and small[2] < 0  # 16 KB fits in L1, L2 and L3
+    assert large[0] > 0 and large[1] > 0 and large[2] < 0  # 8 MB spills L1 and L2, fits L3
+    assert float(small[-2]) == pytest.approx(0.0, abs=1e-5)  # 16 fp32 lanes fill AVX-512
+    assert small[-1] == 0 and large[-1] > 0  # 2 parallel iterations on 2 cores; 64 on 2
+    assert torch.all(f[0, 2] == 0)  # no leaf (padding, a loop or trace token): zeros
+
+
+def test_a_cache_fit_model_starts_as_the_plain_one_and_then_reads_the_devices_caches(tmp_path):
+    from cdmpp.device import DeviceDescriptor, device_caches
+    from cdmpp.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
+
+    torch.manual_seed(0)
+    base = dict(d_model=16, n_heads=2, n_layers=1, ff_dim=32, trace_tokens=False, loop_tokens=False, num_devices=2)
+    fit = LatencyTransformer(ModelConfig(**base, cache_fit=True)).eval()
+    plain = LatencyTransformer(ModelConfig(**base)).eval()
+    plain.load_state_dict({k: v for k, v in fit.state_dict().items() if not k.startswith(("fit_proj", "device_caches"))})
+    x = torch.from_numpy(np.stack([np.stack([_leaf_row(2**16, 1, 1, [2**20, 2**12])] * 2)] * 2))
+    x[..., OWN_FEATURES.index("program_leaves")] = 1.0
+    x[..., len(OWN_FEATURES) + ACCESS_FEATURE_NAMES.index("reuse_distance_bytes")] = 20.0  # 1 MB between reuses
+    pos, mask, rows = torch.arange(2).expand(2, 2), torch.ones(2, 2, dtype=torch.bool), torch.tensor([1, 2])
+    with torch.no_grad():
+        np.testing.assert_allclose(fit.predict_log_latency(x, pos, mask, rows).numpy(),
+                                   plain.predict_log_latency(x, pos, mask, rows).numpy(), rtol=1e-6)
+        torch.nn.init.normal_(fit.fit_proj.weight, std=1.0)
+        fit.set_device_caches([[32 * 1024, 1024**2, 32 * 1024**2], [32 * 1024, 512 * 1024, 16 * 1024**2],
+                               [48 * 1024, 2 * 1024**2, 320 * 1024**2]])
+        fit.device_descriptor[2] = fit.device_descriptor[1]  # two devices that differ only in their caches
+        out = fit.predict_log_latency(x[:1].expand(2, -1, -1), pos, mask, rows)
+    assert abs(float(out[0] - out[1])) > 1e-4
+    save_checkpoint(fit, tmp_path / "ckpt", {})
+    loaded, _ = load_checkpoint(tmp_path / "ckpt")
+    torch.testing.assert_close(loaded.device_caches, fit.device_caches)
+    row = loaded.add_device(np.zeros(loaded.config.descriptor_dim, np.float32), 0, (48 * 1024, 1024**2, 32 * 1024**2))
+    assert loaded.device_caches.shape == (4, 3) and float(loaded.device_caches[row, 0]) == pytest.approx(math.log2(48 * 1024))
+    old = DeviceDescriptor.from_json({"device_id": "cpu-amd_epyc-znver4-avx512", "kind": "cpu", "model": "AMD EPYC",
+                                      "cores": 2, "isa": "avx512", "target": {"kind": "llvm", "mcpu": "znver4"}})
+    assert old.caches == () and device_caches(old) == (32 * 1024, 1024**2, 32 * 1024**2)
+    assert "caches" not in old.to_json() and DeviceDescriptor.from_json(old.to_json()) == old
+
+
+def test_this_machine_records_its_caches():
+    """A CPU measured here carries the cache sizes /sys reports (where it reports them), and
+    they survive the descriptor's JSON; a CPU described from given info has none."""
+    from pathlib import Path
+
+    from cdmpp.device import DeviceDescriptor, host_caches, local_cpu
+
+    here = local_cpu()
+    if Path("/sys/devices/system/cpu/cpu0/cache/index0").exists():
+        assert len(here.caches) == 3 and here.caches[0] < here.caches[1] <= here.caches[2]
+    assert DeviceDescriptor.from_json(here.to_json()) == here
+    assert local_cpu(cpu_info=("AMD EPYC 9R14", {"avx2"})).caches == ()
+    assert host_caches() == here.caches

@@ -37,7 +37,7 @@ from sklearn.cluster import KMeans
 
 from cdmpp import dataset as ds
 from cdmpp.collect import measure_programs
-from cdmpp.device import local_cpu
+from cdmpp.device import DeviceDescriptor, descriptor_vector, device_caches, local_cpu, nearest_device
 from cdmpp.errors import InputError
 from cdmpp.featurize import featurize_many
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, featurize_database, from_trees
@@ -100,7 +100,7 @@ def _encoded(model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndar
         for s in range(0, len(index), 512):
             x, pos, mask = dense_programs(data, index[s : s + 512])
             rows = torch.full((len(x),), row, dtype=torch.int64)
-            out.append((model.encoded(x, pos, mask), mask, model.roofline_bound(x, mask, rows)))
+            out.append((model.encoded(x, pos, mask, rows), mask, model.roofline_bound(x, mask, rows)))
     return out
 
 
@@ -192,21 +192,21 @@ def new_device_row(model: LatencyTransformer, meta: dict, device, init: str) -> 
     exactly as that device.  ``"descriptor"``: the unknown-device row with the new
     device's own descriptor; also where no known device is of the new one's kind
     (a first GPU)."""
-    from cdmpp.device import DeviceDescriptor, descriptor_vector, nearest_device  # noqa: PLC0415  (its name is taken at module level)
-
     known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
     known = [(r, d) for r, d in known if d.kind == device.kind]  # a GPU never starts from a CPU's row
     if init == "nearest" and known:
         near = nearest_device(device, [d for _, d in known])
         start = next(r for r, d in known if d.device_id == near.device_id)
-        return with_new_device(model, model.device_descriptor[start].numpy(), start)
-    return with_new_device(model, descriptor_vector(device), 0)
+        return with_new_device(model, model.device_descriptor[start].numpy(), start, device_caches(device))
+    return with_new_device(model, descriptor_vector(device), 0, device_caches(device))
 
 
-def with_new_device(model: LatencyTransformer, descriptor: np.ndarray, init_row: int = 0) -> tuple[LatencyTransformer, int]:
-    """A copy of ``model`` with one more device row (its start: row ``init_row``); returns ``(copy, row)``."""
+def with_new_device(model: LatencyTransformer, descriptor: np.ndarray, init_row: int = 0,
+                    caches: tuple[int, ...] | None = None) -> tuple[LatencyTransformer, int]:
+    """A copy of ``model`` with one more device row (its start: row ``init_row``; ``caches``:
+    the device's cache bytes for a ``cache_fit`` model); returns ``(copy, row)``."""
     out = copy.deepcopy(model)
-    return out, out.add_device(descriptor, init_row)
+    return out, out.add_device(descriptor, init_row, caches)
 
 
 @torch.no_grad()
@@ -287,8 +287,6 @@ def adapt_table(
     Returns:
         Metric rows by name (:func:`cdmpp.train.metrics.summary`).
     """
-    from cdmpp.device import DeviceDescriptor, nearest_device  # noqa: PLC0415  (its name is taken at module level)
-
     by_desc, row = new_device_row(model, meta, device, "descriptor")
     by_near, _ = new_device_row(model, meta, device, "nearest")
     everything = np.arange(len(data))
@@ -424,8 +422,6 @@ def adapt_measured(
         InputError: a checkpoint without a device table, or a folder whose manifest
             names no device.
     """
-    from cdmpp.device import DeviceDescriptor  # noqa: PLC0415  (its name is taken at module level)
-
     config = config or AdaptConfig()
     model, meta = _device_table_checkpoint(Path(checkpoint))
     db = ds.load_device_dir(Path(device_dir))

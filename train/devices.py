@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
-from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
+from cdmpp.device import DEFAULT_CACHES, DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector, device_caches
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.featurize.batch import (
     FeaturizedPrograms,
@@ -96,6 +96,11 @@ class DeviceCorpus:
         """float32 ``(len(devices) + 1, DESCRIPTOR_DIM)``: row 0 zeros (unknown device), then each device's."""
         rows = [np.zeros_like(descriptor_vector(self.devices[0]))] if self.devices else []
         return np.stack(rows + [descriptor_vector(d) for d in self.devices]).astype(np.float32)
+
+    def caches(self) -> np.ndarray:
+        """int64 ``(len(devices) + 1, 3)``: bytes of each row's L1 data cache, L2 and L3
+        (:func:`cdmpp.device.device_caches`); row 0 (unknown device) the defaults."""
+        return np.asarray([DEFAULT_CACHES] + [device_caches(d) for d in self.devices], dtype=np.int64)
 
 
 def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:

@@ -40,6 +40,7 @@ def fit_transformer(
     resume_dir: Path | None = None,
     resume: bool = False,
     padded_encoder: bool = False,
+    device_caches: np.ndarray | None = None,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
@@ -53,6 +54,9 @@ def fit_transformer(
         device_descriptors: float32 ``(num_devices + 1, DESCRIPTOR_DIM)``, the device
             table's descriptors, for a model with device input (``data.device_row`` holds
             each program's row).
+        device_caches: ``(num_devices + 1, 3)`` bytes of each row's L1 data cache, L2 and
+            L3 (:meth:`cdmpp.train.devices.DeviceCorpus.caches`), for a ``cache_fit``
+            model (``None``: :data:`cdmpp.device.DEFAULT_CACHES` on every row).
         history: a list that gets one dict per epoch: ``epoch`` (1-based), ``train_loss``
             and ``val_loss`` (the epoch's mean loss on the training and validation
             programs; ``val_loss`` is absent without validation programs) and ``seconds``
@@ -92,6 +96,8 @@ def fit_transformer(
         if device_descriptors is None or data.device_row is None:
             raise InputError("a model with device input needs data.device_row and device_descriptors")
         module.model.set_device_descriptors(device_descriptors)
+    if model_config.cache_fit and device_caches is not None:
+        module.model.set_device_caches(device_caches)
     rows = np.concatenate([np.arange(data.ptr[i], data.ptr[i + 1]) for i in split.train])
     module.model.set_normalization(
         torch.from_numpy(data.x[rows]), torch.from_numpy(np.log(data.latency[split.train]))

@@ -401,8 +401,8 @@ class LatencyModule(L.LightningModule):
         mask = batch["mask"]
         if stage == "train" and self.train_config.trace_dropout > 0 and self.model.config.trace_tokens:
             mask = drop_trace_tokens(batch["x"], mask, self.train_config.trace_dropout)
-        tokens = self.model.encoded(batch["x"], batch["pos"], mask)
         device_row = batch.get("device_row")
+        tokens = self.model.encoded(batch["x"], batch["pos"], mask, device_row)
         row = None
         if (device_row is not None and stage == "train" and self.train_config.device_dropout > 0
                 and self.model.config.num_devices > 0):  # no device table: draw nothing, keep the RNG stream

@@ -150,7 +150,7 @@ def training_machine() -> dict:
 
 
 def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wandb, progress, target,
-         descriptors=None, resume: bool = False):
+         descriptors=None, resume: bool = False, caches=None):
     """The transformer fitted on ``split.train``, its loss history and its wall seconds (those
     of every epoch, the epochs before a resume included)."""
 
@@ -158,7 +158,7 @@ def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wand
     history: list[dict] = []
     model = fit_transformer(fit_data, split, model_config, train_config, out / "logs", use_wandb, progress=progress,
                             target=target, history=history, device_descriptors=descriptors,
-                            resume_dir=out / "resume", resume=resume)
+                            resume_dir=out / "resume", resume=resume, device_caches=caches)
     return model, history, max(time.time() - t0, sum(row.get("seconds", 0.0) for row in history))
 
 
@@ -339,7 +339,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     fit_data, target, target_device = _corpus_cmd_target(corpus, data, split, train_config, progress)
     descriptors = corpus.descriptors()
     model, history, t_model = _fit(fit_data, split, model_config, train_config, out, use_wandb, progress, target,
-                                   descriptors, resume)
+                                   descriptors, resume, corpus.caches())
     t0 = time.time()
     tree = TreeBaseline(seed=train_config.seed).fit(tree_inputs(corpus.data, descriptors, split.train),
                                                     corpus.data.latency[split.train])
