@@ -12,6 +12,8 @@ imports on demand (about 1 s for a CPU target).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -34,6 +36,9 @@ from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _wo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner, RunnerInput
+from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument as _local_alloc_argument
+from tvm.s_tir.meta_schedule.runner.rpc_runner import default_alloc_argument as _rpc_alloc_argument
+from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common as _ms_run_evaluator_common
 from tvm.s_tir.schedule import Trace
 from tvm.s_tir.stmt import SBlock, SBlockRealize
 from tvm.s_tir.transform import LowerCrossThreadReduction, LowerInitBlock, RemoveWeightLayoutRewriteBlock
@@ -114,9 +119,6 @@ def load_tensor_intrinsics(target: Target | dict | str | None = None) -> None:
     Args:
         target: the target the design spaces are generated for (``None``: all targets).
     """
-    import importlib  # noqa: PLC0415  (its name is taken at module level)
-    import importlib.util  # noqa: PLC0415  (its name is taken at module level)
-
 
     kind = "all"
     if target is not None:
@@ -204,8 +206,6 @@ def configure_cuda_compiler() -> str:
     Raises:
         RuntimeError: neither ``cuda-bindings`` nor ``nvcc`` is available.
     """
-    import importlib.util  # noqa: PLC0415  (its name is taken at module level)
-
     mode = os.environ.get("TVM_CUDA_COMPILE_MODE")
     if mode:
         return mode.lower()
@@ -342,39 +342,23 @@ def alloc_arguments_in_bounds(device, args_info, alloc_repeat: int, index_bounds
     Returns:
         ``alloc_repeat`` lists of argument tensors on ``device``.
     """
-    from tvm.s_tir.meta_schedule.runner.local_runner import (  # noqa: PLC0415  (its name is taken at module level)
-        default_alloc_argument,
-    )
-
-    return _fill_index_arguments(default_alloc_argument(device, args_info, alloc_repeat), args_info, index_bounds, seed)
+    return _fill_index_arguments(_local_alloc_argument(device, args_info, alloc_repeat), args_info, index_bounds, seed)
 
 
 def rpc_alloc_arguments_in_bounds(session, device, args_info, alloc_repeat: int, index_bounds=(), seed: int = 0) -> list:
     """:func:`alloc_arguments_in_bounds` for :class:`RPCRunner` (tensors on the remote ``device``)."""
-    from tvm.s_tir.meta_schedule.runner.rpc_runner import (  # noqa: PLC0415  (its name is taken at module level)
-        default_alloc_argument,
-    )
-
-    repeated = default_alloc_argument(session, device, args_info, alloc_repeat)
+    repeated = _rpc_alloc_argument(session, device, args_info, alloc_repeat)
     return _fill_index_arguments(repeated, args_info, index_bounds, seed)
 
 
 def default_alloc_argument(device, args_info, alloc_repeat: int) -> list:
     """MetaSchedule's ``LocalRunner`` argument allocation (TVM's random fill), for wrappers."""
-    from tvm.s_tir.meta_schedule.runner.local_runner import (  # noqa: PLC0415  (its name is taken at module level)
-        default_alloc_argument as inner,
-    )
-
-    return inner(device, args_info, alloc_repeat)
+    return _local_alloc_argument(device, args_info, alloc_repeat)
 
 
 def run_evaluator_common(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """MetaSchedule's time evaluator: seconds per repeat, one float per repeat."""
-    from tvm.s_tir.meta_schedule.runner.utils import (  # noqa: PLC0415  (its name is taken at module level)
-        run_evaluator_common as inner,
-    )
-
-    return inner(rt_mod, device, evaluator_config, repeated_args)
+    return _ms_run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
 
 
 def apply_trace_json(trace_json, sch: Schedule) -> None:

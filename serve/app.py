@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cdmpp.errors import InputError
+from cdmpp.errors import CdmppError, InputError, UnknownDeviceError
 from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
 from cdmpp.featurize import UnsupportedProgramError
 from cdmpp.predictor import LatencyPredictor
@@ -241,7 +241,6 @@ def _worker_predict(
     id)``, a program that cannot be featurized with ``None`` latencies and its reason, or
     ``(status, message)`` for a bad request."""
 
-    from cdmpp.errors import UnknownDeviceError  # noqa: PLC0415  (its name is taken at module level)
     from cdmpp.tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     try:
@@ -285,7 +284,6 @@ _WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), 
 def _worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
     """In the worker: a whole-network estimate (see :mod:`cdmpp.estimate`), or ``(status, message)``."""
 
-    from cdmpp.errors import CdmppError, UnknownDeviceError  # noqa: PLC0415  (its name is taken at module level)
     from cdmpp.tvm_compat import Target, load_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     pred = _WORKER_PREDICTOR

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.model import ModelConfig
+from cdmpp.model import WEIGHTS_FILE, ModelConfig
+from cdmpp.predictor import DEFAULT_CHECKPOINT
 
 from .config import describe_loss
 from .folds import fold_networks, parse_fold
@@ -127,9 +128,6 @@ def checkpoint_line(checkpoint: Path | None) -> str:
     """The first line of every table written for the record: which checkpoint it scores (its
     folder and the first 12 hex digits of the SHA-256 of its weights), so that a reader
     never has to ask which model a number is about.  ``None``: the shipped checkpoint."""
-    from cdmpp.model import WEIGHTS_FILE  # noqa: PLC0415  (keeps torch off this module's import)
-    from cdmpp.predictor import DEFAULT_CHECKPOINT  # noqa: PLC0415  (keeps the predictor off this module's import)
-
     folder = Path(checkpoint) if checkpoint is not None else DEFAULT_CHECKPOINT
     weights = folder / WEIGHTS_FILE
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12] if weights.is_file() else "no weights"
