@@ -367,7 +367,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
     rows = []
     single = len(cfg.networks) == 1 and not cfg.seeds
     for net, task in chosen:
-        name, weight, mod, t_i = task.name, task.weight, task.mod, task.rank
+        name, weight, mod, t_i = task.name, float(task.weight), task.mod, task.rank
         for seed in cfg.seeds or (cfg.seed,):
             for model_name in cfg.cost_models:
                 task_dir = Path(out_dir) / ("" if single else net) / f"{t_i:02d}-{name}"[:80]
