@@ -17,20 +17,17 @@ def test_predict_latency_round_trip():
     assert p.predict(tvm.IRModule({"main": matmul_relu}))[0] == pytest.approx(out[1], rel=1e-6)
 
 
-def test_predictions_on_tuning_records_follow_the_measured_latency():
-    """The shipped checkpoint on 60 tuning records of the committed slice (in-distribution:
-    it trained on these workloads), spread over its workloads, whose latencies span orders
-    of magnitude: the ranking follows the measurements (Kendall tau > 0.6) and the level
-    too (median |log(predicted / measured)| under log 2).  A constant model has tau 0, and a
-    model off by a factor fails the level."""
-    from pathlib import Path
-
+def test_predictions_on_tuning_records_follow_the_measured_latency(two_device_dataset):
+    """The shipped checkpoint on 60 tuning records of a subset of the committed slice
+    (in-distribution: it trained on these workloads), spread over its workloads, whose
+    latencies span orders of magnitude: the ranking follows the measurements (Kendall tau
+    > 0.6) and the level too (median |log(predicted / measured)| under log 2).  A constant
+    model has tau 0, and a model off by a factor fails the level."""
     from scipy.stats import kendalltau
 
     from cdmpp import dataset as ds
 
-    folder = Path(__file__).resolve().parent.parent / "datasets/slice/cpu-intel_xeon_processor-emeraldrapids-avx512"
-    db = ds.load_device_dir(folder)
+    db = ds.load_device_dir(two_device_dataset / "cpu-intel_xeon_processor-emeraldrapids-avx512")
     picked = db.programs[:: max(1, len(db.programs) // 60)][:60]
     measured = np.array([p.latency for p in picked])
     assert measured.max() / measured.min() > 100  # a spread no constant can match
