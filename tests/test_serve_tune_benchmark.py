@@ -43,14 +43,14 @@ def test_config_and_task_choice_errors(tiny_featurized):
     with pytest.raises(ValueError, match="not in this dataset"):
         choose_tasks(db, "gpt2-b1", 2)
     chosen = choose_tasks(db, "dcgan-b1", 1)
-    assert len(chosen) == 1 and chosen[0][1] >= 1 and chosen[0][3] == 0
+    assert len(chosen) == 1 and chosen[0].weight >= 1 and chosen[0].rank == 0
     every = choose_tasks(db, "dcgan-b1", 99)
     if len(every) > 1:  # a task picked by its name prefix keeps its rank in the weight x FLOPs order
-        name = every[1][0]
+        name = every[1].name
         prefix = name.split("_subtract")[0] if "_subtract" in name else name
         picked = choose_tasks(db, "dcgan-b1", 0, (prefix,))
-        assert [(p[0], p[3]) for p in picked] == [(name, 1)]
-        assert [p[0] for p in choose_tasks(db, "dcgan-b1", 1, (prefix,))] == [every[0][0], name]
+        assert [(p.name, p.rank) for p in picked] == [(name, 1)]
+        assert [p.name for p in choose_tasks(db, "dcgan-b1", 1, (prefix,))] == [every[0].name, name]
     with pytest.raises(ValueError, match="no task named conv99"):
         choose_tasks(db, "dcgan-b1", 1, ("conv99",))
     with pytest.raises(ValueError, match="<network>:<task>"):
@@ -121,14 +121,14 @@ def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
 def test_gap_breakdown_splits_end_to_end_time_into_tasks_other_calls_and_overhead(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    import cdmpp.tvm_compat
+    import benchmarks.tune_network
     from benchmarks.tune_network import gap_breakdown
 
     wl = [["111", "a"], ["222", "b"]]
     recs = [[0, ["t", [4e-3], {}, []]], [1, ["t", [1e-3, 3e-3], {}, []]], [0, ["t", [1e-3], {}, []]]]
     (tmp_path / "database_workload.json").write_text("".join(json.dumps(x) + "\n" for x in wl))
     (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in recs))
-    monkeypatch.setattr(cdmpp.tvm_compat, "structural_hash", lambda mod: mod)  # a task's mod is its hash here
+    monkeypatch.setattr(benchmarks.tune_network, "structural_hash", lambda mod: mod)  # a task's mod is its hash here
     tasks = [SimpleNamespace(name="fused_dense", weight=2.0, mod="111"),
              SimpleNamespace(name="fused_conv", weight=3.0, mod="222"),
              SimpleNamespace(name="never_tuned", weight=1.0, mod="333")]

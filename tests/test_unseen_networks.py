@@ -24,14 +24,14 @@ def test_convnext_tasks_are_ranked_by_weight_times_flops_and_picked_by_prefix():
     from cdmpp.tvm_compat import Target
 
     ranked = unseen_tasks("convnext_tiny-b1", Target({"kind": "llvm", "num-cores": 1}))
-    assert [r for *_, r in ranked] == list(range(len(ranked)))
+    assert [t.rank for t in ranked] == list(range(len(ranked)))
     # stage 3 holds 9 of ConvNeXt-T's 18 blocks: its MLP matmuls and depthwise conv occur 9 times
-    assert ranked[0][1] == 9.0 and ranked[0][0].startswith("fused_matmul")
-    dw = [t for t in ranked if t[0].startswith("fused_conv2d") and t[1] == 9.0]
+    assert ranked[0].weight == 9 and ranked[0].name.startswith("fused_matmul")
+    dw = [t for t in ranked if t.name.startswith("fused_conv2d") and t.weight == 9]
     assert len(dw) == 1
-    prefix = dw[0][0].split("_add")[0]
+    prefix = dw[0].name.split("_add")[0]
     picked = pick_tasks(ranked, "convnext_tiny-b1", 1, (prefix,))
-    assert [t[0] for t in picked] == [ranked[0][0], dw[0][0]]
+    assert [t.name for t in picked] == [ranked[0].name, dw[0].name]
     with pytest.raises(InputError, match="no task named conv99"):
         pick_tasks(ranked, "convnext_tiny-b1", 1, ("conv99",))
 
@@ -40,9 +40,9 @@ def test_the_llama_style_decoder_has_two_large_dense_layers_and_its_own_attentio
     from cdmpp.tvm_compat import Target
 
     ranked = unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm", "num-cores": 1}))
-    weights = {name: w for name, w, _, _ in ranked}
+    weights = {t.name: t.weight for t in ranked}
     # 8 blocks: gate and up (128x1024 -> 2816) twice per block, down (128x2816 -> 1024) once
-    assert ranked[0][0] == "matmul2" and weights["matmul2"] == 16.0 and weights["matmul3"] == 8.0
+    assert ranked[0].name == "matmul2" and weights["matmul2"] == 16.0 and weights["matmul3"] == 8.0
     assert weights["matmul1"] == 16.0  # both attention batch-matmuls, heads of 128
     with pytest.raises(UnknownNetworkError, match="reserved"):
         get_network("llama_1024-b1s128")
