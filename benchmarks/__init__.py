@@ -29,8 +29,12 @@ def render_table(head: list[str], body: list[list[str]], markdown: bool = False,
     return "\n".join([fmt(head), "-" * len(fmt(head)), *(fmt(b) for b in body)])
 
 
-def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown: str) -> tuple[Path, Path]:
-    """Write ``rows`` to ``out_dir/<stem>.csv`` and ``markdown`` to ``out_dir/<stem>.md``; returns their paths."""
+def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown: str,
+                           first_line: str | None = None) -> tuple[Path, Path]:
+    """Write ``rows`` to ``out_dir/<stem>.csv`` and ``markdown`` to ``out_dir/<stem>.md``; returns their paths.
+
+    ``first_line``: a line put above the markdown table, such as the checkpoint's
+    (:func:`cdmpp.train.report.checkpoint_line`), so that the table names its model."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
@@ -38,5 +42,5 @@ def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["split", "model"])
         w.writeheader()
         w.writerows(rows)
-    md_path.write_text(markdown + "\n", encoding="utf-8")
+    md_path.write_text((f"{first_line}\n\n" if first_line else "") + markdown + "\n", encoding="utf-8")
     return csv_path, md_path

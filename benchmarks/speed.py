@@ -39,7 +39,6 @@ still fitted on measured programs of ``-d``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -48,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import render_table, write_result
 from benchmarks.tune import pick_tasks
 from benchmarks.unseen import network_tasks
 from cdmpp import dataset as ds
@@ -55,6 +55,7 @@ from cdmpp.collect.sampling import sample_schedules
 from cdmpp.device import local_cpu
 from cdmpp.featurize import as_module, build_tree
 from cdmpp.predictor import LatencyPredictor
+from cdmpp.train.report import checkpoint_line
 from cdmpp.tuning.cost_model import CdmppCostModel
 from cdmpp.tvm_compat import (
     ArgInfo,
@@ -213,8 +214,14 @@ def main(args: argparse.Namespace) -> int:
     if args.output:
 
         cpu = local_cpu()
+        line = checkpoint_line(Path(args.checkpoint) if args.checkpoint else None)
         record = {"candidates": n, "where": where, "repeats": args.repeats, "cpu": cpu.model,
-                  "device_id": cpu.device_id, "cores": os.cpu_count(), "checkpoint": args.checkpoint or "shipped",
+                  "device_id": cpu.device_id, "cores": os.cpu_count(), "checkpoint": line,
                   "seconds_per_call": secs}
-        Path(args.output).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        body = [[name, f"{s * 1e3:.1f}", f"{s * 1e6 / n:.1f}"] for name, s in secs.items()]
+        table = (f"{line}\n\nOne predict call on {n} candidates ({where}; {cpu.model}, `{cpu.device_id}`, "
+                 f"{os.cpu_count()} cores, best of {args.repeats}):\n\n"
+                 + render_table(["stage", "ms / call", "us / candidate"], body, markdown=True, left=1)
+                 + f"\n\nplugin / XGBModel: {new / xgb:.2f}x on new candidates")
+        write_result(Path(args.output), record, table)
     return 0

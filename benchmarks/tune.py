@@ -570,7 +570,10 @@ def format_tune_benchmark(rows: list[dict], markdown: bool = False) -> str:
     return render_table(head, body, markdown)
 
 
-def write_tune_benchmark(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``tune_benchmark.csv`` and ``tune_benchmark.md`` into ``out_dir``; returns their paths."""
+def write_tune_benchmark(rows: list[dict], out_dir: Path, first_line: str | None = None) -> tuple[Path, Path]:
+    """Write ``tune_benchmark.csv`` and ``tune_benchmark.md`` into ``out_dir``; returns their paths.
 
-    return write_csv_and_markdown(rows, out_dir, "tune_benchmark", format_tune_benchmark(rows, markdown=True))
+    ``first_line``: put above the markdown table (the plugin's checkpoint line)."""
+
+    return write_csv_and_markdown(rows, out_dir, "tune_benchmark", format_tune_benchmark(rows, markdown=True),
+                                  first_line)

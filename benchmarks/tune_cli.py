@@ -28,6 +28,7 @@ from benchmarks.tune_network import (
     run_network_tuning,
 )
 from cdmpp.device import local_cpu
+from cdmpp.train.report import checkpoint_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "print the summary of ratios to it")
 
 
+def _plugin_line(args) -> str | None:
+    """The checkpoint line of the run's plugin (:func:`checkpoint_line`), or ``None`` when
+    no cost model of the run is a cdmpp checkpoint (XGBoost and random scores only)."""
+    if all(m in ("xgb", "random") for m in args.cost_models):
+        return None
+    return checkpoint_line(Path(args.checkpoint) if args.checkpoint else None)
+
+
 def _run_tune_network(args) -> int:
 
     rows = []
@@ -77,7 +86,7 @@ def _run_tune_network(args) -> int:
         rows += run_network_tuning(Path(args.output), cfg)
     print(format_network_tuning(rows))
     csv_path, md_path = write_csv_and_markdown(rows, Path(args.output), "tune_network",
-                                               format_network_tuning(rows, markdown=True))
+                                               format_network_tuning(rows, markdown=True), _plugin_line(args))
     print(f"written: {csv_path}, {md_path}")
     if args.plot:
         from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
@@ -111,7 +120,7 @@ def _run_tune_benchmark(args) -> int:
     )
     rows = run_tune_benchmark(Path(args.dataset), Path(args.output), cfg)
     print(format_tune_benchmark(rows))
-    csv_path, md_path = write_tune_benchmark(rows, Path(args.output))
+    csv_path, md_path = write_tune_benchmark(rows, Path(args.output), _plugin_line(args))
     print(f"written: {csv_path}, {md_path}")
     curves, yardstick = tuning_curves(Path(args.output)), "xgb"
     # --reference naming the output itself: its own XGBoost runs are the yardstick, not added twice
@@ -127,7 +136,7 @@ def _run_tune_benchmark(args) -> int:
                 walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
             plugins = [m for m in args.cost_models if m != "xgb"] or ["cdmpp"]
-            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins)
+            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins, _plugin_line(args))
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
@@ -137,17 +146,19 @@ def _run_tune_benchmark(args) -> int:
     return 0
 
 
-def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",)) -> None:
+def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",),
+                         first_line: str | None = None) -> None:
     """Print the held-out table (:func:`benchmarks.tune_table.heldout_table`) of each of
-    ``plugins`` and write them (``tune_heldout.md``, one table per cost model) and every
-    run's best-so-far every ``every`` trials (``tune_curves.csv``, the reference's runs
-    included) into ``out_dir``."""
+    ``plugins`` and write them (``tune_heldout.md``, one table per cost model, below
+    ``first_line`` when given) and every run's best-so-far every ``every`` trials
+    (``tune_curves.csv``, the reference's runs included) into ``out_dir``."""
     from .tune_table import curve_rows, heldout_table  # noqa: PLC0415  (only on the branch that needs it)
 
     tables = [heldout_table(out_dir, reference, plugin=p)[0] for p in plugins]
     table = "\n\n".join(tables)
     print(table)
-    (out_dir / "tune_heldout.md").write_text(table + "\n", encoding="utf-8")
+    (out_dir / "tune_heldout.md").write_text((f"{first_line}\n\n" if first_line else "") + table + "\n",
+                                             encoding="utf-8")
     rows = curve_rows([out_dir] if out_dir.resolve() == reference.resolve() else [out_dir, reference], every)
     csv_path = out_dir / "tune_curves.csv"
     with open(csv_path, "w", newline="", encoding="utf-8") as f:

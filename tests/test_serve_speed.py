@@ -1,7 +1,9 @@
+import json
+
 from cdmpp.cli import main
 
 
-def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
+def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys, tmp_path):
     from benchmarks.speed import predict_call_seconds
 
     _, summary = tiny_collection
@@ -22,9 +24,16 @@ def test_predict_call_stages_are_timed_beside_xgbmodel(tiny_collection, capsys):
     assert all(s > 0 for s in secs.values())
     # already-seen candidates are answered from the plugin's cache, without featurizing again
     assert secs["CdmppCostModel.predict, seen candidates"] < secs["CdmppCostModel.predict, new candidates"]
-    assert main(["bench", "speed", "-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1"]) == 0
+    out_json = tmp_path / "speed.json"
+    assert main(["bench", "speed", "-d", str(summary.device_dir.parent), "--candidates", "3", "--repeats", "1",
+                 "--output", str(out_json)]) == 0
     out = capsys.readouterr().out
     assert "one predict call on 3 candidates" in out and "plugin / XGBModel" in out
+    # the written table names the checkpoint it timed, and the JSON the same line
+    md = out_json.with_suffix(".md").read_text(encoding="utf-8")
+    assert md.startswith("Checkpoint: `") and "weights sha256 " in md.splitlines()[0]
+    assert "| compact AST |" in md
+    assert json.loads(out_json.read_text(encoding="utf-8"))["checkpoint"] == md.splitlines()[0]
 
 
 def test_candidates_can_be_new_schedules_of_one_task_of_a_network(tiny_collection, capsys):

@@ -85,7 +85,8 @@ def test_plugin_runs_inside_metaschedule_tuning(tiny_collection, tmp_path, capsy
         plain.unlink()
     assert main(args) == 0
     assert "tuning " not in capsys.readouterr().out
-    assert (tmp_path / "tune_benchmark.md").read_text().startswith("| task |")
+    md = (tmp_path / "tune_benchmark.md").read_text().split("\n\n")
+    assert md[0].startswith("Checkpoint: `") and md[1].startswith("| task |")  # the plugin's checkpoint, then the table
     assert format_tune_benchmark([]) == "(no rows)"
     curves = tuning_curves(tmp_path)
     ((panel, models),) = curves.items()
