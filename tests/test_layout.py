@@ -100,31 +100,35 @@ def test_the_command_line_tables_and_metrics_load_no_lightning():
     assert "lightning" not in loaded and "tvm" not in loaded
 
 
+def _anchors(text: str) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
 def test_results_cites_only_files_that_exist_and_its_links_resolve():
-    """Every committed record RESULTS.md (and README.md) names exists, and every link resolves:
-    a file link to a file, an anchor to a heading."""
-    for doc in ("RESULTS.md", "README.md", "CHANGELOG.md"):
-        text = (ROOT / doc).read_text(encoding="utf-8")
+    """Every committed record RESULTS.md (and the other reports) names exists, and every link
+    resolves: a file link to a file (relative to the document), an anchor to a heading of
+    the file it points into."""
+    for doc in ("RESULTS.md", "README.md", "CHANGELOG.md", "docs/studies.md"):
+        path = ROOT / doc
+        text = path.read_text(encoding="utf-8")
         cited = set(re.findall(r"(?:docs/results|docs/plots|datasets/tuning)/[\w./{},-]+", text))
         missing = []
         for c in cited:
             c = c.rstrip(".,)")
             m = re.match(r"(.*)\{([^}]*)\}(.*)", c)
-            for path in ([m.group(1) + x + m.group(3) for x in m.group(2).split(",")] if m else [c]):
-                if not (ROOT / path).exists():
-                    missing.append(path)
+            for cited_path in ([m.group(1) + x + m.group(3) for x in m.group(2).split(",")] if m else [c]):
+                if not (ROOT / cited_path).exists():
+                    missing.append(cited_path)
         assert not missing, f"{doc} cites missing files: {sorted(missing)}"
-        anchors = set()
-        for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
-            slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            anchors.add(slug)
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if target.startswith(("http://", "https://")):
                 continue
-            if target.startswith("#"):
-                assert target[1:] in anchors, f"{doc}: no heading for the link {target}"
-            else:
-                assert (ROOT / target.split("#")[0]).exists(), f"{doc}: the link {target} points at nothing"
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file) if file else path
+            assert dest.exists(), f"{doc}: the link {target} points at nothing"
+            if anchor and dest.suffix == ".md":
+                assert anchor in _anchors(dest.read_text(encoding="utf-8")), f"{doc}: no heading for the link {target}"
 
 
 def test_the_collector_reaches_the_metaschedule_side_without_the_http_service():
