@@ -138,6 +138,7 @@ def _run_collect(args) -> int:
         tuned_population=args.tuned_population,
         tuned_skip_networks=tuple(args.tuned_skip_network or ()),
         tuned_only=args.tuned_only,
+        new_workloads_only=args.new_workloads_only,
     )
     requests = []
 
@@ -294,6 +295,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--tuned-only", action="store_true",
                    help="visit only the tuned tasks (their rounds' programs, then the tuned phase); the networks' "
                         "other tasks are listed in the manifest but not measured")
+    s.add_argument("--new-workloads-only", action="store_true",
+                   help="visit only the tasks whose workload no other device folder of -o has measured (by "
+                        "structural hash): widens the corpus's distinct workloads from a second machine")
     s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
                    help="2: one task's batch builds while another task samples (build workers are paused "
                         "during every timing); 1: sample, build and time each batch in turn")

@@ -294,6 +294,26 @@ def load_database(
     return DeviceDatabase(device_id, workloads, keys, programs, manifest or {}, bad)
 
 
+def measured_workload_keys(device_dir: Path) -> set[str]:
+    """Structural-hash strings of the workloads with at least one valid measurement
+    (:func:`valid_run_secs`) in a JSONDatabase folder; an empty set where the folder has
+    no database files.  Reads the JSON lines only (no TVM objects): seconds for a large
+    folder."""
+    files = database_files(device_dir, required=False)
+    if files is None:
+        return set()
+    keys = [str(obj[0]) for _, obj in iter_json_lines(files[0])]
+    out = set()
+    for _, obj in iter_json_lines(files[1]):
+        try:
+            idx, run_secs = int(obj[0]), obj[1][1]
+        except (TypeError, ValueError, IndexError):
+            continue
+        if 0 <= idx < len(keys) and valid_run_secs(run_secs) is not None:
+            out.add(keys[idx])
+    return out
+
+
 def device_dirs(dataset: Path) -> list[Path]:
     """Device folders of a dataset (those holding a tuning-record file), sorted."""
     dataset = Path(dataset)

@@ -114,6 +114,38 @@ def test_resume_continues_without_duplicates(tiny_collection, tmp_path):
     assert (dev / (ds.RECORD_FILE + ".corrupt")).read_text().startswith('[0, [[["GetSBlock"')
 
 
+def test_new_workloads_only_skips_what_another_device_folder_measured(tiny_collection, tmp_path):
+    import shutil
+
+    cfg, summary = tiny_collection
+    out = tmp_path / "ds"
+    other = out / "cpu-another_machine"
+    shutil.copytree(summary.device_dir, other)
+    db = ds.load_device_dir(other)
+    measured = {db.workload_keys[p.workload_index] for p in db.programs}
+    assert ds.measured_workload_keys(other) == measured and len(measured) == 2
+    # a failed run (MetaSchedule's 1e10) is no measurement: a workload with only that is not known
+    lines = (other / ds.RECORD_FILE).read_text().splitlines()
+    first = json.loads(lines[0])[0]
+    kept = [ln for ln in lines if json.loads(ln)[0] != first]
+    failed = json.loads(lines[0])
+    failed[1][1] = [1e10]
+    (other / ds.RECORD_FILE).write_text("\n".join(kept + [json.dumps(failed)]) + "\n")
+    assert ds.measured_workload_keys(other) == measured - {db.workload_keys[first]}
+    shutil.copy(other / ds.RECORD_FILE, tmp_path / "edited")
+    shutil.copy(summary.device_dir / ds.RECORD_FILE, other / ds.RECORD_FILE)
+
+    s = collect(dataclasses.replace(cfg, out_dir=out, new_workloads_only=True), progress=False)
+    assert s.measured == 0 and s.failed == 0  # both workloads are the other folder's
+    m = json.loads((out / summary.device_id / ds.MANIFEST_FILE).read_text())
+    assert m["collections"][-1]["new_workloads_only"] == {"skipped_tasks": 2}
+    assert {t["workload_key"] for t in m["tasks"]} >= measured  # the skipped tasks stay listed
+    shutil.copy(tmp_path / "edited", other / ds.RECORD_FILE)  # now one of the two is unknown
+    s = collect(dataclasses.replace(cfg, out_dir=out, new_workloads_only=True), progress=False)
+    assert 0 < s.measured <= cfg.programs_per_task
+    assert ds.measured_workload_keys(out / summary.device_id) == {db.workload_keys[first]}
+
+
 def test_a_later_round_with_more_programs_per_task_samples_new_ones(tiny_collection, tmp_path):
     import shutil
 

@@ -243,6 +243,10 @@ class CollectConfig:
         tuned_only: visit only the tuned phase's tasks (each gets its rounds' programs,
             then the tuned phase), leaving the networks' other tasks listed but unmeasured:
             fast-end data on a device folder without a corpus yet.
+        new_workloads_only: visit only the tasks whose workload no other device folder of
+            ``out_dir`` has measured (by structural hash; this folder's own programs do not
+            count): on a second machine, the quickest way to widen the corpus's distinct
+            workloads.  The skipped tasks stay listed in the manifest.
         held_out: networks outside the zoo whose workloads are never measured, even where a
             zoo network shares them (by structural hash): the held-out test networks.
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
@@ -279,6 +283,7 @@ class CollectConfig:
     tuned_population: int = 512
     tuned_skip_networks: tuple[str, ...] = ()
     tuned_only: bool = False
+    new_workloads_only: bool = False
     held_out: tuple[str, ...] = HELD_OUT_NETWORKS
 
     def __post_init__(self):

@@ -364,6 +364,15 @@ def collect(
     for net, err in plan.failed.items():
         log_note(f"{net}: not collected, its export or Relax import failed: {err}")
     skip = skipped_workloads(old_manifest, cfg.tuned_skip_networks, every)
+    known_skipped = 0
+    if cfg.new_workloads_only:
+        others = [d for d in cfg.out_dir.iterdir() if d.is_dir() and d != device_dir]
+        known = set().union(*(ds.measured_workload_keys(d) for d in others))
+        kept = [t for t in visit if t.workload_key not in known]
+        known_skipped = len(visit) - len(kept)
+        visit = kept
+        log_note(f"new workloads only: {known_skipped} tasks skipped (another device folder measured their workload), "
+                 f"{len(visit)} to visit")
     manifest = build_manifest(device, cfg, old_manifest, every)
     if plan.held_out:
         manifest["held_out"] = {"target": str(target), "workloads": plan.held_out}
@@ -383,6 +392,8 @@ def collect(
             # tasks not collected: a held-out test network has their workload
             **({"held_out_tasks": [f"{t.network}:{t.name}" for t in plan.left_out]} if plan.left_out else {}),
             **({"network_errors": plan.failed} if plan.failed else {}),
+            # tasks not visited: another device folder of the dataset measured their workload
+            **({"new_workloads_only": {"skipped_tasks": known_skipped}} if cfg.new_workloads_only else {}),
         }
     )
     if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
