@@ -295,22 +295,16 @@ def load_database(
 
 
 def measured_workload_keys(device_dir: Path) -> set[str]:
-    """Structural-hash strings of the workloads with at least one valid measurement
-    (:func:`valid_run_secs`) in a JSONDatabase folder; an empty set where the folder has
-    no database files.  Reads the JSON lines only (no TVM objects): seconds for a large
-    folder."""
+    """Workload keys (structural hashes) a JSONDatabase folder holds a valid measurement of; JSON only, no TVM."""
     files = database_files(device_dir, required=False)
-    if files is None:
-        return set()
-    keys = [str(obj[0]) for _, obj in iter_json_lines(files[0])]
+    keys = [str(obj[0]) for _, obj in iter_json_lines(files[0])] if files else []
     out = set()
-    for _, obj in iter_json_lines(files[1]):
+    for _, obj in iter_json_lines(files[1]) if files else ():
         try:
-            idx, run_secs = int(obj[0]), obj[1][1]
-        except (TypeError, ValueError, IndexError):
+            if 0 <= int(obj[0]) < len(keys) and valid_run_secs(obj[1][1]) is not None:
+                out.add(keys[int(obj[0])])
+        except (TypeError, ValueError, IndexError, KeyError):
             continue
-        if 0 <= idx < len(keys) and valid_run_secs(run_secs) is not None:
-            out.add(keys[idx])
     return out
 
 
