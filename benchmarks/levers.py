@@ -100,6 +100,12 @@ LEVERS: dict[str, Lever] = {
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 1.0}, trace_token=True),
         Lever("shipped-listmle-0.3", "shipped-listmle with weight 0.3", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.3}, trace_token=True),
+        Lever("shipped-listmle-0.1", "shipped-listmle with weight 0.1", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.1}, trace_token=True),
+        Lever("shipped-listmle-0.03", "shipped-listmle with weight 0.03 (the Huber term's gradient is at most 0.1 "
+              "per program, so a larger weight spreads each task's predictions past the measured spread)",
+              model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03}, trace_token=True),
         Lever("shipped-grouped", "huber-trace-loops-lse in 16-program task groups (the control of the ListMLE levers)",
               model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1, "task_group": 16},
               trace_token=True),
