@@ -1,10 +1,16 @@
-"""Featurized programs per second, in one process and on a pool of processes, side by side.
+"""Featurized programs per second, by reader and process count, side by side.
 
-A device folder's first ``--max-records`` measured tuning records are featurized once per
-``--workers`` setting (:func:`cdmpp.featurize.parallel.featurize_records`, with
-``PerStoreFeature`` rows, as ``cdmpp train`` featurizes an uncached folder), in one run,
-so that the rates compare on the same machine.  Reading the records is timed apart.
-Nothing is cached.
+A device folder's first ``--max-records`` measured tuning records are read and featurized
+(with ``PerStoreFeature`` rows) once per reader and ``--workers`` setting, in one run, so
+that the rates compare on the same machine:
+
+- ``tvm``: every record parsed into a ``TuningRecord`` (:func:`cdmpp.dataset.load_device_dir`),
+  then :func:`cdmpp.featurize.parallel.featurize_records`;
+- ``json``: the records read as plain JSON, each trace replayed once where it is featurized
+  (:func:`cdmpp.featurize.parallel.featurize_record_lines`), as ``cdmpp train`` featurizes
+  an uncached folder (:func:`cdmpp.featurize.batch.featurize_folder`).
+
+Each row's seconds are reading plus featurizing.  Nothing is cached.
 """
 
 from __future__ import annotations
@@ -17,16 +23,21 @@ from benchmarks import write_result
 from cdmpp import dataset as ds
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
-from cdmpp.featurize.parallel import featurize_records
+from cdmpp.featurize.batch import measured_record_lines
+from cdmpp.featurize.parallel import CHUNK, featurize_record_lines, featurize_records
+
+READERS = ("tvm", "json")
 
 
 def featurize_rates(device_dir: Path, workers: list[int], max_records: int) -> dict:
-    """Featurize the folder's first ``max_records`` programs once per entry of ``workers``.
+    """Read and featurize the folder's first ``max_records`` programs once per reader
+    (:data:`READERS`) and entry of ``workers``.
 
     Returns:
-        ``{"device", "folder", "programs", "read_s", "rows": [{"workers", "seconds",
-        "programs_per_s"}, ...]}``; ``device`` is this machine's device id (where the
-        timings ran), seconds are wall seconds.
+        ``{"device", "folder", "programs", "rows": [{"reader", "workers", "read_s",
+        "featurize_s", "seconds", "programs_per_s"}, ...]}``; ``device`` is this machine's
+        device id (where the timings ran), seconds are wall seconds (``seconds``: reading
+        plus featurizing).
 
     Raises:
         InputError: an empty or non-positive ``workers`` entry, ``max_records`` below 1.
@@ -35,27 +46,51 @@ def featurize_rates(device_dir: Path, workers: list[int], max_records: int) -> d
 
     if not workers or min(workers) < 1 or max_records < 1:
         raise InputError(f"workers must be >= 1 and max_records >= 1, got {workers} and {max_records}")
-    t0 = time.perf_counter()
-    db = ds.load_device_dir(Path(device_dir), max_records=max_records)
-    read_s = time.perf_counter() - t0
-    records = [p.record for p in db.programs]
-    target = db.manifest.get("device", {}).get("target") or records[0].target
-    result = {"device": local_cpu().device_id, "folder": str(device_dir), "programs": len(records),
-              "read_s": round(read_s, 1), "rows": []}
-    for w in workers:
-        t0 = time.perf_counter()
-        featurize_records(records, target, psf=True, workers=w, pool_from=0)
-        secs = time.perf_counter() - t0
-        result["rows"].append({"workers": w, "seconds": round(secs, 1), "programs_per_s": round(len(records) / secs, 1)})
-        print(result["rows"][-1], flush=True)
+    device_dir = Path(device_dir)
+    target = ds.read_manifest(device_dir).get("device", {}).get("target")
+    result = {"device": local_cpu().device_id, "folder": str(device_dir), "rows": []}
+    for reader in READERS:
+        for w in workers:
+            t0 = time.perf_counter()
+            if reader == "tvm":
+                db = ds.load_device_dir(device_dir, max_records=max_records)
+                records = [p.record for p in db.programs]
+                read_s = time.perf_counter() - t0
+                featurize_records(records, target or records[0].target, psf=True, workers=w, pool_from=0,
+                                  chunk=_chunk(len(records), w))
+            else:
+                wl, rec = ds.database_files(device_dir)
+                lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
+                records = []
+                for widx, _, obj in measured_record_lines(rec, len(lines)):
+                    records.append((widx, obj[1]))
+                    if len(records) >= max_records:
+                        break
+                read_s = time.perf_counter() - t0
+                featurize_record_lines(lines, records, target, psf=True, workers=w, pool_from=0,
+                                       chunk=_chunk(len(records), w))
+            secs = time.perf_counter() - t0
+            result["programs"] = len(records)
+            result["rows"].append({"reader": reader, "workers": w, "read_s": round(read_s, 1),
+                                   "featurize_s": round(secs - read_s, 1), "seconds": round(secs, 1),
+                                   "programs_per_s": round(len(records) / secs, 1)})
+            print(result["rows"][-1], flush=True)
     return result
+
+
+def _chunk(n: int, workers: int) -> int:
+    """Records per chunk: 256 (as in training), or fewer, so that every process of the
+    pool gets work from a small sample."""
+    return max(1, min(CHUNK, -(-n // (2 * workers))))
 
 
 def format_rates(result: dict) -> str:
     """The rates as a markdown table."""
-    lines = [f"{result['device']}: {result['programs']} programs of {result['folder']} (read in "
-             f"{result['read_s']} s)", "", "| processes | seconds | programs per second |", "| ---: | ---: | ---: |"]
-    lines += [f"| {r['workers']} | {r['seconds']:.1f} | {r['programs_per_s']:.1f} |" for r in result["rows"]]
+    lines = [f"{result['device']}: {result['programs']} programs of {result['folder']}", "",
+             "| reader | processes | read s | featurize s | seconds | programs per second |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['reader']} | {r['workers']} | {r['read_s']:.1f} | {r['featurize_s']:.1f} | {r['seconds']:.1f} | "
+              f"{r['programs_per_s']:.1f} |" for r in result["rows"]]
     return "\n".join(lines)
 
 

@@ -312,6 +312,20 @@ def per_store_features(target: Target, mods: list) -> list:
     return [o.numpy().astype("float32") for o in out]
 
 
+def schedule_from_json(workload, trace_json) -> Schedule:
+    """A tuning record's scheduled program from its JSON: the workload's module with the
+    trace's JSON replayed once (what ``TuningRecord.from_json`` and then
+    :func:`program_from_record` build, with one replay instead of two).
+
+    Args:
+        workload: a MetaSchedule ``Workload``.
+        trace_json: the first field of a JSONDatabase record line (the trace's JSON).
+    """
+    sch = Schedule(workload.mod)
+    tvm.s_tir.schedule.Trace.apply_json_to_schedule(trace_json, sch)
+    return sch
+
+
 def program_from_record(record) -> IRModule:
     """Rebuild a tuning record's scheduled program: its workload with its trace replayed."""
     sch = Schedule(record.workload.mod)

@@ -97,6 +97,59 @@ def featurize_records(records: Sequence, target, psf: bool = True, workers: int 
             bar.close()
 
 
+def featurize_record_lines(lines: Sequence, records: Sequence, target, psf: bool = True, workers: int = 1,
+                           chunk: int = CHUNK, progress: bool = False, pool_from: int = POOL_FROM) -> list[ProgramAST]:
+    """Featurize tuning records given as a JSONDatabase's JSON, without building a
+    ``TuningRecord`` per record: each record's trace JSON is replayed once on its workload
+    (:func:`cdmpp.tvm_compat.schedule_from_json`), on ``workers`` spawned processes.  The
+    trees are :func:`featurize_records`'s for the same records, at about half the work
+    (``TuningRecord.from_json`` replays the trace too, and this process no longer turns
+    each record back into JSON for the pool).
+
+    Args:
+        lines: the workload file's JSON lines (``[structural hash, workload JSON]``).
+        records: ``(workload line index, record JSON)`` pairs; the record JSON is the
+            second field of a record line (trace, run_secs, target, args).
+        target, psf, workers, chunk, progress, pool_from: as for :func:`featurize_records`.
+
+    Returns:
+        One :class:`~cdmpp.featurize.ast.ProgramAST` per record, in order.
+
+    Raises:
+        UnsupportedProgramError: a record whose trace does not replay or that cannot be
+            featurized (naming its index).
+    """
+    if workers < 1 or chunk < 1:
+        raise InputError(f"workers and chunk must be at least 1, got {workers} and {chunk}")
+    order = sorted(range(len(records)), key=lambda i: records[i][0])
+    bar = None
+    if progress:
+        from tqdm import tqdm  # noqa: PLC0415  (only on the branch that needs it)
+
+        bar = tqdm(total=len(range(0, len(records), chunk)), desc="featurize", unit="chunk")
+    out: list[ProgramAST] = []
+    try:
+        if workers == 1 or len(records) < pool_from or len(records) <= chunk:
+            for s in range(0, len(records), chunk):
+                part = order[s : s + chunk]
+                out += _featurize_lines(_lines_chunk(lines, [records[i] for i in part]), _target_json(target), psf,
+                                        part)
+                if bar is not None:
+                    bar.update()
+        else:
+            for part in _pooled(records, order, _target_json(target), psf, workers, chunk, lines=lines):
+                out += part
+                if bar is not None:
+                    bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    trees: list = [None] * len(records)
+    for i, tree in zip(order, out):
+        trees[i] = tree
+    return trees
+
+
 def _renumbered(featurize_many, records, target, psf: bool, indices: list[int]) -> list[ProgramAST]:
     """``featurize_many`` of one chunk, its errors naming the records' indices in the whole
     list (``indices``; "program k" of the error is the k-th of them)."""
@@ -114,11 +167,12 @@ def _renumbered(featurize_many, records, target, psf: bool, indices: list[int]) 
 
 
 def _pooled(records: Sequence, order: list[int], target: dict, psf: bool, workers: int,
-            chunk: int) -> Iterator[list[ProgramAST]]:
+            chunk: int, lines: Sequence | None = None) -> Iterator[list[ProgramAST]]:
     """The trees of each chunk of ``records`` taken in ``order``, chunk after chunk, from a
     pool of ``workers`` spawned processes (at most
     two chunks in flight per process, so that the JSON of a large folder is never all in
-    memory at once)."""
+    memory at once).  With ``lines`` (the workloads' JSON lines), ``records`` are
+    ``(workload index, record JSON)`` pairs that travel as they are."""
     import multiprocessing  # noqa: PLC0415  (only on the branch that needs it)
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
 
@@ -129,8 +183,12 @@ def _pooled(records: Sequence, order: list[int], target: dict, psf: bool, worker
         seen: dict[int, list] = {}  # each workload's JSON, serialised once
         for s in range(0, len(records), chunk):
             part = order[s : s + chunk]
-            pending.append(pool.submit(_featurize_chunk, _chunk_json([records[i] for i in part], seen), target, psf,
-                                       part))
+            if lines is None:
+                pending.append(pool.submit(_featurize_chunk, _chunk_json([records[i] for i in part], seen), target,
+                                           psf, part))
+            else:
+                pending.append(pool.submit(_featurize_lines, _lines_chunk(lines, [records[i] for i in part]), target,
+                                           psf, part))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
@@ -161,6 +219,43 @@ def _featurize_chunk(chunk: tuple[list, list], target: dict, psf: bool, indices:
     workloads = [_PARSED[str(w[0])] for w in workloads_json]
     records = [TuningRecord.from_json(r, workloads[w]) for w, r in records_json]
     return _renumbered(featurize_many, records, Target(target), psf, indices)
+
+
+def _featurize_lines(chunk: tuple[list, list], target: dict, psf: bool, indices: list[int]) -> list[ProgramAST]:
+    """A worker's part for :func:`featurize_record_lines`: each record's trace JSON replayed
+    once on its workload, the resulting ``Schedule`` featurized."""
+    from cdmpp.tvm_compat import Target, Workload, schedule_from_json  # noqa: PLC0415  (keeps tvm off this module's import)
+
+    from . import UnsupportedProgramError, featurize_many  # noqa: PLC0415  (the package imports this module)
+
+    workloads_json, records_json = chunk
+    for w in workloads_json:
+        if str(w[0]) not in _PARSED:
+            try:
+                _PARSED[str(w[0])] = Workload.from_json(w)
+            except Exception as err:  # noqa: BLE001  TVM raises its own error types
+                raise UnsupportedProgramError(f"workload {str(w[0])[:40]} does not parse: {str(err)[:300]}") from err
+    workloads = [_PARSED[str(w[0])] for w in workloads_json]
+    schedules = []
+    for k, (w, r) in enumerate(records_json):
+        try:
+            schedules.append(schedule_from_json(workloads[w], r[0]))
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            raise UnsupportedProgramError(f"record {indices[k]}: its trace does not replay: {str(err)[:300]}") from err
+    return _renumbered(featurize_many, schedules, Target(target), psf, indices)
+
+
+def _lines_chunk(lines: Sequence, records: Sequence) -> tuple[list, list]:
+    """``(workloads, [(workload index, record JSON), ...])`` of a chunk of ``(workload line
+    index, record JSON)`` pairs, each workload's JSON line once."""
+    index: dict[int, int] = {}
+    workloads, out = [], []
+    for w, rec in records:
+        if w not in index:
+            index[w] = len(workloads)
+            workloads.append(lines[w])
+        out.append((index[w], rec))
+    return workloads, out
 
 
 def _chunk_json(records: Sequence, seen: dict[int, list]) -> tuple[list, list]:

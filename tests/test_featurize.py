@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 from programs import matmul_relu, vector_add, with_while
@@ -246,6 +248,80 @@ def test_records_featurized_on_a_pool_of_processes_are_the_same_trees_in_order(t
         featurize_records([*records[:2], "not a record", *records[3:]], target, chunk=2)
 
 
+def _small_folder(tmp_path, records: int = 8):
+    """A device folder of the slice's first ``records`` tuning records (all its workloads)."""
+    import gzip
+    import shutil
+
+    src = Path("datasets/slice/cpu-intel_xeon_processor-emeraldrapids-avx512")
+    dst = tmp_path / "device"
+    dst.mkdir()
+    shutil.copy(src / "manifest.json", dst)
+    shutil.copy(src / "database_workload.json.gz", dst)
+    with gzip.open(src / "database_tuning_record.json.gz", "rt") as f:
+        lines = [next(f) for _ in range(records)]
+    (dst / "database_tuning_record.json").write_text("".join(lines))
+    return dst
+
+
+def test_a_folder_read_as_json_featurizes_as_the_tvm_reader_does(tmp_path, monkeypatch):
+    """featurize_folder (each record's trace replayed once, from its JSON) gives the same
+    programs, features and cache entry as featurize_database of load_device_dir; pooled too;
+    and a record whose trace does not replay is left out as the TVM reader leaves it out."""
+    import json
+
+    import numpy as np
+
+    import cdmpp.featurize as featurize_pkg
+    from cdmpp import dataset as ds
+    from cdmpp.featurize import parallel
+    from cdmpp.featurize.batch import featurize_database, featurize_folder, measured_record_lines
+
+    names = ("x", "pos", "ptr", "latency", "workload", "flops", "psf", "psf_ptr", "loop_x", "loop_pos", "loop_ptr")
+    folder = _small_folder(tmp_path)
+    db = ds.load_device_dir(folder)
+    assert len(db.programs) == 8
+    ref = featurize_database(db)
+    cache = tmp_path / "cache"
+    data, secs = featurize_folder(folder, cache)
+    for name in names:
+        assert np.array_equal(getattr(data, name), getattr(ref, name)), name
+    assert data.workload_keys == ref.workload_keys and len({a.tobytes() for a in data.x}) > 1
+    assert len(secs) == len(db.programs) and all(np.array_equal(a, p.run_secs) for a, p in zip(secs, db.programs))
+    featurized = []
+    real = featurize_pkg.featurize_many
+
+    def counting(records, target, psf=False):
+        featurized.extend(records)
+        return real(records, target, psf=psf)
+
+    monkeypatch.setattr(featurize_pkg, "featurize_many", counting)
+    featurize_database(db, cache)  # the entry featurize_folder wrote is the TVM reader's
+    assert featurized == []
+    monkeypatch.undo()
+    target = db.manifest["device"]["target"]
+    wl, rec = ds.database_files(folder)
+    lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
+    records = [(w, obj[1]) for w, _, obj in measured_record_lines(rec, len(lines))]
+    pooled = parallel.featurize_record_lines(lines, records, target, workers=2, chunk=2, pool_from=0)
+    alone = featurize_pkg.featurize_many([p.record for p in db.programs], target, psf=True)
+    assert len(pooled) == len(alone) == 8
+    for a, b in zip(alone, pooled):
+        for name in ("leaf_features", "leaf_position", "psf", "node_parent"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    # a record whose trace names an instruction TVM does not know: both readers leave it out
+    text = rec.read_text().splitlines()
+    first = json.loads(text[0])
+    first[1][0][0][0][0] = "NoSuchInstruction"
+    text[0] = json.dumps(first)
+    rec.write_text("\n".join(text) + "\n")
+    kept = ds.load_device_dir(folder)
+    assert len(kept.programs) == 7
+    left, secs = featurize_folder(folder, None)
+    assert len(left) == len(secs) == 7
+    assert np.array_equal(left.x, featurize_database(kept).x)
+
+
 def test_the_featurize_rate_bench_times_each_process_count_on_the_same_programs(tmp_path, capsys):
     import json
 
@@ -256,8 +332,9 @@ def test_the_featurize_rate_bench_times_each_process_count_on_the_same_programs(
     assert main(["bench", "featurize-rate", "-d", folder, "--workers", "1", "2", "--max-records", "6",
                  "-o", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["programs"] == 6 and [r["workers"] for r in result["rows"]] == [1, 2]
-    assert all(r["programs_per_s"] > 0 for r in result["rows"])
-    assert "| processes |" in capsys.readouterr().out and out.with_suffix(".md").exists()
+    assert result["programs"] == 6
+    assert [(r["reader"], r["workers"]) for r in result["rows"]] == [("tvm", 1), ("tvm", 2), ("json", 1), ("json", 2)]
+    assert all(r["programs_per_s"] > 0 and r["seconds"] >= r["read_s"] for r in result["rows"])
+    assert "| reader | processes |" in capsys.readouterr().out and out.with_suffix(".md").exists()
     assert main(["bench", "featurize-rate", "-d", folder, "--workers", "0"]) != 0
     assert "workers must be >= 1" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.featurize.batch import (
     FeaturizedPrograms,
     cached_device_folder,
-    featurize_database,
+    featurize_folder,
     measured_repeats,
 )
 from cdmpp.featurize.trace import TRACE_DIM, folder_traces, model_inputs, with_trace_tokens
@@ -203,9 +203,7 @@ def load_corpus(
         data = cached_device_folder(folder, Path(cache_dir), light) if cache_dir is not None else None
         if data is None or light is None or len(light[1]) != len(data) or (loops and not data.has_loops):
             # not cached yet (or cached without the loop tokens): parse the records into TVM objects and featurize
-            db = ds.load_device_dir(folder)
-            data = featurize_database(db, cache_dir, progress=progress, loops=loops, workers=workers)
-            secs = [p.run_secs for p in db.programs]
+            data, secs = featurize_folder(folder, cache_dir, progress=progress, loops=loops, workers=workers)
         else:
             secs = [a for _, a in light[1]]
         if len(data) == 0:
