@@ -88,10 +88,7 @@ def featurize_records(records: Sequence, target, psf: bool = True, workers: int 
             out += part
             if bar is not None:
                 bar.update()
-        trees: list = [None] * len(records)
-        for i, tree in zip(order, out):
-            trees[i] = tree
-        return trees
+        return _in_order(order, out)
     finally:
         if bar is not None:
             bar.close()
@@ -144,7 +141,12 @@ def featurize_record_lines(lines: Sequence, records: Sequence, target, psf: bool
     finally:
         if bar is not None:
             bar.close()
-    trees: list = [None] * len(records)
+    return _in_order(order, out)
+
+
+def _in_order(order: list[int], out: list[ProgramAST]) -> list[ProgramAST]:
+    """The trees ``out`` of the records taken in ``order``, put back in the records' order."""
+    trees: list = [None] * len(out)
     for i, tree in zip(order, out):
         trees[i] = tree
     return trees

@@ -178,6 +178,21 @@ def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
         access_features(with_while)
 
 
+def _count_featurized(monkeypatch) -> list:
+    """The programs ``featurize_many`` is called on from now on (it still featurizes them)."""
+    import cdmpp.featurize as featurize_pkg
+
+    featurized = []
+    real = featurize_pkg.featurize_many
+
+    def counting(records, target, psf=False):
+        featurized.extend(records)
+        return real(records, target, psf=psf)
+
+    monkeypatch.setattr(featurize_pkg, "featurize_many", counting)
+    return featurized
+
+
 def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_path, monkeypatch):
     """The cache entry of an earlier state of a folder (its first programs) is reused: only
     the programs after it are featurized and the result equals a fresh featurization. An
@@ -186,7 +201,6 @@ def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_pa
 
     import numpy as np
 
-    import cdmpp.featurize as featurize_pkg
     from cdmpp import dataset as ds
     from cdmpp.featurize.batch import featurize_database
 
@@ -198,14 +212,7 @@ def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_pa
     cache, other_cache = tmp_path / "cache", tmp_path / "other"
     # not a prefix: the folder's programs from the second one on
     featurize_database(dataclasses.replace(db, programs=db.programs[1:]), other_cache)
-    featurized = []
-    real = featurize_pkg.featurize_many
-
-    def counting(records, target, psf=False):
-        featurized.extend(records)
-        return real(records, target, psf=psf)
-
-    monkeypatch.setattr(featurize_pkg, "featurize_many", counting)
+    featurized = _count_featurized(monkeypatch)
     featurize_database(db, other_cache)
     assert len(featurized) == n
     featurized.clear()
@@ -288,14 +295,7 @@ def test_a_folder_read_as_json_featurizes_as_the_tvm_reader_does(tmp_path, monke
         assert np.array_equal(getattr(data, name), getattr(ref, name)), name
     assert data.workload_keys == ref.workload_keys and len({a.tobytes() for a in data.x}) > 1
     assert len(secs) == len(db.programs) and all(np.array_equal(a, p.run_secs) for a, p in zip(secs, db.programs))
-    featurized = []
-    real = featurize_pkg.featurize_many
-
-    def counting(records, target, psf=False):
-        featurized.extend(records)
-        return real(records, target, psf=psf)
-
-    monkeypatch.setattr(featurize_pkg, "featurize_many", counting)
+    featurized = _count_featurized(monkeypatch)
     featurize_database(db, cache)  # the entry featurize_folder wrote is the TVM reader's
     assert featurized == []
     monkeypatch.undo()
