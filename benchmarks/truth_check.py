@@ -14,7 +14,12 @@ tune``'s JSONDatabase):
    holds warm timings;
 4. the **estimate**: :func:`cdmpp.estimate.estimate_network` with the same database
    (what ``POST /estimate`` returns), with its 10-90% interval, and its in-network
-   (warm) total where the checkpoint learned the device's warm protocol.
+   (warm) total where the checkpoint learned the device's warm protocol;
+5. with ``retime``, the **retimed sum**: each task's chosen record built and timed
+   again now, with the collector's protocol (cold, one program at a time), times its
+   task weight. The records' own timings may come from another run of the machine,
+   and a cloud VM's speed can differ between runs; the retimed sum is timed in the same
+   run as the end-to-end latency, so their ratio compares like with like.
 
 Comparing 2 and 3 shows what summing kernels misses (the VM's own work, operators
 outside the tuning tasks, warm caches); comparing 3 and 4 is the model's error on the
@@ -59,6 +64,7 @@ class TruthCheckConfig:
         databases: one tuning work dir (a MetaSchedule JSONDatabase folder, ``cdmpp tune
             --work-dir``) per network, in the order of ``networks``, tuned on this machine;
             empty: the schedules come from a device folder instead.
+        retime: also time each task's chosen record again in this run (the retimed sum).
 
     Raises:
         InputError: ``databases`` given, but not one per network.
@@ -69,6 +75,7 @@ class TruthCheckConfig:
     checkpoint: Path | None = None
     device: str | None = None
     databases: tuple[Path, ...] = ()
+    retime: bool = False
 
     def __post_init__(self):
         if self.databases and len(self.databases) != len(self.networks):
@@ -248,16 +255,60 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             ],
         }
         rows.append(row)
+        if cfg.retime:
+            row["retimed_sum_s"], row["retimed"] = _retimed_sum(tasks, by_hash, target)
+            for per_task in row["per_task"]:
+                per_task["retimed_s"] = row["retimed"].get(per_task["task"])
+            del row["retimed"]
         if progress:
             print(format_truth_check([row]), flush=True)
     return rows
 
 
+def _retimed_sum(tasks, by_hash: dict, target) -> tuple[float | None, dict[str, float]]:
+    """Each task's chosen record built and timed again now, with the collector's protocol.
+
+    Returns:
+        ``(sum of task weight x retimed seconds, {task name: retimed seconds})``; the sum
+        is ``None`` when a record fails to build or run (the map then lacks its task).
+    """
+    from types import SimpleNamespace  # noqa: PLC0415  (only a retimed check builds candidates)
+
+    from cdmpp.collect import MeasureConfig  # noqa: PLC0415  (only a retimed check builds a runner)
+    from cdmpp.collect.timing import local_bench, measure_batch  # noqa: PLC0415  (as above)
+    from cdmpp.tvm_compat import Schedule  # noqa: PLC0415  (as above)
+
+    fresh, names = [], {}
+    for t in tasks:
+        h = str(structural_hash(t.mod))
+        mod, best = by_hash[h]
+        sch = Schedule(mod)
+        best.record.trace.apply_to_schedule(sch, remove_postproc=False)
+        key = f"{t.name}/{h}"
+        names[key] = t
+        fresh.append((SimpleNamespace(sch=SimpleNamespace(mod=sch.mod), args_info=best.record.args_info), key))
+    bench = local_bench(MeasureConfig(), target, "cpu", QuietConfig())
+    secs: dict[str, float] = {}
+    try:
+        for s in range(0, len(fresh), 16):
+            for _, key, run_secs, _, _ in measure_batch(bench, fresh[s : s + 16]):
+                if run_secs is not None:
+                    secs[names[key].name] = float(np.median([float(x) for x in run_secs]))
+    finally:
+        bench.close()
+    if len(secs) < len(tasks):
+        return None, secs
+    return sum(t.weight * secs[t.name] for t in tasks), secs
+
+
 def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     """The rows as a table (milliseconds), with the ratios of the sums to the end-to-end latency."""
 
+    retimed = any("retimed_sum_s" in r for r in rows)
     head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "warm sum / e2e",
             "estimate ms", "10-90% ms", "estimate / e2e", "estimate / sum", "warm estimate / e2e"]
+    if retimed:
+        head += ["retimed sum ms", "retimed sum / e2e", "estimate / retimed sum"]
     body = []
 
     def ratio(num, den):
@@ -271,6 +322,9 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
             f"{1e3 * est:.2f}", f"{1e3 * r['estimate_low_s']:.2f}-{1e3 * r['estimate_high_s']:.2f}",
             ratio(est, e2e), ratio(est, msum), ratio(r.get("warm_estimate_s"), e2e),
         ])
+        if retimed:
+            rs = r.get("retimed_sum_s")
+            body[-1] += [f"{1e3 * rs:.2f}" if rs else "-", ratio(rs, e2e), ratio(est, rs)]
     return render_table(head, body, markdown)
 
 
@@ -287,12 +341,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the estimate (default: the shipped one)")
     parser.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")
     parser.add_argument("--output", default=None, help="also write the rows (with per-task figures) as JSON here")
+    parser.add_argument("--retime", action="store_true",
+                        help="also time each task's chosen record again now (the retimed sum, in the same run as "
+                             "the end-to-end latency)")
 
 
 def _run_truth_check(args) -> int:
 
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
-                           args.device, tuple(Path(w) for w in args.work_dirs or ()))
+                           args.device, tuple(Path(w) for w in args.work_dirs or ()), args.retime)
     rows = run_truth_check(Path(args.dataset) if args.dataset else None, cfg)
     table = format_truth_check(rows, markdown=True)
     print(table)

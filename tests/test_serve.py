@@ -254,3 +254,28 @@ def test_estimate_a_relax_module_sent_as_tvm_json(client):
     assert est["network"] == "relax module" and est["device"] == device
     assert len(est["tasks"]) == 5 and all(t["source"] == "sampled" for t in est["tasks"])
     assert est["total_s"] == pytest.approx(sum(t["weight"] * t["latency_s"] for t in est["tasks"]))
+
+
+def test_truth_check_retimes_each_chosen_record_in_this_run(tiny_collection):
+    """``--retime`` builds and times each task's fastest record again: a fresh timing of the
+    same program (close to the recorded one on this machine, not a copy of it), summed
+    by task weight, and shown beside the end-to-end latency."""
+    from benchmarks.truth_check import _folder_best, _retimed_sum, format_truth_check
+    from cdmpp import dataset as ds
+    from cdmpp.tasks import Task
+    from cdmpp.tvm_compat import Target
+
+    _, summary = tiny_collection  # 2 DCGAN tasks x 3 programs, timed on this machine
+    db = ds.load_device_dir(summary.device_dir)
+    by_hash = _folder_best(db)
+    tasks = [Task(f"task{i}", i + 1, mod) for i, (mod, _) in enumerate(by_hash.values())]
+    total, secs = _retimed_sum(tasks, by_hash, Target(db.manifest["device"]["target"]))
+    assert set(secs) == {t.name for t in tasks} and len(tasks) == 2
+    assert total == pytest.approx(sum(t.weight * secs[t.name] for t in tasks))
+    for t, (_, best) in zip(tasks, by_hash.values()):
+        assert secs[t.name] != best.measured_s  # timed again, not read back
+        assert 0.1 < secs[t.name] / best.measured_s < 10
+    row = {"network": "dcgan-b1", "tasks": 2, "calls": 3, "measured_e2e_s": total / 2, "measured_sum_s": total,
+           "estimate_s": total, "estimate_low_s": total / 2, "estimate_high_s": 2 * total, "retimed_sum_s": total}
+    table = format_truth_check([row], markdown=True)
+    assert "retimed sum / e2e" in table and "| 2.00 |" in table
