@@ -32,6 +32,7 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import tvm
@@ -39,14 +40,15 @@ from tvm import relax
 
 from benchmarks import render_table
 from cdmpp import dataset as ds
-from cdmpp.collect import QuietConfig, QuietGuard
+from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard
+from cdmpp.collect.timing import local_bench, measure_batch
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
 from cdmpp.network_input import load_relax
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.report import write_rows
-from cdmpp.tvm_compat import Target, ms, structural_hash
+from cdmpp.tvm_compat import Target, ms, program_from_record, structural_hash
 
 
 @dataclass
@@ -272,21 +274,14 @@ def _retimed_sum(tasks, by_hash: dict, target) -> tuple[float | None, dict[str, 
         ``(sum of task weight x retimed seconds, {task name: retimed seconds})``; the sum
         is ``None`` when a record fails to build or run (the map then lacks its task).
     """
-    from types import SimpleNamespace  # noqa: PLC0415  (only a retimed check builds candidates)
-
-    from cdmpp.collect import MeasureConfig  # noqa: PLC0415  (only a retimed check builds a runner)
-    from cdmpp.collect.timing import local_bench, measure_batch  # noqa: PLC0415  (as above)
-    from cdmpp.tvm_compat import Schedule  # noqa: PLC0415  (as above)
-
     fresh, names = [], {}
     for t in tasks:
         h = str(structural_hash(t.mod))
-        mod, best = by_hash[h]
-        sch = Schedule(mod)
-        best.record.trace.apply_to_schedule(sch, remove_postproc=False)
+        best = by_hash[h][1]
         key = f"{t.name}/{h}"
         names[key] = t
-        fresh.append((SimpleNamespace(sch=SimpleNamespace(mod=sch.mod), args_info=best.record.args_info), key))
+        fresh.append((SimpleNamespace(sch=SimpleNamespace(mod=program_from_record(best.record)),
+                                      args_info=best.record.args_info), key))
     bench = local_bench(MeasureConfig(), target, "cpu", QuietConfig())
     secs: dict[str, float] = {}
     try:
