@@ -32,23 +32,22 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from benchmarks import render_table
+from benchmarks.retime import retime_records
 from cdmpp import dataset as ds
-from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard
-from cdmpp.collect.timing import local_bench, measure_batch
+from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
 from cdmpp.network_input import load_relax
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.report import write_rows
-from cdmpp.tvm_compat import Target, ms, program_from_record, structural_hash
+from cdmpp.tvm_compat import Target, ms, structural_hash
 
 
 @dataclass
@@ -274,23 +273,8 @@ def _retimed_sum(tasks, by_hash: dict, target) -> tuple[float | None, dict[str, 
         ``(sum of task weight x retimed seconds, {task name: retimed seconds})``; the sum
         is ``None`` when a record fails to build or run (the map then lacks its task).
     """
-    fresh, names = [], {}
-    for t in tasks:
-        h = str(structural_hash(t.mod))
-        best = by_hash[h][1]
-        key = f"{t.name}/{h}"
-        names[key] = t
-        fresh.append((SimpleNamespace(sch=SimpleNamespace(mod=program_from_record(best.record)),
-                                      args_info=best.record.args_info), key))
-    bench = local_bench(MeasureConfig(), target, "cpu", QuietConfig())
-    secs: dict[str, float] = {}
-    try:
-        for s in range(0, len(fresh), 16):
-            for _, key, run_secs, _, _ in measure_batch(bench, fresh[s : s + 16]):
-                if run_secs is not None:
-                    secs[names[key].name] = float(np.median([float(x) for x in run_secs]))
-    finally:
-        bench.close()
+    chosen = {t.name: by_hash[str(structural_hash(t.mod))][1].record for t in tasks}
+    secs = retime_records(chosen, target)
     if len(secs) < len(tasks):
         return None, secs
     return sum(t.weight * secs[t.name] for t in tasks), secs

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks import write_csv_and_markdown
 from benchmarks.tune import (
     COST_MODELS,
@@ -61,6 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="another tune-benchmark output whose XGBoost runs (e.g. --trials-for xgb=512) are the "
                         "yardstick of the reach table and the plot (the output itself: its own XGBoost runs), and "
                         "print the summary of ratios to it")
+    parser.add_argument("--retime", action="store_true",
+                        help="with --reference: build and time again, now and one after the other, each run's best "
+                        "record at the trial counts the held-out table compares (both outputs must be of this "
+                        "machine), and compute that table from these timings (tune_retimed.csv): runs measured "
+                        "on different days compare")
 
 
 def _plugin_line(args) -> str | None:
@@ -102,6 +109,9 @@ def _run_tune_benchmark(args) -> int:
 
     if args.whole_network:
         return _run_tune_network(args)
+    if args.retime and not args.reference:
+        print("error: --retime times the runs of --output and --reference again: give --reference", file=sys.stderr)
+        return 2
     if not args.dataset or not (args.network or args.task):
         print("error: cdmpp bench tune needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
         return 2
@@ -136,7 +146,8 @@ def _run_tune_benchmark(args) -> int:
                 walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
             plugins = [m for m in args.cost_models if m != "xgb"] or ["cdmpp"]
-            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins, _plugin_line(args))
+            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins, _plugin_line(args),
+                                 args.retime)
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
@@ -147,14 +158,30 @@ def _run_tune_benchmark(args) -> int:
 
 
 def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",),
-                         first_line: str | None = None) -> None:
+                         first_line: str | None = None, retime: bool = False) -> None:
     """Print the held-out table (:func:`benchmarks.tune_table.heldout_table`) of each of
     ``plugins`` and write them (``tune_heldout.md``, one table per cost model, below
     ``first_line`` when given) and every run's best-so-far every ``every`` trials
-    (``tune_curves.csv``, the reference's runs included) into ``out_dir``."""
-    from .tune_table import curve_rows, heldout_table  # noqa: PLC0415  (only on the branch that needs it)
+    (``tune_curves.csv``, the reference's runs included) into ``out_dir``.  With
+    ``retime``, the compared records are timed again first
+    (:func:`benchmarks.tune_table.retime_heldout`; ``tune_retimed.csv``) and the tables
+    are computed from those timings."""
+    from .tune_table import curve_rows, heldout_table, retime_heldout  # noqa: PLC0415  (only on the branch that needs it)
 
-    tables = [heldout_table(out_dir, reference, plugin=p)[0] for p in plugins]
+    retimed = None
+    if retime:
+        retimed, timed = retime_heldout(out_dir, reference, plugins)
+        with open(out_dir / "tune_retimed.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=["task", "cost_model", "seed", "trials", "recorded_s", "retimed_s"])
+            w.writeheader()
+            w.writerows(timed)
+        for model in dict.fromkeys(r["cost_model"] for r in timed):
+            ratios = [r["retimed_s"] / r["recorded_s"] for r in timed if r["cost_model"] == model and r["retimed_s"]]
+            if ratios:
+                print(f"{model}: retimed / recorded, median over {len(ratios)} records: {np.median(ratios):.2f}")
+        first_line = (f"{first_line}\n\n" if first_line else "") + (
+            "Every ratio is of records built and timed again one after the other in one run (tune_retimed.csv).")
+    tables = [heldout_table(out_dir, reference, plugin=p, retimed=retimed)[0] for p in plugins]
     table = "\n\n".join(tables)
     print(table)
     (out_dir / "tune_heldout.md").write_text((f"{first_line}\n\n" if first_line else "") + table + "\n",

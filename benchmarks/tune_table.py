@@ -5,22 +5,32 @@ task, the plugin's best latency after ``k`` trials (mean over its seeds) is divi
 XGBoost's best after ``K`` trials (mean over its seeds), for the pairs the benchmark's
 goals name (32 / 256, 64 / 512, 128 / 512).  Seeds are not paired: the plugin's
 3 seeds and XGBoost's 2 are each averaged first.  The wall time per trial of both,
-to the same trial count, is set beside it.  Every latency is a measured one from the
-runs' tuning records.
+to the same trial count, is set beside it.  Every latency is a measured one: from the
+runs' tuning records, or, with ``--retime``, each compared record built and timed again
+in one run (:func:`retime_heldout`), for runs measured on different days.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import render_table
+from cdmpp.device import local_cpu
+from cdmpp.tvm_compat import Target
 
+from .retime import best_record_lines, check_measured_here, records_at_lines, retime_records
 from .tune import bench_runs, best_so_far, run_trials, seconds_to_trials, tuning_curves
 
-PAIRS = ((32, 256), (64, 512), (128, 512))
-"""``(plugin trials, XGBoost trials)`` compared in :func:`heldout_table`."""
+PAIRS = ((32, 256), (64, 512), (128, 512), (64, 256), (128, 256))
+"""``(plugin trials, XGBoost trials)`` compared in :func:`heldout_table` (a column no task
+reaches, e.g. 512 against a 256-trial reference, is left out)."""
+
+Retimed = dict[tuple[str, str, int, int], float]
+"""``{(task key, cost model, seed, trials): seconds}``: each run's best record after
+``trials`` trials, timed again in one run (:func:`retime_heldout`)."""
 
 
 def curve_rows(out_dirs: list[Path], every: int = 16) -> list[dict]:
@@ -41,14 +51,64 @@ def curve_rows(out_dirs: list[Path], every: int = 16) -> list[dict]:
     return rows
 
 
-def _mean_best(runs: dict[int, np.ndarray], k: int) -> float | None:
-    vals = [c[k - 1] for c in runs.values() if c.size >= k and np.isfinite(c[k - 1])]
+def _mean_best(runs: dict[int, np.ndarray], k: int, retimed: dict[tuple[int, int], float] | None = None) -> float | None:
+    if retimed is not None:
+        vals = [retimed[(seed, k)] for seed, c in runs.items() if c.size >= k and (seed, k) in retimed]
+    else:
+        vals = [c[k - 1] for c in runs.values() if c.size >= k and np.isfinite(c[k - 1])]
     return float(np.mean(vals)) if vals else None
+
+
+def retime_heldout(
+    out_dir: Path, reference: Path, plugins: Sequence[str] = ("cdmpp",), yardstick: str = "xgb",
+    pairs: tuple[tuple[int, int], ...] = PAIRS,
+) -> tuple[Retimed, list[dict]]:
+    """Each run's best record after the trial counts :func:`heldout_table` compares, built
+    and timed again now, one after the other (:func:`benchmarks.retime.retime_records`):
+    the plugin's runs and the reference's, measured in different runs, compared in one.
+
+    Args:
+        out_dir: a ``cdmpp bench tune`` output with the runs of ``plugins``.
+        reference: one with ``yardstick``'s runs of the same tasks (may be ``out_dir``).
+
+    Returns:
+        ``(retimed, rows)``: :data:`Retimed` for :func:`heldout_table`, and one row per
+        timed record: ``task``, ``cost_model``, ``seed``, ``trials``, ``recorded_s`` (its
+        latency as its run measured it) and ``retimed_s`` (now; ``None`` when it failed
+        to build or run), both seconds.
+
+    Raises:
+        InputError: either output was measured on another device than this one, or has
+            no ``device.json`` (:func:`benchmarks.retime.check_measured_here`).
+    """
+    device = local_cpu()
+    for folder in {Path(out_dir).resolve(), Path(reference).resolve()}:
+        check_measured_here(folder, device)
+    want = {**{p: sorted({k for k, _ in pairs}) for p in plugins}, yardstick: sorted({k for _, k in pairs})}
+    records, rows = {}, []
+    for folder in dict.fromkeys([Path(out_dir), Path(reference)]):
+        for task, model, seed, run in bench_runs(folder):
+            if model not in want:
+                continue
+            lines = best_record_lines(run, want[model])
+            recs = records_at_lines(run, set(lines.values()))
+            curve = best_so_far(run_trials(run))
+            for k, line in lines.items():
+                records[(str(run), line)] = recs[line]
+                rows.append({"task": task, "cost_model": model, "seed": seed, "trials": k,
+                             "recorded_s": float(curve[k - 1]), "_key": (str(run), line)})
+    secs = retime_records(records, Target(device.target))
+    retimed: Retimed = {}
+    for r in rows:
+        r["retimed_s"] = secs.get(r.pop("_key"))
+        if r["retimed_s"] is not None:
+            retimed[(r["task"], r["cost_model"], r["seed"], r["trials"])] = r["retimed_s"]
+    return retimed, rows
 
 
 def heldout_table(
     out_dir: Path, reference: Path, plugin: str = "cdmpp", yardstick: str = "xgb",
-    pairs: tuple[tuple[int, int], ...] = PAIRS, markdown: bool = True,
+    pairs: tuple[tuple[int, int], ...] = PAIRS, markdown: bool = True, retimed: Retimed | None = None,
 ) -> tuple[str, dict[str, float | None]]:
     """Per task: ``plugin`` after ``k`` trials over ``yardstick`` after ``K`` (each the
     mean over its seeds' best-so-far), for each ``(k, K)`` of ``pairs``; XGBoost's own
@@ -58,6 +118,8 @@ def heldout_table(
     Args:
         out_dir: a ``cdmpp bench tune`` output with ``plugin``'s runs.
         reference: one with ``yardstick``'s runs of the same tasks (may be ``out_dir``).
+        retimed: the ratios of ``pairs`` from these latencies (:func:`retime_heldout`)
+            instead of the recorded ones; a pair without a retimed record is left out.
 
     Returns:
         ``(table, means)``: the table with a mean row over tasks; ``means`` maps each
@@ -76,7 +138,8 @@ def heldout_table(
             continue
         vals = []
         for k, K in pairs:
-            a, b = _mean_best(runs, k), _mean_best(xgb, K)
+            a = _mean_best(runs, k, None if retimed is None else _of(retimed, task, plugin))
+            b = _mean_best(xgb, K, None if retimed is None else _of(retimed, task, yardstick))
             vals.append(a / b if a is not None and b is not None else None)
         a, b = _mean_best(xgb, 64), _mean_best(xgb, 512)
         vals.append(a / b if a is not None and b is not None else None)
@@ -91,5 +154,10 @@ def heldout_table(
     means = {c: (float(np.mean(v)) if v else None) for c, v in per_col.items()}
     body.append(["mean over tasks", "", *("-" if means[c] is None else f"{means[c]:.2f}" for c in cols)])
     head = ["task", f"seeds {plugin} / {yardstick}", *cols]
-    return render_table(head, body, markdown), means
+    keep = [0, 1] + [i + 2 for i, c in enumerate(cols) if means[c] is not None]  # columns no task reaches left out
+    return render_table([head[i] for i in keep], [[row[i] for i in keep] for row in body], markdown), means
+
+
+def _of(retimed: Retimed, task: str, model: str) -> dict[tuple[int, int], float]:
+    return {(seed, k): v for (t, m, seed, k), v in retimed.items() if t == task and m == model}
 

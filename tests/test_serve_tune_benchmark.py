@@ -285,3 +285,40 @@ def test_the_heldout_table_has_one_table_per_plugin_variant_from_the_kept_record
     means = [t.splitlines()[-1].split("|") for t in tables]
     assert [m[3].strip() for m in means] == ["1.20", "1.32"]  # after 32 trials over XGBoost's 256-trial best
     assert [m[4].strip() for m in means] == ["1.21", "1.27"]  # after 64 over its 512
+
+
+def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_device(tmp_path, monkeypatch, capsys):
+    """Runs of two days compared from one run's timings: the kept rocketlake records, each
+    compared best record "timed again" at one latency, give every ratio 1.00."""
+    import shutil
+    from pathlib import Path
+
+    from benchmarks import tune_table
+    from benchmarks.tune_cli import _write_heldout_table
+    from cdmpp.device import DeviceDescriptor
+    from cdmpp.errors import InputError
+
+    root = Path(__file__).resolve().parent.parent / "datasets/tuning"
+    here = root / "cpu-intel_xeon_processor-rocketlake-avx512"
+    out = shutil.copytree(here / "heldout8-plugin-128", tmp_path / "plugin")
+    device = DeviceDescriptor.from_json(json.loads((here / "heldout8-xgb-256/device.json").read_text()))
+    monkeypatch.setattr(tune_table, "local_cpu", lambda: device)
+    timed = []
+    monkeypatch.setattr(tune_table, "retime_records", lambda records, target: timed.append(records) or
+                        {k: 1e-3 for k in records})
+    recorded, _ = tune_table.heldout_table(out, here / "heldout8-xgb-256")
+    assert "cdmpp 32 / xgb 256" in recorded and "cdmpp 64 / xgb 512" not in recorded  # no 512-trial reference
+    _write_heldout_table(out, here / "heldout8-xgb-256", 16, ["cdmpp"], None, retime=True)
+    text = (out / "tune_heldout.md").read_text()
+    mean = text.splitlines()[-1].split("|")
+    assert mean[3:6] == [" 1.00 "] * 3 and mean[3:6] != recorded.splitlines()[-1].split("|")[3:6]
+    rows = (out / "tune_retimed.csv").read_text().splitlines()
+    # 8 tasks: the plugin's best after 32, 64 and 128 trials, XGBoost's after 256 (one seed each)
+    assert len(rows) == 1 + 8 * 4 and rows[0] == "task,cost_model,seed,trials,recorded_s,retimed_s"
+    assert len(timed) == 1 and len(timed[0]) <= 8 * 4  # one batch; a record best at two counts timed once
+    assert "cdmpp: retimed / recorded" in capsys.readouterr().out
+    with pytest.raises(InputError, match="no device.json"):  # the Zen 4 outputs name no device
+        tune_table.retime_heldout(out, root / "cpu-amd_epyc-znver4-avx512/heldout6-xgb-512")
+    (out / "device.json").write_text(json.dumps({**device.to_json(), "device_id": "cpu-other"}))
+    with pytest.raises(InputError, match="holds tuning runs of cpu-other"):
+        tune_table.retime_heldout(out, here / "heldout8-xgb-256")
