@@ -86,9 +86,10 @@ def retime_heldout(
         check_measured_here(folder, device)
     want = {**{p: sorted({k for k, _ in pairs}) for p in plugins}, yardstick: sorted({k for _, k in pairs})}
     records, rows = {}, []
+    tasks = {task for task, model, _, _ in bench_runs(Path(out_dir)) if model in plugins}
     for folder in dict.fromkeys([Path(out_dir), Path(reference)]):
         for task, model, seed, run in bench_runs(folder):
-            if model not in want:
+            if model not in want or task not in tasks:  # the reference's other tasks are not compared
                 continue
             lines = best_record_lines(run, want[model])
             recs = records_at_lines(run, set(lines.values()))
