@@ -11,7 +11,7 @@ record at the trial counts the held-out table compares).
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,8 +24,6 @@ from cdmpp.device import DEVICE_FILE, DeviceDescriptor
 from cdmpp.errors import InputError
 from cdmpp.estimate import database_files, parse_record
 from cdmpp.tvm_compat import Workload, program_from_record
-
-from .tune import run_trials
 
 
 def retime_records(records: Mapping[Hashable, object], target, batch: int = 16) -> dict[Hashable, float]:
@@ -75,17 +73,19 @@ def check_measured_here(out_dir: Path, device: DeviceDescriptor) -> None:
                          f"retime them on their own device")
 
 
-def best_record_lines(work_dir: Path, trial_counts: Iterable[int]) -> dict[int, int]:
+def best_record_lines(trials: Sequence[Sequence[float] | None], trial_counts: Iterable[int]) -> dict[int, int]:
     """The line of the best measured record after each of ``trial_counts`` trials of a run.
 
-    Trials count in measurement order, failed ones included (as
-    :func:`benchmarks.tune.best_so_far` counts them).
+    Args:
+        trials: the run's ``run_secs`` (seconds) per record line, in measurement order,
+            ``None`` for a failed one (:func:`benchmarks.tune.run_trials`). Trials count
+            failed ones too (as :func:`benchmarks.tune.best_so_far` counts them).
 
     Returns:
         ``{trials: index of the record line}`` for each count the run reached with a
         successful trial.
     """
-    meds = [float(np.median(s)) if s else np.inf for s in run_trials(work_dir)]
+    meds = [float(np.median(s)) if s else np.inf for s in trials]
     out = {}
     for k in trial_counts:
         if 0 < k <= len(meds) and np.isfinite(min(meds[:k])):

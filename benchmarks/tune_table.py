@@ -67,6 +67,8 @@ def retime_heldout(
     """Each run's best record after the trial counts :func:`heldout_table` compares, built
     and timed again now, one after the other (:func:`benchmarks.retime.retime_records`):
     the plugin's runs and the reference's, measured in different runs, compared in one.
+    The records are timed task by task, both cost models' together, so a change of the
+    machine's speed during the run moves both sides of a task's ratio alike.
 
     Args:
         out_dir: a ``cdmpp bench tune`` output with the runs of ``plugins``.
@@ -86,19 +88,22 @@ def retime_heldout(
     for folder in {Path(out_dir).resolve(), Path(reference).resolve()}:
         check_measured_here(folder, device)
     want = {**{p: sorted({k for k, _ in pairs}) for p in plugins}, yardstick: sorted({k for _, k in pairs})}
-    records, rows = {}, []
+    by_task: dict[str, dict] = {}  # timed task by task, so a drift of the machine's speed hits both sides alike
+    rows = []
     tasks = {task for task, model, _, _ in bench_runs(Path(out_dir)) if model in plugins}
     for folder in dict.fromkeys([Path(out_dir), Path(reference)]):
         for task, model, seed, run in bench_runs(folder):
             if model not in want or task not in tasks:  # the reference's other tasks are not compared
                 continue
-            lines = best_record_lines(run, want[model])
+            trials = run_trials(run)
+            lines = best_record_lines(trials, want[model])
             recs = records_at_lines(run, set(lines.values()))
-            curve = best_so_far(run_trials(run))
+            curve = best_so_far(trials)
             for k, line in lines.items():
-                records[(str(run), line)] = recs[line]
+                by_task.setdefault(task, {})[(str(run), line)] = recs[line]
                 rows.append({"task": task, "cost_model": model, "seed": seed, "trials": k,
                              "recorded_s": float(curve[k - 1]), "_key": (str(run), line)})
+    records = {key: rec for task in sorted(by_task) for key, rec in by_task[task].items()}
     secs = retime_records(records, Target(device.target))
     retimed: Retimed = {}
     for r in rows:

@@ -316,6 +316,10 @@ def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_
     # 8 tasks: the plugin's best after 32, 64 and 128 trials, XGBoost's after 256 (one seed each)
     assert len(rows) == 1 + 8 * 4 and rows[0] == "task,cost_model,seed,trials,recorded_s,retimed_s"
     assert len(timed) == 1 and len(timed[0]) <= 8 * 4  # one batch; a record best at two counts timed once
+    order = [Path(run).parts[-4:-2] for run, _ in timed[0]]  # .../<network>/<task>/<cost model>/seed<k>
+    blocks = [t for i, t in enumerate(order) if i == 0 or t != order[i - 1]]
+    assert len(blocks) == len(set(order)) == 8  # task by task: each task's plugin and XGBoost records together
+    assert all({Path(r).parts[-2] for r, _ in timed[0] if Path(r).parts[-4:-2] == t} == {"cdmpp", "xgb"} for t in blocks)
     assert "cdmpp: retimed / recorded" in capsys.readouterr().out
     with pytest.raises(InputError, match="no device.json"):  # the Zen 4 outputs name no device
         tune_table.retime_heldout(out, root / "cpu-amd_epyc-znver4-avx512/heldout6-xgb-512")
