@@ -125,6 +125,11 @@ LEVERS: dict[str, Lever] = {
         Lever("shipped-tuned", "huber-trace-loops-lse plus every tuned-phase program of the training workloads",
               model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1}, trace_token=True,
               extra_data="tuned"),
+        Lever("shipped-tuned-listmle-0.03", "shipped-tuned plus the within-task ListMLE term at weight 0.03, "
+              "16-program task groups (the two fast-end levers that won on the fold, together)",
+              model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03}, trace_token=True,
+              extra_data="tuned"),
         Lever("shipped-wide", "huber-trace-loops-lse at twice the width and depth (d_model 384, 6 layers, "
               "feed-forward 1024): capacity, for a GPU", model={"loop_tokens": True, "pooling": "lse", "d_model": 384,
                                                               "n_layers": 6, "ff_dim": 1024}, train={"huber_delta": 0.1},
