@@ -65,9 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "print the summary of ratios to it")
     parser.add_argument("--retime", action="store_true",
                         help="with --reference: build and time again, now and one after the other (task by task), "
-                        "each run's best record at the trial counts the held-out table compares (both outputs must be of this "
-                        "machine), and compute that table from these timings (tune_retimed.csv): runs measured "
-                        "on different days compare")
+                        "each run's best record at the trial counts the held-out table compares (both outputs must "
+                        "be of this machine), and compute that table from these timings (tune_retimed.csv): runs "
+                        "measured on different days compare")
 
 
 def _plugin_line(args) -> str | None:

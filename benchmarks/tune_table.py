@@ -88,7 +88,7 @@ def retime_heldout(
     for folder in {Path(out_dir).resolve(), Path(reference).resolve()}:
         check_measured_here(folder, device)
     want = {**{p: sorted({k for k, _ in pairs}) for p in plugins}, yardstick: sorted({k for _, k in pairs})}
-    by_task: dict[str, dict] = {}  # timed task by task, so a drift of the machine's speed hits both sides alike
+    by_task: dict[str, dict] = {}
     rows = []
     tasks = {task for task, model, _, _ in bench_runs(Path(out_dir)) if model in plugins}
     for folder in dict.fromkeys([Path(out_dir), Path(reference)]):
