@@ -42,6 +42,18 @@ def test_listmle_needs_task_groups():
     assert TrainConfig(listmle_weight=1.0, task_group=16).listmle_weight == 1.0
 
 
+def test_a_model_card_names_the_listmle_term_and_its_weight():
+    from dataclasses import asdict
+
+    from cdmpp.train.config import TrainConfig, describe_loss
+
+    plain = describe_loss(asdict(TrainConfig()))
+    ranked = describe_loss(asdict(TrainConfig(listmle_weight=0.03, task_group=16)))
+    assert "ListMLE" not in plain
+    assert ranked.startswith(plain) and "0.03 x a within-task listwise ranking term (position-weighted ListMLE" in ranked
+    assert "up to 16 same-task programs" in ranked
+
+
 def _leaf_row(iterations: float, adds: float, muls: float, unique_bytes: list[float]) -> np.ndarray:
     row = np.zeros(FEATURE_DIM, np.float32)
     row[OWN_FEATURES.index("iterations")] = math.log2(1 + iterations)

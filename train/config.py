@@ -252,6 +252,9 @@ def describe_loss(train_config: dict) -> str:
         words += f" plus {c['within_weight']} x a within-task term (deviation from the task's batch mean)"
     if c.get("rank_weight"):
         words += f" plus {c['rank_weight']} x a within-task pairwise ranking term (RankNet)"
+    if c.get("listmle_weight"):
+        words += (f" plus {c['listmle_weight']} x a within-task listwise ranking term (position-weighted ListMLE, "
+                  f"Xia et al., ICML 2008) over groups of up to {c.get('task_group')} same-task programs in a batch")
     if c.get("max_repeat_cv"):
         words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
     return words
