@@ -68,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "each run's best record at the trial counts the held-out table compares (both outputs must "
                         "be of this machine), and compute that table from these timings (tune_retimed.csv): runs "
                         "measured on different days compare")
+    parser.add_argument("--retime-rounds", type=int, default=1, metavar="N",
+                        help="with --retime: time every compared record N times, in whole rounds one after the other, "
+                        "and keep its median (each round's timing is a column of tune_retimed.csv)")
 
 
 def _plugin_line(args) -> str | None:
@@ -112,6 +115,9 @@ def _run_tune_benchmark(args) -> int:
     if args.retime and not args.reference:
         print("error: --retime times the runs of --output and --reference again: give --reference", file=sys.stderr)
         return 2
+    if args.retime_rounds < 1 or (args.retime_rounds > 1 and not args.retime):
+        print(f"error: --retime-rounds {args.retime_rounds}: give a count of at least 1, with --retime", file=sys.stderr)
+        return 2
     if not args.dataset or not (args.network or args.task):
         print("error: cdmpp bench tune needs --dataset and --network (or --whole-network NET)", file=sys.stderr)
         return 2
@@ -147,7 +153,7 @@ def _run_tune_benchmark(args) -> int:
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
             plugins = [m for m in args.cost_models if m != "xgb"] or ["cdmpp"]
             _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins, _plugin_line(args),
-                                 args.retime)
+                                 args.retime, args.retime_rounds)
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
 
@@ -160,29 +166,38 @@ def _run_tune_benchmark(args) -> int:
 
 
 def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",),
-                         first_line: str | None = None, retime: bool = False) -> None:
+                         first_line: str | None = None, retime: bool = False, rounds: int = 1) -> None:
     """Print the held-out table (:func:`benchmarks.tune_table.heldout_table`) of each of
     ``plugins`` and write them (``tune_heldout.md``, one table per cost model, below
     ``first_line`` when given) and every run's best-so-far every ``every`` trials
     (``tune_curves.csv``, the reference's runs included) into ``out_dir``.  With
     ``retime``, the compared records are timed again first
-    (:func:`benchmarks.tune_table.retime_heldout`; ``tune_retimed.csv``) and the tables
-    are computed from those timings."""
+    (:func:`benchmarks.tune_table.retime_heldout`, ``rounds`` times each, median kept;
+    ``tune_retimed.csv``) and the tables are computed from those timings."""
     from .tune_table import curve_rows, heldout_table, retime_heldout  # noqa: PLC0415  (only on the branch that needs it)
 
     retimed = None
     if retime:
-        retimed, timed = retime_heldout(out_dir, reference, plugins)
+        retimed, timed = retime_heldout(out_dir, reference, plugins, rounds=rounds)
+        columns = ["task", "cost_model", "seed", "trials", "recorded_s", "retimed_s"]
+        columns += [f"round{i}_s" for i in range(1, rounds + 1)] if rounds > 1 else []
         with open(out_dir / "tune_retimed.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=["task", "cost_model", "seed", "trials", "recorded_s", "retimed_s"])
+            w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
             w.writerows(timed)
         for model in dict.fromkeys(r["cost_model"] for r in timed):
             ratios = [r["retimed_s"] / r["recorded_s"] for r in timed if r["cost_model"] == model and r["retimed_s"]]
             if ratios:
                 print(f"{model}: retimed / recorded, median over {len(ratios)} records: {np.median(ratios):.2f}")
+        if rounds > 1:
+            spread = [max(t) / min(t) for r in timed
+                      if len(t := [r[f"round{i}_s"] for i in range(1, rounds + 1) if r[f"round{i}_s"]]) > 1]
+            if spread:
+                print(f"slowest / fastest of a record's {rounds} rounds: median {np.median(spread):.2f}, "
+                      f"largest {max(spread):.2f}")
+        timed_how = "one after the other in one run" if rounds == 1 else f"in {rounds} rounds in one run, median kept"
         first_line = (f"{first_line}\n\n" if first_line else "") + (
-            "Every ratio is of records built and timed again one after the other in one run (tune_retimed.csv).")
+            f"Every ratio is of records built and timed again {timed_how} (tune_retimed.csv).")
     tables = [heldout_table(out_dir, reference, plugin=p, retimed=retimed)[0] for p in plugins]
     table = "\n\n".join(tables)
     print(table)

@@ -20,6 +20,7 @@ import numpy as np
 
 from benchmarks import render_table
 from cdmpp.device import local_cpu
+from cdmpp.errors import InputError
 from cdmpp.tvm_compat import Target
 
 from .retime import best_record_lines, check_measured_here, records_at_lines, retime_records
@@ -62,7 +63,7 @@ def _mean_best(runs: dict[int, np.ndarray], k: int, retimed: dict[tuple[int, int
 
 def retime_heldout(
     out_dir: Path, reference: Path, plugins: Sequence[str] = ("cdmpp",), yardstick: str = "xgb",
-    pairs: tuple[tuple[int, int], ...] = PAIRS,
+    pairs: tuple[tuple[int, int], ...] = PAIRS, rounds: int = 1,
 ) -> tuple[Retimed, list[dict]]:
     """Each run's best record after the trial counts :func:`heldout_table` compares, built
     and timed again now, one after the other (:func:`benchmarks.retime.retime_records`):
@@ -73,17 +74,25 @@ def retime_heldout(
     Args:
         out_dir: a ``cdmpp bench tune`` output with the runs of ``plugins``.
         reference: one with ``yardstick``'s runs of the same tasks (may be ``out_dir``).
+        rounds: how many times every record is timed, in whole rounds one after the
+            other; a record's latency is the median of its rounds.  On a cloud VM one
+            timing of a best record can differ from the next by 1.5x.
 
     Returns:
         ``(retimed, rows)``: :data:`Retimed` for :func:`heldout_table`, and one row per
         timed record: ``task``, ``cost_model``, ``seed``, ``trials``, ``recorded_s`` (its
-        latency as its run measured it) and ``retimed_s`` (now; ``None`` when it failed
-        to build or run), both seconds.
+        latency as its run measured it), ``retimed_s`` (now, the median over the rounds
+        it ran in; ``None`` when it failed to build or run in every round), all seconds,
+        and with ``rounds > 1`` each round's timing as ``round1_s`` ... (``None`` where
+        it failed).
 
     Raises:
         InputError: either output was measured on another device than this one, or has
-            no ``device.json`` (:func:`benchmarks.retime.check_measured_here`).
+            no ``device.json`` (:func:`benchmarks.retime.check_measured_here`); ``rounds``
+            is below 1.
     """
+    if rounds < 1:
+        raise InputError(f"rounds={rounds}: every record is timed at least once")
     device = local_cpu()
     for folder in {Path(out_dir).resolve(), Path(reference).resolve()}:
         check_measured_here(folder, device)
@@ -104,10 +113,16 @@ def retime_heldout(
                 rows.append({"task": task, "cost_model": model, "seed": seed, "trials": k,
                              "recorded_s": float(curve[k - 1]), "_key": (str(run), line)})
     records = {key: rec for task in sorted(by_task) for key, rec in by_task[task].items()}
-    secs = retime_records(records, Target(device.target))
+    target = Target(device.target)
+    per_round = [retime_records(records, target) for _ in range(rounds)]
     retimed: Retimed = {}
     for r in rows:
-        r["retimed_s"] = secs.get(r.pop("_key"))
+        key = r.pop("_key")
+        times = [secs.get(key) for secs in per_round]
+        ran = [t for t in times if t is not None]
+        r["retimed_s"] = float(np.median(ran)) if ran else None
+        if rounds > 1:
+            r.update({f"round{i}_s": t for i, t in enumerate(times, 1)})
         if r["retimed_s"] is not None:
             retimed[(r["task"], r["cost_model"], r["seed"], r["trials"])] = r["retimed_s"]
     return retimed, rows

@@ -326,3 +326,41 @@ def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_
     (out / "device.json").write_text(json.dumps({**device.to_json(), "device_id": "cpu-other"}))
     with pytest.raises(InputError, match="holds tuning runs of cpu-other"):
         tune_table.retime_heldout(out, here / "heldout8-xgb-256")
+
+
+def test_retime_rounds_keep_each_records_median_and_every_round(tmp_path, monkeypatch, capsys):
+    """Three rounds of timings: the plugin's records time at 1, 5 and 2 ms, XGBoost's at
+    2 ms every round, so every ratio is the median's, 2 / 2 = 1.00, not the first round's
+    0.50 or the mean's 1.33; each round is a column of tune_retimed.csv."""
+    import shutil
+    from pathlib import Path
+
+    from benchmarks import tune_table
+    from benchmarks.tune_cli import _write_heldout_table
+    from cdmpp.device import DeviceDescriptor
+    from cdmpp.errors import InputError
+
+    here = Path(__file__).resolve().parent.parent / "datasets/tuning/cpu-intel_xeon_processor-rocketlake-avx512"
+    out = shutil.copytree(here / "heldout8-plugin-128", tmp_path / "plugin")
+    device = DeviceDescriptor.from_json(json.loads((here / "heldout8-xgb-256/device.json").read_text()))
+    monkeypatch.setattr(tune_table, "local_cpu", lambda: device)
+    plugin_ms = iter([1e-3, 5e-3, 2e-3])
+    calls = []
+
+    def timed_again(records, target):
+        ms = next(plugin_ms)
+        calls.append(len(records))
+        return {k: (2e-3 if "/xgb/" in k[0] else ms) for k in records}
+
+    monkeypatch.setattr(tune_table, "retime_records", timed_again)
+    _write_heldout_table(out, here / "heldout8-xgb-256", 16, ["cdmpp"], None, retime=True, rounds=3)
+    assert len(calls) == 3 and len(set(calls)) == 1  # every record in every round
+    mean = (out / "tune_heldout.md").read_text().splitlines()[-1].split("|")
+    assert mean[3:6] == [" 1.00 "] * 3
+    rows = (out / "tune_retimed.csv").read_text().splitlines()
+    assert rows[0] == "task,cost_model,seed,trials,recorded_s,retimed_s,round1_s,round2_s,round3_s"
+    plugin_row = next(r.split(",") for r in rows[1:] if ",cdmpp," in r)
+    assert [float(x) for x in plugin_row[5:]] == [2e-3, 1e-3, 5e-3, 2e-3]
+    assert "slowest / fastest of a record's 3 rounds: median 5.00, largest 5.00" in capsys.readouterr().out  # 24 of 32 rows are the plugin's
+    with pytest.raises(InputError, match="rounds=0"):
+        tune_table.retime_heldout(out, here / "heldout8-xgb-256", rounds=0)
