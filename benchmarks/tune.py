@@ -31,6 +31,7 @@ from cdmpp.collect.machine import build_tmpdir
 from cdmpp.device import local_cpu, record_device
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.tasks import Task
+from cdmpp.train.report import checkpoint_line
 from cdmpp.tuning.config import OnlineConfig, SearchConfig
 from cdmpp.tuning.cost_model import CdmppCostModel
 from cdmpp.tvm_compat import LocalBuilder, LocalRunner, Target, build_for_measurement, load_tensor_intrinsics, ms
@@ -53,6 +54,10 @@ SEARCH_VARIANTS = {"cdmpp-wide": {"population_size": 2048, "genetic_num_iters": 
 """``SearchConfig`` fields of the plugin variants that change the search (the others: TVM's defaults)."""
 WEIGHTS_FILE = "task_weights.json"
 """Task weight by workload structural hash, beside a whole-network run's work dirs."""
+CHECKPOINT_FILE = "checkpoint.md"
+"""Per plugin work dir: the :func:`~cdmpp.train.report.checkpoint_line` of the checkpoint
+that tuned the run, written when the run starts, so that a summary made later with
+another checkpoint still names the run's own."""
 
 
 def check_cost_models(names) -> None:
@@ -91,6 +96,36 @@ def start_run(work_dir: Path, guard, progress: bool, message: str) -> None:
     guard.wait_quiet(lambda msg: print(msg, flush=True) if progress else None)
     if progress:
         print(message, flush=True)
+
+
+def record_checkpoint(work_dir: Path, model_name: str, checkpoint: Path | None) -> None:
+    """Write the :data:`CHECKPOINT_FILE` of a plugin run (``model_name`` in
+    ``ONLINE_ABLATION``); nothing for XGBoost or random scores."""
+    if model_name in ONLINE_ABLATION:
+        (Path(work_dir) / CHECKPOINT_FILE).write_text(checkpoint_line(checkpoint) + "\n", encoding="utf-8")
+
+
+def runs_checkpoint_line(out_dir: Path, given: str | None) -> str | None:
+    """The checkpoint line of a tune-benchmark output: the :data:`CHECKPOINT_FILE` line of
+    its plugin runs (one line per distinct checkpoint, when they differ).  Runs that record
+    none (tuned before the file existed) are named with ``given``, the line of the
+    checkpoint passed to this command, marked as such; ``None`` when the output has no
+    plugin run and nothing is given."""
+    lines: dict[str, None] = {}
+    unrecorded = 0
+    for _key, model, _seed, run in bench_runs(out_dir):
+        if re.sub(r"-\d+trials$", "", model) not in ONLINE_ABLATION:
+            continue
+        f = run / CHECKPOINT_FILE
+        if f.is_file():
+            lines[f.read_text(encoding="utf-8").strip()] = None
+        else:
+            unrecorded += 1
+    if unrecorded and given:
+        lines[f"{given} (given to this summary: {unrecorded} of the plugin runs record no checkpoint)"] = None
+    if not lines:
+        return given
+    return "\n".join(lines)
 
 
 WALL_FILE = "tuning_wall.json"
@@ -377,6 +412,7 @@ def run_tune_benchmark(dataset: Path, out_dir: Path, cfg: TuneBenchmarkConfig, p
                 if len(run_trials(work_dir)) < trials:  # not finished: start this run again from scratch
                     start_run(work_dir, guard, progress,
                                f"tuning {net} {name} with {model_name}, seed {seed} ({trials} trials)")
+                    record_checkpoint(work_dir, model_name, cfg.checkpoint)
                     tools = search_tools(model_name, cfg.checkpoint, guard)
                     run = tuned_run(guard, work_dir, partial(
                         ms.tune_tir, mod, target, str(work_dir), max_trials_global=trials,

@@ -18,6 +18,7 @@ from benchmarks.tune import (
     ratio_summary,
     reach_table,
     run_tune_benchmark,
+    runs_checkpoint_line,
     tuning_curves,
     tuning_walls,
     with_reference,
@@ -74,11 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plugin_line(args) -> str | None:
-    """The checkpoint line of the run's plugin (:func:`checkpoint_line`), or ``None`` when
-    no cost model of the run is a cdmpp checkpoint (XGBoost and random scores only)."""
-    if all(m in ("xgb", "random") for m in args.cost_models):
-        return None
-    return checkpoint_line(Path(args.checkpoint) if args.checkpoint else None)
+    """The checkpoint line of the output's plugin runs (:func:`benchmarks.tune.runs_checkpoint_line`:
+    the checkpoint each run was tuned with), or ``None`` when no cost model of the command is
+    a cdmpp checkpoint and no run of the output records one (XGBoost and random scores only)."""
+    given = None if all(m in ("xgb", "random") for m in args.cost_models) else checkpoint_line(
+        Path(args.checkpoint) if args.checkpoint else None)
+    return runs_checkpoint_line(Path(args.output), given)
 
 
 def _run_tune_network(args) -> int:
@@ -159,7 +161,7 @@ def _run_tune_benchmark(args) -> int:
 
             title = f"MetaSchedule tune_tir on {local_cpu().device_id}"
             if args.retime:  # the curves are each run's own timings; only the held-out table is retimed
-                title += ": recorded latencies (tune_heldout.md: timed again)"
+                title += ": recorded latencies (the held-out table's records are timed again)"
             plot_tuning_curves(curves, title, Path(args.plot), yardstick=yardstick, log_trials=yardstick != "xgb")
             print(f"plot written to {args.plot}")
     return 0
@@ -190,8 +192,10 @@ def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Se
             if ratios:
                 print(f"{model}: retimed / recorded, median over {len(ratios)} records: {np.median(ratios):.2f}")
         if rounds > 1:
-            spread = [max(t) / min(t) for r in timed
-                      if len(t := [r[f"round{i}_s"] for i in range(1, rounds + 1) if r[f"round{i}_s"]]) > 1]
+            # a record compared at several trial counts is one row per count: count its timings once
+            timings = {(r["task"], r["cost_model"], r["seed"], r["recorded_s"]): t for r in timed
+                       if len(t := [r[f"round{i}_s"] for i in range(1, rounds + 1) if r[f"round{i}_s"]]) > 1}
+            spread = [max(t) / min(t) for t in timings.values()]
             if spread:
                 print(f"slowest / fastest of a record's {rounds} rounds: median {np.median(spread):.2f}, "
                       f"largest {max(spread):.2f}")

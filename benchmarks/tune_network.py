@@ -36,6 +36,7 @@ from .truth_check import compile_time_and_profile
 from .tune import (
     WEIGHTS_FILE,
     check_cost_models,
+    record_checkpoint,
     run_dir,
     run_records,
     run_seed,
@@ -203,6 +204,7 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
         if len(run_trials(work_dir)) < cfg.trials:
             start_run(work_dir, guard, progress, f"tuning {cfg.network} ({len(tasks)} tasks) with {model_name}, "
                                                   f"seed {cfg.seed} ({cfg.trials} trials)")
+            record_checkpoint(work_dir, model_name, cfg.checkpoint)
             tools = search_tools(model_name, cfg.checkpoint, guard)
             run = tuned_run(guard, work_dir, partial(
                 ms.relax_integration.tune_relax, mod, None, target, str(work_dir), max_trials_global=cfg.trials,

@@ -364,3 +364,32 @@ def test_retime_rounds_keep_each_records_median_and_every_round(tmp_path, monkey
     assert "slowest / fastest of a record's 3 rounds: median 5.00, largest 5.00" in capsys.readouterr().out  # 24 of 32 rows are the plugin's
     with pytest.raises(InputError, match="rounds=0"):
         tune_table.retime_heldout(out, here / "heldout8-xgb-256", rounds=0)
+
+
+def test_a_summary_names_the_checkpoint_each_plugin_run_was_tuned_with(tmp_path):
+    """A summary written later, with another checkpoint given, names the checkpoint its
+    plugin runs recorded when they were tuned; runs that record none are named with the
+    given checkpoint, marked as such; XGBoost's runs record nothing."""
+    from benchmarks.tune import CHECKPOINT_FILE, record_checkpoint, runs_checkpoint_line
+    from cdmpp import dataset as ds
+    from cdmpp.train.report import checkpoint_line
+
+    def run(model, seed):
+        d = tmp_path / "net" / "00-matmul" / model / f"seed{seed}"
+        d.mkdir(parents=True)
+        (d / ds.RECORD_FILE).write_text("")
+        return d
+
+    old, new = "Checkpoint: `old` (weights sha256 aaaaaaaaaaaa)", "Checkpoint: `new` (weights sha256 bbbbbbbbbbbb)"
+    xgb = run("xgb", 0)
+    record_checkpoint(xgb, "xgb", None)
+    assert not (xgb / CHECKPOINT_FILE).exists()
+    assert runs_checkpoint_line(tmp_path, None) is None
+    plugin = run("cdmpp", 0)
+    (plugin / CHECKPOINT_FILE).write_text(old + "\n")
+    assert runs_checkpoint_line(tmp_path, new) == old
+    run("cdmpp-256trials", 1)
+    assert runs_checkpoint_line(tmp_path, new).splitlines() == [
+        old, f"{new} (given to this summary: 1 of the plugin runs record no checkpoint)"]
+    record_checkpoint(plugin, "cdmpp", None)
+    assert (plugin / CHECKPOINT_FILE).read_text().strip() == checkpoint_line(None)
