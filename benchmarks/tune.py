@@ -105,29 +105,6 @@ def record_checkpoint(work_dir: Path, model_name: str, checkpoint: Path | None) 
         (Path(work_dir) / CHECKPOINT_FILE).write_text(checkpoint_line(checkpoint) + "\n", encoding="utf-8")
 
 
-def runs_checkpoint_line(out_dir: Path, given: str | None) -> str | None:
-    """The checkpoint line of a tune-benchmark output: the :data:`CHECKPOINT_FILE` line of
-    its plugin runs (one line per distinct checkpoint, when they differ).  Runs that record
-    none (tuned before the file existed) are named with ``given``, the line of the
-    checkpoint passed to this command, marked as such; ``None`` when the output has no
-    plugin run and nothing is given."""
-    lines: dict[str, None] = {}
-    unrecorded = 0
-    for _key, model, _seed, run in bench_runs(out_dir):
-        if re.sub(r"-\d+trials$", "", model) not in ONLINE_ABLATION:
-            continue
-        f = run / CHECKPOINT_FILE
-        if f.is_file():
-            lines[f.read_text(encoding="utf-8").strip()] = None
-        else:
-            unrecorded += 1
-    if unrecorded and given:
-        lines[f"{given} (given to this summary: {unrecorded} of the plugin runs record no checkpoint)"] = None
-    if not lines:
-        return given
-    return "\n".join(lines)
-
-
 WALL_FILE = "tuning_wall.json"
 """Per work dir: ``[[trials, seconds since the run began], ...]`` from MetaSchedule's
 task-scheduler log, kept beside the records (the logs themselves are not)."""

@@ -18,7 +18,6 @@ from benchmarks.tune import (
     ratio_summary,
     reach_table,
     run_tune_benchmark,
-    runs_checkpoint_line,
     tuning_curves,
     tuning_walls,
     with_reference,
@@ -30,6 +29,7 @@ from benchmarks.tune_network import (
     network_curve_panels,
     run_network_tuning,
 )
+from benchmarks.tune_table import runs_checkpoint_line
 from cdmpp.device import local_cpu
 from cdmpp.train.report import checkpoint_line
 
@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plugin_line(args) -> str | None:
-    """The checkpoint line of the output's plugin runs (:func:`benchmarks.tune.runs_checkpoint_line`:
+    """The checkpoint line of the output's plugin runs (:func:`benchmarks.tune_table.runs_checkpoint_line`:
     the checkpoint each run was tuned with), or ``None`` when no cost model of the command is
     a cdmpp checkpoint and no run of the output records one (XGBoost and random scores only)."""
     given = None if all(m in ("xgb", "random") for m in args.cost_models) else checkpoint_line(

@@ -13,6 +13,7 @@ in one run (:func:`retime_heldout`), for runs measured on different days.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +25,15 @@ from cdmpp.errors import InputError
 from cdmpp.tvm_compat import Target
 
 from .retime import best_record_lines, check_measured_here, records_at_lines, retime_records
-from .tune import bench_runs, best_so_far, run_trials, seconds_to_trials, tuning_curves
+from .tune import (
+    CHECKPOINT_FILE,
+    ONLINE_ABLATION,
+    bench_runs,
+    best_so_far,
+    run_trials,
+    seconds_to_trials,
+    tuning_curves,
+)
 
 PAIRS = ((32, 256), (64, 512), (128, 512), (64, 256), (128, 256))
 """``(plugin trials, XGBoost trials)`` compared in :func:`heldout_table` (a column no task
@@ -183,3 +192,25 @@ def heldout_table(
 def _of(retimed: Retimed, task: str, model: str) -> dict[tuple[int, int], float]:
     return {(seed, k): v for (t, m, seed, k), v in retimed.items() if t == task and m == model}
 
+
+def runs_checkpoint_line(out_dir: Path, given: str | None) -> str | None:
+    """The checkpoint line of a tune-benchmark output: the :data:`CHECKPOINT_FILE` line of
+    its plugin runs (one line per distinct checkpoint, when they differ).  Runs that record
+    none (tuned before the file existed) are named with ``given``, the line of the
+    checkpoint passed to this command, marked as such; ``None`` when the output has no
+    plugin run and nothing is given."""
+    lines: dict[str, None] = {}
+    unrecorded = 0
+    for _key, model, _seed, run in bench_runs(out_dir):
+        if re.sub(r"-\d+trials$", "", model) not in ONLINE_ABLATION:
+            continue
+        f = run / CHECKPOINT_FILE
+        if f.is_file():
+            lines[f.read_text(encoding="utf-8").strip()] = None
+        else:
+            unrecorded += 1
+    if unrecorded and given:
+        lines[f"{given} (given to this summary: {unrecorded} of the plugin runs record no checkpoint)"] = None
+    if not lines:
+        return given
+    return "\n".join(lines)

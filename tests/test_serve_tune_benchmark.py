@@ -370,7 +370,8 @@ def test_a_summary_names_the_checkpoint_each_plugin_run_was_tuned_with(tmp_path)
     """A summary written later, with another checkpoint given, names the checkpoint its
     plugin runs recorded when they were tuned; runs that record none are named with the
     given checkpoint, marked as such; XGBoost's runs record nothing."""
-    from benchmarks.tune import CHECKPOINT_FILE, record_checkpoint, runs_checkpoint_line
+    from benchmarks.tune import CHECKPOINT_FILE, record_checkpoint
+    from benchmarks.tune_table import runs_checkpoint_line
     from cdmpp import dataset as ds
     from cdmpp.train.report import checkpoint_line
 
