@@ -111,6 +111,9 @@ def test_network_curve_sums_weighted_task_bests_in_trial_order(tmp_path):
     assert curve[:2].tolist() == [np.inf, np.inf]  # task 222 has no trial yet
     assert np.allclose(curve[2:], [2 * 4e-3 + 3 * 2e-3, 2 * 1e-3 + 3 * 2e-3, 2 * 1e-3 + 3 * 2e-3])
     assert network_curve(tmp_path / "missing", {"111": 1.0}).shape == (0,)
+    # min_trials=3 keeps task 111 (3 trials) and leaves out task 222 (2 trials)
+    assert np.allclose(network_curve(tmp_path, {"111": 2.0, "222": 3.0}, min_trials=3),
+                       [2 * 4e-3, 2 * 4e-3, 2 * 4e-3, 2 * 1e-3, 2 * 1e-3])
     # a task whose every trial failed counts with weight 0 (else the network never has a latency)
     (tmp_path / "database_workload.json").write_text("".join(json.dumps(x) + "\n" for x in wl + [["333", "c"]]))
     with (tmp_path / "database_tuning_record.json").open("a") as f:
