@@ -324,8 +324,10 @@ def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_
     assert len(blocks) == len(set(order)) == 8  # task by task: each task's plugin and XGBoost records together
     assert all({Path(r).parts[-2] for r, _ in timed[0] if Path(r).parts[-4:-2] == t} == {"cdmpp", "xgb"} for t in blocks)
     assert "cdmpp: retimed / recorded" in capsys.readouterr().out
-    with pytest.raises(InputError, match="no device.json"):  # the Zen 4 outputs name no device
-        tune_table.retime_heldout(out, root / "cpu-amd_epyc-znver4-avx512/heldout6-xgb-512")
+    bare = shutil.copytree(root / "cpu-amd_epyc-znver4-avx512/heldout6-xgb-512", tmp_path / "bare",
+                           ignore=shutil.ignore_patterns("device.json"))
+    with pytest.raises(InputError, match="no device.json"):  # an output that names no device
+        tune_table.retime_heldout(out, bare)
     (out / "device.json").write_text(json.dumps({**device.to_json(), "device_id": "cpu-other"}))
     with pytest.raises(InputError, match="holds tuning runs of cpu-other"):
         tune_table.retime_heldout(out, here / "heldout8-xgb-256")

@@ -219,6 +219,8 @@ def database_device(meta: dict, paths: list[Path], device: str | None) -> tuple[
     desc = DeviceDescriptor.from_json(json.loads(described.pop())) if len(described) == 1 else None
     if desc is not None and device in (None, desc.device_id):
         return desc.device_id, {} if desc.device_id in known else {"device": desc.to_json()}
+    if device is not None and device in known:
+        return device, {}
     here = local_cpu()
     if device is None and known:
         folders = {part for p in paths for part in Path(p).resolve().parts
@@ -230,7 +232,7 @@ def database_device(meta: dict, paths: list[Path], device: str | None) -> tuple[
                                      f"to describe it: give --device, or score it on that machine")
     if device is None or device == here.device_id:
         return here.device_id, {"device": here.to_json()}
-    if device in known or not known:
+    if not known:
         return device, {}
     raise UnknownDeviceError(f"device {device!r} is not in this checkpoint (it knows {', '.join(known)}) and is not "
                              f"this machine ({here.device_id}), so it cannot be scored zero-shot")
