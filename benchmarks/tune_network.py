@@ -11,6 +11,7 @@ runs of :mod:`benchmarks.tune`.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -102,10 +103,7 @@ def network_curve(work_dir: Path, weights: dict[str, float], min_trials: int = 1
     hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
     records = run_records(Path(work_dir))
     measured = {hashes[i] for i, secs in records if i < len(hashes) and secs}
-    counts: dict[str, int] = {}
-    for i, _ in records:
-        if i < len(hashes):
-            counts[hashes[i]] = counts.get(hashes[i], 0) + 1
+    counts = Counter(hashes[i] for i, _ in records if i < len(hashes))
     best = {h: np.inf for h in weights if h in measured and counts[h] >= min_trials}
     out = []
     for index, secs in records:
