@@ -134,6 +134,12 @@ LEVERS: dict[str, Lever] = {
               "feed-forward 1024): capacity, for a GPU", model={"loop_tokens": True, "pooling": "lse", "d_model": 384,
                                                               "n_layers": 6, "ff_dim": 1024}, train={"huber_delta": 0.1},
               trace_token=True),
+        Lever("shipped-fast-x4", "huber-trace-loops-lse with each task's fastest tenth of training programs weighted 5 "
+              "times in the Huber loss (the level of the schedules a tuner keeps)",
+              model={"loop_tokens": True, "pooling": "lse"}, train={"huber_delta": 0.1, "fast_weight": 4.0},
+              trace_token=True),
+        Lever("shipped-fast-x1", "shipped-fast-x4 at weight 2", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "fast_weight": 1.0}, trace_token=True),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""

@@ -68,6 +68,9 @@ def add_model_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--listmle-weight", type=float, default=None,
                    help="weight of the within-task listwise term (ListMLE, fastest first, the fast end weighted "
                    "most; needs --task-group)")
+    s.add_argument("--fast-weight", type=float, default=None,
+                   help="the level loss weighs each task's fastest tenth of training programs 1 + this many times "
+                   "(default 0: every program alike)")
     s.add_argument("--huber-delta", type=float, default=None,
                    help="Huber loss with this threshold (standardised log-latency; default 0.1); 0: the MSE")
     s.add_argument(
@@ -126,6 +129,7 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
             train_share=getattr(args, "train_share", None),
             within_weight=args.within_weight,
             listmle_weight=getattr(args, "listmle_weight", None),
+            fast_weight=getattr(args, "fast_weight", None),
             huber_delta=args.huber_delta,
             max_repeat_cv=getattr(args, "max_repeat_cv", None),
             trace_dropout=getattr(args, "trace_dropout", None),

@@ -304,3 +304,61 @@ def test_this_machine_records_its_caches():
     assert DeviceDescriptor.from_json(here.to_json()) == here
     assert local_cpu(cpu_info=("AMD EPYC 9R14", {"avx2"})).caches == ()
     assert host_caches() == here.caches
+
+
+def test_fast_end_weights_mark_each_tasks_fastest_tenth_of_its_training_programs():
+    from cdmpp.train.fit import fast_end_weights
+
+    # task 0: 20 training programs (2 marked); task 1: 3 (at least one marked); program 23
+    # (task 1, the fastest of all) is not a training program and is never weighted
+    workload = np.array([0] * 20 + [1] * 4)
+    latency = np.array([float(20 - i) for i in range(20)] + [5.0, 4.0, 6.0, 0.5])
+    train = np.arange(23)
+    w = fast_end_weights(workload, latency, train, fast_weight=4.0)
+    assert w.dtype == np.float32 and w.shape == (24,)
+    assert np.flatnonzero(w == 5.0).tolist() == [18, 19, 21]  # latencies 2, 1 of task 0; 4 of task 1
+    assert np.all(w[[i for i in range(24) if i not in (18, 19, 21)]] == 1.0)
+    assert np.all(fast_end_weights(workload, latency, train, fast_weight=0.0) == 1.0)
+
+
+def test_the_fast_weight_weighs_the_level_loss_in_training_only():
+    """A batch whose fastest program weighs 5 times: the training loss is the weighted mean
+    of the per-program Huber terms; validation's stays the plain mean."""
+    from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig
+    from cdmpp.train.lightning import LatencyModule
+
+    x, pos, mask = _tree_batch()
+    torch.manual_seed(0)
+    module = LatencyModule(
+        ModelConfig(feature_dim=x.shape[-1], d_model=16, n_heads=2, n_layers=1, ff_dim=32, trace_tokens=False,
+                    loop_tokens=True, dropout=0.0),
+        TrainConfig(fast_weight=4.0, device_dropout=0.0),
+    )
+    module.log = lambda *a, **k: None  # no trainer attached
+    y = torch.tensor([-9.0, -11.0])
+    batch = {"x": x, "pos": pos, "mask": mask, "y": y, "workload": torch.tensor([0, 0])}
+    with torch.no_grad():
+        pred = module.model.output(module.model.encoded(x, pos, mask), mask, x=x)
+        per = torch.nn.functional.huber_loss(pred, (y - module.model.label_mean) / module.model.label_std,
+                                             delta=0.1, reduction="none")
+        plain = module.shared_step(batch, "validation")
+        weighted = module.shared_step({**batch, "level_weight": torch.tensor([1.0, 5.0])}, "train")
+    assert float(per[0]) != pytest.approx(float(per[1]), rel=1e-3)  # the weights can tell
+    assert float(plain) == pytest.approx(float(per.mean()), rel=1e-5)
+    assert float(weighted) == pytest.approx(float((per[0] + 5 * per[1]) / 6), rel=1e-5)
+    with pytest.raises(InputError, match="fast_weight"):
+        TrainConfig(fast_weight=-1.0)
+
+
+def test_the_fast_weight_reaches_the_config_and_the_model_card():
+    from dataclasses import asdict
+
+    from cdmpp.cli import build_parser
+    from cdmpp.recipe_args import model_configs
+    from cdmpp.train.config import TrainConfig, describe_loss
+
+    _, train = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y", "--fast-weight", "4"]))
+    assert train.fast_weight == 4.0
+    assert "fastest tenth of training programs weighted 5 times" in describe_loss(asdict(train))
+    assert "fastest tenth" not in describe_loss(asdict(TrainConfig()))

@@ -138,6 +138,11 @@ class TrainConfig:
             place weighted ``1 / log2(2 + place)`` so that the fast end weighs most
             (Xia et al., ICML 2008; Lan et al., AAAI 2014, position-aware ListMLE),
             beside the level loss.  Needs ``task_group > 0``.  0 trains without it.
+        fast_weight: when > 0, the level loss (Huber or MSE) weighs each task's fastest
+            tenth of training programs ``1 + fast_weight`` times, the others once
+            (:func:`~cdmpp.train.fit.fast_end_weights`; a weighted mean over the batch):
+            the level of the schedules a tuner keeps, at the cost of the slow end's.
+            0 weighs every program alike.
         huber_delta: when > 0, a Huber loss with this threshold (in standard deviations
             of the standardised log-latency) replaces the MSE: a robust loss for labels
             that a noisy timing threw far off.  0 keeps the MSE.
@@ -182,6 +187,7 @@ class TrainConfig:
     train_share: float = 1.0
     within_weight: float = 0.0
     listmle_weight: float = 0.0
+    fast_weight: float = 0.0
     huber_delta: float = 0.1
     max_repeat_cv: float = 0.0
     trace_dropout: float = 0.2
@@ -216,6 +222,8 @@ class TrainConfig:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not 0 < self.train_share <= 1:
             raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
+        if self.fast_weight < 0:
+            raise InputError(f"fast_weight must be >= 0, got {self.fast_weight}")
         if self.length_pool < 0 or (self.length_pool > 0 and self.task_group > 0):
             raise InputError(f"length_pool must be >= 0 and takes no task_group, got length_pool {self.length_pool}, "
                              f"task_group {self.task_group}")
@@ -255,6 +263,8 @@ def describe_loss(train_config: dict) -> str:
     if c.get("listmle_weight"):
         words += (f" plus {c['listmle_weight']} x a within-task listwise ranking term (position-weighted ListMLE, "
                   f"Xia et al., ICML 2008) over groups of up to {c.get('task_group')} same-task programs in a batch")
+    if c.get("fast_weight"):
+        words += f", each task's fastest tenth of training programs weighted {1 + c['fast_weight']:g} times"
     if c.get("max_repeat_cv"):
         words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
     return words

@@ -25,6 +25,34 @@ RESUME_CHECKPOINT = "last.ckpt"  # the checkpoint of the latest finished epoch
 RESUME_RUN = "run.json"  # what the run in a resume folder trains: its recipe and its split's sizes
 
 
+def fast_end_weights(workload: np.ndarray, latency: np.ndarray, train: np.ndarray, fast_weight: float,
+                     share: float = 0.1) -> np.ndarray:
+    """Each program's weight in the level loss, float32 ``(P,)``: ``1 + fast_weight`` for the
+    fastest ``share`` of each task's training programs (at least one per task), 1 elsewhere.
+
+    Args:
+        workload: int64 ``(P,)`` each program's task (device-qualified in a corpus of
+            several devices, so a task is one workload on one device).
+        latency: float64 ``(P,)`` measured seconds.
+        train: int ``(K,)`` the training programs; only their latencies are read, and
+            only they are weighted.
+        fast_weight: the extra weight, >= 0.
+        share: the fastest share of each task's training programs that is weighted.
+    """
+    weights = np.ones(len(latency), dtype=np.float32)
+    train = np.asarray(train, dtype=np.int64)
+    if fast_weight <= 0 or train.size == 0:
+        return weights
+    # tasks in order, each task's programs fastest first
+    order = train[np.lexsort((latency[train], workload[train]))]
+    tasks, start, count = np.unique(workload[order], return_index=True, return_counts=True)
+    del tasks
+    place = np.arange(order.size) - np.repeat(start, count)
+    keep = place < np.repeat(np.maximum(1, np.floor(share * count)), count)
+    weights[order[keep]] += np.float32(fast_weight)
+    return weights
+
+
 def fit_transformer(
     data: FeaturizedPrograms,
     split: Split,
@@ -112,6 +140,8 @@ def fit_transformer(
         train_config.task_group,
         target,
         train_config.length_pool,
+        fast_end_weights(data.workload, data.latency, split.train, train_config.fast_weight)
+        if train_config.fast_weight > 0 else None,
     )
     logger = False
     if use_wandb and not fast_dev_run:

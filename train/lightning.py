@@ -133,7 +133,9 @@ class ProgramDataModule(L.LightningDataModule):
     token count.  With ``target`` (program indices of the
     target domain), every training batch also holds ``target_x``, ``target_pos`` and
     ``target_mask`` (same layout, ``B`` programs drawn uniformly from ``target``,
-    seeded); the target programs' latencies are never read.
+    seeded); the target programs' latencies are never read.  With ``level_weight``
+    (float32 ``(P,)``, one weight per program of ``data``), every batch also holds
+    ``level_weight`` float32 ``(B,)``, the level loss's weight of each program in training.
     """
 
     def __init__(
@@ -147,9 +149,11 @@ class ProgramDataModule(L.LightningDataModule):
         task_group: int = 0,
         target=None,
         length_pool: int = 0,
+        level_weight: np.ndarray | None = None,
     ):
         super().__init__()
         self.length_pool = length_pool
+        self.level_weight = None if level_weight is None else np.asarray(level_weight, dtype=np.float32)
         self.data = data
         self.train_index, self.val_index = np.asarray(train), np.asarray(val)
         self.test_index = np.asarray(test if test is not None else [], dtype=np.int64)
@@ -194,6 +198,7 @@ class ProgramDataModule(L.LightningDataModule):
             "index": torch.from_numpy(idx),
             "workload": workload,
             "device_row": torch.from_numpy(np.asarray(dev, dtype=np.int64)),
+            **({} if self.level_weight is None else {"level_weight": torch.from_numpy(self.level_weight[idx])}),
         }
 
     def collate_train(self, indices: list[int]) -> dict:
@@ -410,10 +415,14 @@ class LatencyModule(L.LightningModule):
             row = torch.where(drop, torch.zeros_like(device_row), device_row)
         pred = self.model.output(tokens, mask, device_row, row, x=batch["x"])
         c = self.train_config
+        weight = batch.get("level_weight") if stage == "train" else None
+        reduction = "mean" if weight is None else "none"
         if c.huber_delta > 0:
-            loss = torch.nn.functional.huber_loss(pred, target, delta=c.huber_delta)
+            loss = torch.nn.functional.huber_loss(pred, target, delta=c.huber_delta, reduction=reduction)
         else:
-            loss = torch.nn.functional.mse_loss(pred, target)
+            loss = torch.nn.functional.mse_loss(pred, target, reduction=reduction)
+        if weight is not None:
+            loss = (loss * weight).sum() / weight.sum()
         if c.within_weight > 0:
             loss = loss + c.within_weight * within_task_loss(pred, target, batch["workload"])
         if c.listmle_weight > 0:
