@@ -140,6 +140,11 @@ LEVERS: dict[str, Lever] = {
               trace_token=True),
         Lever("shipped-fast-x1", "shipped-fast-x4 at weight 2", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "fast_weight": 1.0}, trace_token=True),
+        Lever("shipped-tuned-listmle-fast-x1", "shipped-tuned-listmle-0.03 (the shipped recipe) with each task's "
+              "fastest tenth of training programs weighted 2 times in the Huber loss",
+              model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
+              trace_token=True, extra_data="tuned"),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""
