@@ -45,8 +45,7 @@ def fast_end_weights(workload: np.ndarray, latency: np.ndarray, train: np.ndarra
         return weights
     # tasks in order, each task's programs fastest first
     order = train[np.lexsort((latency[train], workload[train]))]
-    tasks, start, count = np.unique(workload[order], return_index=True, return_counts=True)
-    del tasks
+    _, start, count = np.unique(workload[order], return_index=True, return_counts=True)
     place = np.arange(order.size) - np.repeat(start, count)
     keep = place < np.repeat(np.maximum(1, np.floor(share * count)), count)
     weights[order[keep]] += np.float32(fast_weight)
