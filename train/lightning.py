@@ -134,8 +134,8 @@ class ProgramDataModule(L.LightningDataModule):
     target domain), every training batch also holds ``target_x``, ``target_pos`` and
     ``target_mask`` (same layout, ``B`` programs drawn uniformly from ``target``,
     seeded); the target programs' latencies are never read.  With ``level_weight``
-    (float32 ``(P,)``, one weight per program of ``data``), every batch also holds
-    ``level_weight`` float32 ``(B,)``, the level loss's weight of each program in training.
+    (float32 ``(P,)``, one weight per program of ``data``), every training batch also
+    holds ``level_weight`` float32 ``(B,)``, the level loss's weight of each program.
     """
 
     def __init__(
@@ -198,12 +198,13 @@ class ProgramDataModule(L.LightningDataModule):
             "index": torch.from_numpy(idx),
             "workload": workload,
             "device_row": torch.from_numpy(np.asarray(dev, dtype=np.int64)),
-            **({} if self.level_weight is None else {"level_weight": torch.from_numpy(self.level_weight[idx])}),
         }
 
     def collate_train(self, indices: list[int]) -> dict:
         """:meth:`collate`, plus a batch of target-domain programs when ``target`` was given."""
         batch = self.collate(indices)
+        if self.level_weight is not None:
+            batch["level_weight"] = torch.from_numpy(self.level_weight[np.asarray(indices, dtype=np.int64)])
         if self.target_index.size:
             draw = self._target_rng.choice(self.target_index, size=len(indices), replace=True)
             batch["target_x"], batch["target_pos"], batch["target_mask"] = self._leaves(draw)
