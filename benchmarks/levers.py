@@ -94,7 +94,7 @@ LEVERS: dict[str, Lever] = {
         Lever("huber-trace-loops-lse-bf16", "huber-trace-loops-lse trained with bf16 autocast "
               "(`--precision bf16-mixed`)", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "precision": "bf16-mixed"}, trace_token=True),
-        # the fast-end levers, each on the shipped recipe (huber-trace-loops-lse)
+        # the fast-end levers, each on the base recipe (huber-trace-loops-lse)
         Lever("shipped-listmle", "huber-trace-loops-lse plus the within-task ListMLE term (weight 1, fastest first, "
               "the fast end weighted most), 16-program task groups", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 1.0}, trace_token=True),
@@ -140,8 +140,8 @@ LEVERS: dict[str, Lever] = {
               trace_token=True),
         Lever("shipped-fast-x1", "shipped-fast-x4 at weight 2", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "fast_weight": 1.0}, trace_token=True),
-        Lever("shipped-tuned-listmle-fast-x1", "shipped-tuned-listmle-0.03 (the shipped recipe) with each task's "
-              "fastest tenth of training programs weighted 2 times in the Huber loss",
+        Lever("shipped-tuned-listmle-fast-x1", "shipped-tuned-listmle-0.03 with each task's fastest tenth of "
+              "training programs weighted 2 times in the Huber loss (the shipped recipe)",
               model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
               trace_token=True, extra_data="tuned"),

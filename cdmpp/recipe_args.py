@@ -91,7 +91,7 @@ def add_model_arguments(s: argparse.ArgumentParser) -> None:
 
 def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
     """The :class:`ModelConfig` and :class:`TrainConfig` of parsed :func:`add_model_arguments`
-    options; an option left out keeps the dataclass default (the shipped recipe)."""
+    options; an option left out keeps the dataclass default (the default recipe)."""
     from .model import ModelConfig  # noqa: PLC0415  (keeps torch off the command line's import)
 
     def given(**kw):

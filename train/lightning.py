@@ -201,7 +201,8 @@ class ProgramDataModule(L.LightningDataModule):
         }
 
     def collate_train(self, indices: list[int]) -> dict:
-        """:meth:`collate`, plus a batch of target-domain programs when ``target`` was given."""
+        """:meth:`collate`, plus each program's level weight when ``level_weight`` was given and a
+        batch of target-domain programs when ``target`` was given."""
         batch = self.collate(indices)
         if self.level_weight is not None:
             batch["level_weight"] = torch.from_numpy(self.level_weight[np.asarray(indices, dtype=np.int64)])
