@@ -34,7 +34,8 @@ from cdmpp.tasks import Task
 from cdmpp.train.report import checkpoint_line
 from cdmpp.tuning.config import OnlineConfig, SearchConfig
 from cdmpp.tuning.cost_model import CdmppCostModel
-from cdmpp.tvm_compat import LocalBuilder, LocalRunner, Target, build_for_measurement, load_tensor_intrinsics, ms
+from cdmpp.tuning.tune import gather_safe_measurers
+from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms
 
 COST_MODELS = ("xgb", "cdmpp", "random", "cdmpp-static", "cdmpp-level", "cdmpp-leaves", "cdmpp-pairwise",
                "cdmpp-wide", "cdmpp-explore")
@@ -172,17 +173,18 @@ def tuned_run(guard, work_dir: Path, tune) -> dict:
 
 def search_tools(model_name: str, checkpoint: Path | None, guard) -> dict:
     """``cost_model``, ``builder`` and ``runner`` arguments of MetaSchedule's tuning entry
-    points: the collector's measurement protocol, every batch timed on a quiet machine
-    (``guard``, a ``QuietGuard``), and the plugin for ``"cdmpp"``."""
+    points: the collector's measurement protocol, gathers measured with in-range indices
+    as ``cdmpp tune`` measures them (:func:`cdmpp.tuning.tune.gather_safe_measurers`), every
+    batch timed on a quiet machine (``guard``, a ``QuietGuard``), and the plugin for
+    ``"cdmpp"``."""
 
-    m = MeasureConfig()
+    builder, runner = gather_safe_measurers(MeasureConfig())
     tools = {
         "cost_model": (CdmppCostModel(str(checkpoint) if checkpoint else None,
                                       online=OnlineConfig(**ONLINE_ABLATION[model_name]))
                        if model_name in ONLINE_ABLATION else model_name),
-        "builder": LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
-        "runner": quiet_runner(LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()), guard,
-                               lambda msg: print(msg, flush=True)),
+        "builder": builder,
+        "runner": quiet_runner(runner, guard, lambda msg: print(msg, flush=True)),
     }
     if model_name in SEARCH_VARIANTS:
         tools["strategy"] = SearchConfig(**SEARCH_VARIANTS[model_name]).strategy()

@@ -152,3 +152,43 @@ def test_tune_measures_a_gather_with_in_range_indices_and_the_truth_check_reads_
 
     row = json.loads(out.read_text())[0]
     assert row["measured_e2e_s"] > 0 and row["measured_sum_s"] > 0 and row["estimate_s"] > 0
+
+
+def test_the_tune_benchmark_measures_a_gather_with_in_range_indices(tmp_path):
+    """``cdmpp bench tune``'s builder and runner time an embedding's gather with indices
+    inside its table, as ``cdmpp tune``'s do; MetaSchedule's own ``LocalRunner`` fills the
+    index with random values and the run fails, so a whole network tuned with it keeps no
+    successful trial of the gather and the truth check refuses its work dir."""
+    from benchmarks.tune import search_tools
+    from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard
+    from cdmpp.device import local_cpu
+    from cdmpp.estimate import relax_tasks
+    from cdmpp.network_input import load_relax
+    from cdmpp.tvm_compat import (
+        ArgInfo,
+        BuilderInput,
+        LocalBuilder,
+        LocalRunner,
+        RunnerInput,
+        Target,
+        build_for_measurement,
+    )
+
+    net = tmp_path / "gather.py"
+    net.write_text(GATHER_PY)
+    target = Target(local_cpu().target)
+    take = [t.mod for t in relax_tasks(load_relax(f"{net}:build", target).mod, target) if "take" in t.name]
+    assert len(take) == 1
+
+    def run(builder, runner):
+        built = builder.build([BuilderInput(take[0], target)])[0]
+        assert built.error_msg is None
+        return runner.run([RunnerInput(built.artifact_path, "cpu", ArgInfo.from_entry_func(take[0]))])[0].result()
+
+    m = MeasureConfig()
+    plain = run(LocalBuilder(timeout_sec=m.build_timeout_s, f_build=build_for_measurement),
+                LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config()))
+    assert plain.error_msg and "Unknown device" not in plain.error_msg  # the random index points outside the table
+    tools = search_tools("xgb", None, QuietGuard(QuietConfig()))
+    safe = run(tools["builder"], tools["runner"])
+    assert safe.error_msg is None and len(safe.run_secs) > 0 and all(float(s) > 0 for s in safe.run_secs)
