@@ -39,12 +39,13 @@ from tvm import relax
 
 from benchmarks import render_table
 from benchmarks.retime import retime_records
+from benchmarks.unseen import unseen_network, unseen_networks
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
-from cdmpp.network_input import load_relax
+from cdmpp.network_input import RelaxNetwork, load_relax, relax_network
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.report import write_rows
 from cdmpp.tvm_compat import Target, ms, structural_hash
@@ -55,8 +56,9 @@ class TruthCheckConfig:
     """What ``run_truth_check`` measures.
 
     Attributes:
-        networks: zoo network names or ``module.py:function`` (a function returning
-            ``(torch.nn.Module, tuple of example inputs)``, :func:`cdmpp.network_input.load_relax`).
+        networks: zoo network names, held-out test networks by name, or
+            ``module.py:function`` (a function returning ``(torch.nn.Module, tuple of
+            example inputs)``; :func:`load_network`).
         repeat: end-to-end runs timed (the median is reported).
         checkpoint: the checkpoint of the estimate (``None``: the shipped one).
         device: the device id the estimate is for (``None``: this machine's when the
@@ -175,6 +177,20 @@ def compile_time_and_profile(database, unfused, params: list, example_inputs: tu
     return e2e_s, round(compile_s, 1), profile
 
 
+def load_network(name: str, target) -> RelaxNetwork:
+    """A network as :func:`cdmpp.network_input.load_relax` takes it, or a held-out test
+    network by name (:func:`benchmarks.unseen.unseen_networks`: ``llama_1024-b1s128``, ...),
+    which the product's loaders refuse and the benchmarks measure.
+
+    Raises:
+        InputError, UnknownNetworkError: as :func:`cdmpp.network_input.load_relax`.
+    """
+    if name in unseen_networks():
+        spec = unseen_network(name)
+        return relax_network(name, spec.build(), spec.example_inputs(), target)
+    return load_relax(name, target)
+
+
 def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool = True) -> list[dict]:
     """Measure and estimate each network of ``cfg`` on this machine.
 
@@ -215,7 +231,7 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
     if relax_json:
         raise InputError(f"{relax_json[0]}: a Relax JSON file carries no weights to run the network with; "
                          f"give a zoo name or module.py:function")
-    nets = [load_relax(name, target) for name in cfg.networks]
+    nets = [load_network(name, target) for name in cfg.networks]
     all_tasks = [relax_tasks(net.mod, target) for net in nets]
     for name, tasks, (where, by_hash) in zip(cfg.networks, all_tasks, sources):
         missing = [t.name for t in tasks if str(structural_hash(t.mod)) not in by_hash]
@@ -315,7 +331,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="one tuning work dir (cdmpp tune --work-dir) per network, in the order of -n, tuned on "
                           "this machine (each task's fastest record is used)")
     parser.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"],
-                        help="zoo names or module.py:function")
+                        help="zoo names, held-out test networks by name (llama_1024-b1s128, ...) or module.py:function")
     parser.add_argument("--repeat", type=int, default=20, help="end-to-end runs timed (median)")
     parser.add_argument("-c", "--checkpoint", default=None, help="checkpoint of the estimate (default: the shipped one)")
     parser.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")

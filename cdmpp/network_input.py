@@ -71,7 +71,6 @@ def load_relax(spec: str, target) -> RelaxNetwork:
         IRModule,
         Target,
         load_json,
-        relax_module_and_params_from_torch,
     )
 
     target = target if isinstance(target, Target) else Target(target)
@@ -90,12 +89,30 @@ def load_relax(spec: str, target) -> RelaxNetwork:
     else:
         net = zoo.get_network(spec)
         model, inputs = net.build(), net.example_inputs()
+    return relax_network(spec, model, inputs, target)
+
+
+def relax_network(name: str, model, inputs: tuple, target) -> RelaxNetwork:
+    """A torch model in Relax through the zoo's own torch -> Relax import
+    (``torch.export``), fused (the tuning tasks) and unfused (what ``compile_relax`` takes).
+
+    Args:
+        name: how the network is named (kept in the result and in error messages).
+        model: a ``torch.nn.Module``.
+        inputs: its example input tensors.
+        target: a TVM ``Target``.
+
+    Raises:
+        InputError: the import failed.
+    """
+    from .tvm_compat import relax_module_and_params_from_torch  # noqa: PLC0415  (keeps tvm off this module's import)
+
     try:
         mod, params = relax_module_and_params_from_torch(model, inputs, target)
         unfused, _ = relax_module_and_params_from_torch(model, inputs, target, fuse=False)
     except Exception as err:  # noqa: BLE001  torch.export and TVM raise their own types
-        raise InputError(f"{spec}: the torch -> Relax import failed: {str(err).strip()[:300]}") from err
-    return RelaxNetwork(spec, mod, unfused, params, inputs)
+        raise InputError(f"{name}: the torch -> Relax import failed: {str(err).strip()[:300]}") from err
+    return RelaxNetwork(name, mod, unfused, params, inputs)
 
 
 def load_network(spec: str, target) -> tuple[list, str]:

@@ -46,3 +46,20 @@ def test_the_llama_style_decoder_has_two_large_dense_layers_and_its_own_attentio
     assert weights["matmul1"] == 16.0  # both attention batch-matmuls, heads of 128
     with pytest.raises(UnknownNetworkError, match="reserved"):
         get_network("llama_1024-b1s128")
+
+
+def test_the_truth_check_loads_a_held_out_network_by_name_which_the_product_refuses():
+    """``cdmpp bench truth-check -n llama_1024-b1s128`` can check a whole-network tune of a
+    held-out test network; ``cdmpp estimate`` and ``cdmpp tune`` (``load_relax``) refuse it."""
+    from benchmarks.truth_check import load_network
+    from cdmpp.estimate import relax_tasks
+    from cdmpp.network_input import load_relax
+    from cdmpp.tvm_compat import Target
+
+    target = Target({"kind": "llvm", "num-cores": 1})
+    with pytest.raises(UnknownNetworkError, match="reserved"):
+        load_relax("llama_1024-b1s128", target)
+    net = load_network("llama_1024-b1s128", target)
+    tasks = {t.name: t.weight for t in relax_tasks(net.mod, target)}
+    assert net.name == "llama_1024-b1s128" and tasks["matmul2"] == 16.0 and "take" in tasks
+    assert net.unfused is not None and net.params and net.example_inputs[0].shape == (1, 128)
