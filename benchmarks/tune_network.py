@@ -25,11 +25,11 @@ from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import relax_tasks
+from cdmpp.network_input import relax_network
 from cdmpp.tvm_compat import (
     Target,
     load_tensor_intrinsics,
     ms,
-    relax_module_and_params_from_torch,
     structural_hash,
 )
 
@@ -195,9 +195,8 @@ def run_network_tuning(out_dir: Path, cfg: NetworkTuneConfig, progress: bool = T
     target = Target(device.target)
     guard = QuietGuard(QuietConfig())
     load_tensor_intrinsics()
-    model = spec.build()
-    mod, params = relax_module_and_params_from_torch(model, spec.example_inputs(), target)
-    unfused, _ = relax_module_and_params_from_torch(model, spec.example_inputs(), target, fuse=False)
+    net = relax_network(cfg.network, spec.build(), spec.example_inputs(), target)
+    mod, params, unfused = net.mod, net.params, net.unfused
     tasks = relax_tasks(mod, target)
     weights = {str(structural_hash(t.mod)): float(t.weight) for t in tasks}
     (Path(out_dir) / cfg.network).mkdir(parents=True, exist_ok=True)
