@@ -115,7 +115,7 @@ def compile_and_time(database, unfused, params: list, example_inputs: tuple, tar
     Args:
         database: a MetaSchedule ``Database`` whose records ``compile_relax`` applies.
         unfused: the network's Relax IRModule before fusion
-            (``relax_module_and_params_from_torch(..., fuse=False)``).
+            (:attr:`cdmpp.network_input.RelaxNetwork.unfused`).
         params: its weights, in ``main``'s parameter order after the inputs.
         example_inputs: the network's input tensors (torch).
         target: the ``Target`` compiled for.

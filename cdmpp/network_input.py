@@ -6,6 +6,7 @@ needs the Relax module to tune and to compile (:func:`load_relax`).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,23 +16,40 @@ from .errors import InputError
 
 @dataclass
 class RelaxNetwork:
-    """A network in Relax.
+    """A network in Relax, as it is deployed: a per-call ``main`` and, for a torch model,
+    the computations on its weights alone in a function run once at load
+    (:func:`cdmpp.tvm_compat.import_torch`).
 
     Attributes:
         name: how the user named it.
-        mod: the Relax IRModule whose fused PrimFuncs are the tuning tasks.
-        unfused: the module before fusion, the form ``compile_relax`` takes (it fuses
-            itself); for a Relax JSON file, the module as given.
-        params: the weights ``main`` takes after the inputs (``tvm.runtime.Tensor`` each;
-            empty for a Relax JSON file).
+        mod: the per-call Relax IRModule fused: its PrimFuncs are the tuning tasks.
+        unfused: the per-call module before fusion, the form ``compile_relax`` takes (it
+            fuses itself); for a Relax JSON file, the module as given.
+        target: the TVM ``Target`` it was fused for.
+        load_time: the IRModule of the load-time function (``None`` for a Relax JSON file).
+        weights: the model's own weights, the load-time function's input
+            (``tvm.runtime.Tensor`` each; empty for a Relax JSON file).
         example_inputs: the network's example inputs (torch tensors; empty for JSON).
     """
 
     name: str
     mod: object
     unfused: object
-    params: list = field(default_factory=list)
+    target: object = None
+    load_time: object = None
+    weights: list = field(default_factory=list)
     example_inputs: tuple = ()
+
+    @functools.cached_property
+    def params(self) -> list:
+        """The weights the per-call ``main`` takes after the inputs: the load-time
+        function run once on :attr:`weights` (``tvm.runtime.Tensor`` each; empty for a
+        Relax JSON file).  Computed on first use (it compiles the load-time function)."""
+        if self.load_time is None:
+            return []
+        from .tvm_compat import load_time_params  # noqa: PLC0415  (keeps tvm off this module's import)
+
+        return load_time_params(self.load_time, self.weights, self.target)
 
 
 def _user_model(spec: str):
@@ -55,7 +73,7 @@ def _user_model(spec: str):
 
 
 def load_relax(spec: str, target) -> RelaxNetwork:
-    """The Relax form of a network given as a zoo name, a ``.json`` file of a Relax
+    """The Relax form (as deployed) of a network given as a zoo name, a ``.json`` file of a Relax
     IRModule in TVM JSON, or ``module.py:function``.
 
     ``module.py:function`` is a Python file and a function in it that takes no argument
@@ -83,7 +101,7 @@ def load_relax(spec: str, target) -> RelaxNetwork:
             raise InputError(f"{spec}: malformed TVM JSON: {str(err).strip()[:300]}") from err
         if not isinstance(mod, IRModule):
             raise InputError(f"{spec}: the JSON holds a {type(mod).__name__}, not an IRModule")
-        return RelaxNetwork(spec, mod, mod)
+        return RelaxNetwork(spec, mod, mod, target)
     if ".py:" in spec:
         model, inputs = _user_model(spec)
     else:
@@ -93,8 +111,10 @@ def load_relax(spec: str, target) -> RelaxNetwork:
 
 
 def relax_network(name: str, model, inputs: tuple, target) -> RelaxNetwork:
-    """A torch model in Relax through the zoo's own torch -> Relax import
-    (``torch.export``), fused (the tuning tasks) and unfused (what ``compile_relax`` takes).
+    """A torch model in Relax as it is deployed (:func:`cdmpp.tvm_compat.import_torch`):
+    the per-call function fused (the tuning tasks) and unfused (what ``compile_relax``
+    takes), and the load-time function with the model's weights.  The one torch -> Relax
+    path of collection, tuning, the estimate and the truth check.
 
     Args:
         name: how the network is named (kept in the result and in error messages).
@@ -105,14 +125,14 @@ def relax_network(name: str, model, inputs: tuple, target) -> RelaxNetwork:
     Raises:
         InputError: the import failed.
     """
-    from .tvm_compat import relax_module_and_params_from_torch  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tvm_compat import fuse_relax, import_torch  # noqa: PLC0415  (keeps tvm off this module's import)
 
     try:
-        mod, params = relax_module_and_params_from_torch(model, inputs, target)
-        unfused, _ = relax_module_and_params_from_torch(model, inputs, target, fuse=False)
+        unfused, load_time, weights = import_torch(model, inputs)
+        mod = fuse_relax(unfused, target)
     except Exception as err:  # noqa: BLE001  torch.export and TVM raise their own types
         raise InputError(f"{name}: the torch -> Relax import failed: {str(err).strip()[:300]}") from err
-    return RelaxNetwork(name, mod, unfused, params, inputs)
+    return RelaxNetwork(name, mod, unfused, target, load_time, weights, inputs)
 
 
 def load_network(spec: str, target) -> tuple[list, str]:

@@ -192,3 +192,104 @@ def test_the_tune_benchmark_measures_a_gather_with_in_range_indices(tmp_path):
     tools = search_tools("xgb", None, QuietGuard(QuietConfig()))
     safe = run(tools["builder"], tools["runner"])
     assert safe.error_msg is None and len(safe.run_secs) > 0 and all(float(s) > 0 for s in safe.run_secs)
+
+
+LLAMA_PY = '''
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+class Decoder(torch.nn.Module):
+    """A causal decoder of the LLaMA family (RMSNorm, SwiGLU, rotary embeddings, grouped
+    attention), built from its transformers config with random weights: the logits."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        self.lm = LlamaForCausalLM(cfg).eval()
+
+    def forward(self, ids):
+        return self.lm(input_ids=ids, use_cache=False).logits
+
+
+def build():
+    torch.manual_seed(1)
+    return Decoder(), (torch.randint(0, 256, (1, 16)),)
+'''
+
+
+def test_tune_builds_a_transformers_llama_decoder_that_matches_torch(tmp_path, capsys, monkeypatch):
+    """A LLaMA-family decoder from ``transformers`` goes through ``cdmpp tune``: every task
+    gets a first round within a budget of one trial per task, its causal-mask task (``bool``
+    comparisons TVM 0.27 cannot compile as imported) builds, no weight is transposed per
+    call, and the library gives torch's logits.  Then the compile's fallback: a task whose
+    fastest record does not compile is built from its default schedule and named."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from cdmpp import dataset as ds
+    from cdmpp.errors import InputError
+    from cdmpp.estimate import relax_tasks
+    from cdmpp.network_input import load_relax
+    from cdmpp.tuning import tune as tune_module
+    from cdmpp.tvm_compat import ArgInfo, JSONDatabase, Target, ms, structural_hash
+
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    monkeypatch.setattr(ms_logger, "handlers", [h for h in ms_logger.handlers if h.get_name()])
+    net = tmp_path / "llama.py"
+    net.write_text(LLAMA_PY)
+    work = tmp_path / "work"
+    target = Target({"kind": "llvm", "num-cores": 2})
+    relax_net = load_relax(f"{net}:build", target)
+    tasks = relax_tasks(relax_net.mod, target)
+    assert not any(t.name.startswith("transpose") for t in tasks)  # the weights' transposes run at load
+    assert main(["tune", f"{net}:build", "--work-dir", str(work), "--trials", str(len(tasks)), "--trials-per-iter",
+                 "8", "--cost-model", "xgb", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled network" in out and "1 trials per task and round" in out
+    rows = list(csv.DictReader(open(work / "tasks.csv", encoding="utf-8")))
+    assert len(rows) == len(tasks) and all(int(r["trials"]) >= 1 for r in rows)  # every task had its first round
+    mask = [r for r in rows if "less_equal" in r["task"]]
+    assert mask and all(np.isfinite(float(r["best_s"])) for r in mask)
+    model, (ids,) = _build(LLAMA_PY)
+    weights = np.load(work / "weights.npz")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(work / "network.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(ids.numpy()), *[tvm.runtime.tensor(weights[k]) for k in weights.files])
+    got = got[0] if not hasattr(got, "numpy") else got
+    with torch.no_grad():
+        np.testing.assert_allclose(got.numpy(), model(ids).numpy(), rtol=1e-4, atol=1e-4)
+
+    # a task whose fastest record does not compile is built from its default schedule, its trials kept
+    database = JSONDatabase(path_workload=str(work / ds.WORKLOAD_FILE), path_tuning_record=str(work / ds.RECORD_FILE))
+    mask_task = next(t for t in tasks if "less_equal" in t.name)
+    mask_hash = int(structural_hash(mask_task.mod))
+    real_compile = ms.relax_integration.compile_relax
+
+    def picky(db, *args, **kwargs):  # as TVM would fail on a record of the mask task that does not build
+        if any(int(structural_hash(r.workload.mod)) == mask_hash for r in db.get_all_tuning_records()):
+            raise RuntimeError("Check failed: (t.MatchesCode(DLDataTypeCode::kDLFloat)) is false:")
+        return real_compile(db, *args, **kwargs)
+
+    monkeypatch.setattr(ms.relax_integration, "compile_relax", picky)
+    def signature(mod):  # the arguments' dtypes and shapes: the same for a task's scheduled and default programs
+        return str([a.as_json() for a in ArgInfo.from_entry_func(mod)])
+
+    monkeypatch.setattr(tune_module, "_fails_to_build",
+                        lambda mod, target: "no" if signature(mod) == signature(mask_task.mod) else None)
+    records = len(database.get_all_tuning_records())
+    _, fallback = tune_module.build_network(database, relax_net.unfused, tasks, target, work)
+    assert fallback == [mask_task.name] and len(database.get_all_tuning_records()) == records
+    # a network that does not compile even so names the task that does not build, and keeps the work dir
+    monkeypatch.setattr(ms.relax_integration, "compile_relax",
+                        lambda *a, **k: (_ for _ in ()).throw(RuntimeError("CreateAdd")))
+    with pytest.raises(InputError, match=rf"{mask_task.name} \(no\).*Every trial is kept in {work}"):
+        tune_module.build_network(database, relax_net.unfused, tasks, target, work)
+
+
+def _build(source: str):
+    ns: dict = {}
+    exec(source, ns)  # noqa: S102  the test's own network
+    return ns["build"]()

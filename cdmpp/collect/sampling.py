@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import dataset as ds
 from ..device import DeviceDescriptor
 from ..errors import InputError
+from ..held_out import held_out_keys
 from ..tasks import Task
 from .config import CollectConfig
 from .machine import StageClock
@@ -213,6 +214,8 @@ def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target
             except Exception as err:  # noqa: BLE001  torch.export and the Relax frontend raise many types
                 failed[n] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500]
     banned = set(itertools.chain.from_iterable(held.values()))
+    if cfg.held_out:  # the shipped keys of every import (a manifest caches one import's)
+        banned |= held_out_keys()
     left_out = [t for net_tasks in per_network for t in net_tasks if program_hash_key(t.mod) in banned]
     per_network = [[t for t in net_tasks if t not in left_out] for net_tasks in per_network]
     workloads = {}

@@ -93,6 +93,10 @@ class TuneResult:
         kept_trials: trials found in the work dir before tuning.
         new_trials: trials measured now.
         interrupted: tuning stopped on Ctrl-C (every finished trial is kept).
+        default_schedule_tasks: tasks whose fastest record did not compile, built from
+            their default schedule instead (their trials stay in the database).
+        trials_per_iter: the trials per search iteration used (lowered from the config's
+            so that every task gets a first round within the budget).
     """
 
     work_dir: Path
@@ -101,6 +105,8 @@ class TuneResult:
     kept_trials: int = 0
     new_trials: int = 0
     interrupted: bool = False
+    default_schedule_tasks: list[str] = field(default_factory=list)
+    trials_per_iter: int = 0
 
     @property
     def tuned_sum_s(self) -> float:
@@ -280,8 +286,12 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
     kept = count_trials(work_dir)
     result = TuneResult(work_dir, None, kept_trials=kept)
     todo = cfg.trials - kept
+    result.trials_per_iter = first_round_trials(cfg.trials, cfg.trials_per_iter, len(tasks))
     log(f"{net.name}: {len(tasks)} tasks; {kept} trials kept in {work_dir}, {max(todo, 0)} to tune "
-        f"({cfg.cost_model} cost model)")
+        f"({cfg.cost_model} cost model, {result.trials_per_iter} trials per task and round)")
+    if cfg.trials < len(tasks):
+        log(f"warning: {cfg.trials} trials cannot give each of the {len(tasks)} tasks a first round; "
+            f"tasks without a trial run their default schedule (--trials {len(tasks)} or more gives each one)")
     if todo > 0:
         load_tensor_intrinsics(target)
         stop = threading.Event()
@@ -290,7 +300,7 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
             watcher.start()
         try:
             ms.relax_integration.tune_relax(
-                net.mod, None, target, str(work_dir), max_trials_global=todo, num_trials_per_iter=cfg.trials_per_iter,
+                net.mod, None, target, str(work_dir), max_trials_global=todo, num_trials_per_iter=result.trials_per_iter,
                 seed=cfg.seed, **_search_tools(cfg, device))
         except KeyboardInterrupt:
             result.interrupted = True
@@ -308,11 +318,93 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
         return result
     database = ms.database.JSONDatabase(path_workload=str(work_dir / ds.WORKLOAD_FILE),
                                         path_tuning_record=str(work_dir / ds.RECORD_FILE))
-    executable = ms.relax_integration.compile_relax(database, net.unfused, target, params=None)
+    executable, result.default_schedule_tasks = build_network(database, net.unfused, tasks, target, work_dir)
+    if result.default_schedule_tasks:
+        log(f"built from their default schedule (their fastest record did not compile): "
+            f"{', '.join(result.default_schedule_tasks)}")
     result.library = work_dir / LIBRARY_FILE
     executable.export_library(str(result.library))
     np.savez(work_dir / WEIGHTS_FILE, *[p.numpy() for p in net.params])
     return result
+
+
+def first_round_trials(trials: int, trials_per_iter: int, n_tasks: int) -> int:
+    """Trials per search iteration such that each of ``n_tasks`` tasks gets a first round
+    within the global budget: ``trials_per_iter``, lowered to ``trials // n_tasks``
+    (at least 1) when the budget is smaller than a round of every task.
+
+    MetaSchedule's gradient task scheduler tunes the tasks round-robin first, one
+    iteration each; a budget spent before the last task's turn leaves it untuned.
+    """
+    return max(1, min(trials_per_iter, trials // max(n_tasks, 1)))
+
+
+def _fails_to_build(mod, target) -> str | None:
+    """The error (one line) of building one scheduled or unscheduled PrimFunc module
+    alone, as the measuring builder builds it; ``None`` when it builds."""
+    from ..tvm_compat import build_for_measurement  # noqa: PLC0415  (tvm)
+
+    try:
+        build_for_measurement(mod, target)
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        return (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+    return None
+
+
+def build_network(database, unfused, tasks: list, target, work_dir: Path) -> tuple[object, list[str]]:
+    """Compile a network with its tuning database (``compile_relax``), building a task
+    from its default schedule where its fastest record does not compile.
+
+    Compiles at once when it can.  When the compile fails, each task's fastest record is
+    built alone; the tasks whose record fails are compiled from their default schedule
+    (the database keeps every trial; only the compile leaves those records out).  When
+    that compile fails too, each task is built alone from its default schedule, and the
+    error names those that fail.
+
+    Args:
+        database: the work dir's MetaSchedule ``Database``.
+        unfused: the per-call Relax module before fusion.
+        tasks: the network's tasks (:class:`cdmpp.tasks.Task`).
+        target: the ``Target``.
+        work_dir: the work dir (named in the error).
+
+    Returns:
+        ``(the Relax VM executable, names of the tasks built from their default schedule)``.
+
+    Raises:
+        InputError: the network does not compile even so; it names each task that does
+            not build from its default schedule either, and says the work dir is kept.
+    """
+    from ..tvm_compat import Schedule, ms, structural_hash  # noqa: PLC0415  (tvm)
+
+    try:
+        return ms.relax_integration.compile_relax(database, unfused, target, params=None), []
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        first = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+    broken, hashes = [], set()
+    for t in tasks:
+        rec = database.query_tuning_record(t.mod, target, t.name)
+        if rec is None:
+            continue
+        sch = Schedule(t.mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        if _fails_to_build(sch.mod, target) is not None:
+            broken.append(t.name)
+            hashes.add(int(structural_hash(t.mod)))
+    kept = ms.database.MemoryDatabase()
+    for rec in database.get_all_tuning_records():
+        if int(structural_hash(rec.workload.mod)) not in hashes:
+            kept.commit_tuning_record(ms.database.TuningRecord(rec.trace, kept.commit_workload(rec.workload.mod),
+                                                               rec.run_secs, rec.target, rec.args_info))
+    try:
+        return ms.relax_integration.compile_relax(kept, unfused, target, params=None), broken
+    except Exception as err:  # noqa: BLE001  TVM raises its own error types
+        why = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+        unbuildable = [f"{t.name} ({e})" for t in tasks if (e := _fails_to_build(t.mod, target)) is not None]
+        named = (f"these tasks do not build even from their default schedule: {'; '.join(unbuildable)}" if unbuildable
+                 else f"every task builds alone (from its default schedule: {', '.join(broken) or 'none'})")
+        raise InputError(f"the network does not compile ({why or first}); {named}. "
+                         f"Every trial is kept in {work_dir}") from err
 
 
 def write_tasks(rows: list[TaskRow], path: Path) -> None:
@@ -331,6 +423,9 @@ def format_tasks(result: TuneResult) -> str:
         lines.append(f"{r.task[:44]:44s} {r.weight:6d} {r.trials:6d} {1e3 * r.best_s:10.4f} {1e3 * r.predicted_s:12.4f}")
     lines.append(f"tuned sum (task weight x best measured): {1e3 * result.tuned_sum_s:.3f} ms; "
                  f"{result.kept_trials} trials kept, {result.new_trials} new")
+    if result.default_schedule_tasks:
+        lines.append(f"built from their default schedule (their fastest record did not compile; every trial kept): "
+                     f"{', '.join(result.default_schedule_tasks)}")
     if result.unmeasured:
         named = ", ".join(f"{r.task} ({r.trials} trials, none succeeded)" if r.trials else f"{r.task} (not tuned)"
                           for r in result.unmeasured)
