@@ -14,6 +14,8 @@ BENCHES = {
     "tune": ("tune_cli", "MetaSchedule tuning of a network's largest tasks (or a whole network): TVM's XGBoost model "
              "against cdmpp's plugin"),
     "truth-check": ("truth_check", "whole networks: measured end to end vs summed measured kernels vs the estimate"),
+    "deployed-import": ("deployed_import", "a network with its weights as per-call inputs against it imported as "
+                        "deployed (weight-only kernels at load): tasks, end to end, profile"),
     "calibrate": ("calibrate", "calibrate a checkpoint's 10-90% intervals on its validation workloads; report coverage"),
     "speed": ("speed", "time one 512-candidate predict call by stage, beside TVM's XGBModel"),
     "serve-load": ("serve_load", "load test: N clients for S seconds against a local cdmpp serve"),

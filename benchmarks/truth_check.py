@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,7 @@ from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir_best
+from cdmpp.kernel_class import class_levels, kernel_class
 from cdmpp.network_input import RelaxNetwork, load_relax, relax_network
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.report import write_rows
@@ -251,6 +252,7 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             databases[id(by_hash)] = _memory_database(by_hash)
         e2e_s, compile_s = compile_and_time(databases[id(by_hash)], net.unfused, net.params, net.example_inputs,
                                             target, cfg.repeat, guard)
+        classes = {t.name: kernel_class(t.mod, target) for t in tasks}
         row = {
             "network": name,
             "tasks": len(tasks),
@@ -266,11 +268,19 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             "warm_estimate_s": est.warm_total_s,
             "compile_s": compile_s,
             "per_task": [
-                {"task": t.task, "weight": t.weight, "measured_s": t.measured_s, "estimate_s": t.latency_s,
-                 "low_s": t.low_s, "high_s": t.high_s}
+                {"task": t.task, "weight": t.weight, "kernel_class": classes[t.task], "measured_s": t.measured_s,
+                 "estimate_s": t.latency_s, "low_s": t.low_s, "high_s": t.high_s,
+                 "measured_warm_s": t.measured_warm_s, "warm_estimate_s": t.warm_s}
                 for t in est.tasks
             ],
         }
+        kernels_s = est.measured_warm_total_s if est.measured_warm_total_s is not None else est.measured_total_s
+        row["outside_kernels_s"] = e2e_s - kernels_s if kernels_s is not None else None
+        row["outside_kernels_basis"] = "warm" if est.measured_warm_total_s is not None else "cold"
+        row["by_class"] = {c: asdict(v) for c, v in class_levels(
+            (classes[t.task], t.weight, t.latency_s, t.measured_s) for t in est.tasks).items()}
+        row["by_class_warm"] = {c: asdict(v) for c, v in class_levels(
+            (classes[t.task], t.weight, t.warm_s, t.measured_warm_s) for t in est.tasks).items()}
         rows.append(row)
         if cfg.retime:
             row["retimed_sum_s"], row["retimed"] = _retimed_sum(tasks, by_hash, target)
@@ -301,7 +311,7 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
 
     retimed = any("retimed_sum_s" in r for r in rows)
     head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "warm sum / e2e",
-            "estimate ms", "10-90% ms", "estimate / e2e", "estimate / sum", "warm estimate / e2e"]
+            "outside kernels ms", "estimate ms", "10-90% ms", "estimate / e2e", "estimate / sum", "warm estimate / e2e"]
     if retimed:
         head += ["retimed sum ms", "retimed sum / e2e", "estimate / retimed sum"]
     body = []
@@ -313,14 +323,37 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
         e2e, msum, est = r["measured_e2e_s"], r["measured_sum_s"], r["estimate_s"]
         body.append([
             r["network"], str(r["tasks"]), str(r["calls"]), f"{1e3 * e2e:.2f}", f"{1e3 * msum:.2f}", ratio(msum, e2e),
-            ratio(r.get("measured_warm_sum_s"), e2e),
+            ratio(r.get("measured_warm_sum_s"), e2e), _outside(r),
             f"{1e3 * est:.2f}", f"{1e3 * r['estimate_low_s']:.2f}-{1e3 * r['estimate_high_s']:.2f}",
             ratio(est, e2e), ratio(est, msum), ratio(r.get("warm_estimate_s"), e2e),
         ])
         if retimed:
             rs = r.get("retimed_sum_s")
             body[-1] += [f"{1e3 * rs:.2f}" if rs else "-", ratio(rs, e2e), ratio(est, rs)]
-    return render_table(head, body, markdown)
+    return render_table(head, body, markdown) + "\n\n" + format_kernel_classes(rows, markdown)
+
+
+def _outside(row: dict) -> str:
+    """End to end less the kernel sum (warm where the records were timed warm), milliseconds."""
+    out = row.get("outside_kernels_s")
+    return "-" if out is None else f"{1e3 * out:.2f} ({row.get('outside_kernels_basis', 'cold')})"
+
+
+def format_kernel_classes(rows: list[dict], markdown: bool = False) -> str:
+    """Each network's tunable and untunable tasks (:mod:`cdmpp.kernel_class`), cold and warm:
+    measured and estimated sums (milliseconds), each class's level (mean log estimate /
+    measured over its tasks), the share of its tasks within 1.25x, and the worst task."""
+    head = ["network", "class", "protocol", "tasks", "calls", "measured ms", "estimate ms", "estimate / measured",
+            "level (mean log e/m)", "within 1.25x", "worst e/m"]
+    body = []
+    for r in rows:
+        for protocol, key in (("cold", "by_class"), ("warm", "by_class_warm")):
+            for cls, v in sorted(r.get(key, {}).items()):
+                body.append([r["network"], cls, protocol, str(v["tasks"]), str(v["calls"]),
+                             f"{1e3 * v['measured_s']:.2f}", f"{1e3 * v['predicted_s']:.2f}",
+                             f"{v['predicted_s'] / v['measured_s']:.2f}", f"{v['mean_log_ratio']:+.2f}",
+                             f"{v['within']:.0%}", f"{v['worst_ratio']:.2f}"])
+    return render_table(head, body, markdown, left=3)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -52,8 +52,13 @@ class RelaxNetwork:
         return load_time_params(self.load_time, self.weights, self.target)
 
 
-def _user_model(spec: str):
-    """``(torch.nn.Module, example inputs)`` of ``module.py:function``."""
+def user_model(spec: str):
+    """``(torch.nn.Module, example inputs)`` of ``module.py:function``.
+
+    Raises:
+        InputError: a missing file, an import that fails, no such function, or one that
+            does not return a model and a tuple of inputs.
+    """
     path, func = spec.rsplit(":", 1)
     if not Path(path).is_file():
         raise InputError(f"{path}: no such Python file")
@@ -103,7 +108,7 @@ def load_relax(spec: str, target) -> RelaxNetwork:
             raise InputError(f"{spec}: the JSON holds a {type(mod).__name__}, not an IRModule")
         return RelaxNetwork(spec, mod, mod, target)
     if ".py:" in spec:
-        model, inputs = _user_model(spec)
+        model, inputs = user_model(spec)
     else:
         net = zoo.get_network(spec)
         model, inputs = net.build(), net.example_inputs()

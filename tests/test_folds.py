@@ -62,7 +62,8 @@ def test_the_held_out_test_networks_workloads_are_never_trained_on():
 
 def test_the_shipped_held_out_keys_are_those_of_a_fresh_extraction():
     """``cdmpp/held_out_workloads.json`` lists the LLaMA-style decoder's workloads as its
-    Relax import gives them today (``cdmpp.held_out.compute_held_out_file`` rewrites it)."""
+    Relax import gives them today (``cdmpp.held_out.compute_held_out_file`` adds them), and
+    keeps those of the import with the weights as per-call inputs (its weight transposes)."""
     import json
 
     from benchmarks.unseen import unseen_tasks
@@ -72,7 +73,7 @@ def test_the_shipped_held_out_keys_are_those_of_a_fresh_extraction():
 
     shipped = json.loads(HELD_OUT_FILE.read_text())["workloads"]["llvm"]["llama_1024-b1s128"]
     fresh = {program_hash_key(t.mod) for t in unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm"}))}
-    assert set(shipped) == fresh
+    assert fresh < set(shipped) and len(set(shipped) - fresh) == 3  # the 3 transposes of its dense layers' weights
 
 
 def test_networks_folds_lists_each_folds_architectures(tmp_path, capsys):

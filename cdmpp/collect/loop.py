@@ -14,6 +14,7 @@ from cdmpp.errors import InputError
 
 from .. import dataset as ds
 from ..device import DeviceUnavailableError, local_cpu, local_gpu
+from ..held_out import held_out_keys
 from ..tasks import Task
 from .config import CollectConfig, CollectSummary, MachineBusyError
 from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
@@ -359,7 +360,7 @@ def collect(
     # raises before anything is written; a skipped network named in the networks is extracted below
     skipped_workloads(old_manifest, tuple(n for n in cfg.tuned_skip_networks if n not in cfg.networks))
     clock = StageClock()
-    plan = plan_tasks(cfg, device_dir, store, target, clock)
+    plan = plan_tasks(cfg, device_dir, store, target, clock, held_out_keys())
     every, visit, workloads = plan.every, plan.visit, plan.workloads
     for net, err in plan.failed.items():
         log_note(f"{net}: not collected, its export or Relax import failed: {err}")

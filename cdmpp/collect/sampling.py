@@ -9,7 +9,6 @@ from pathlib import Path
 from .. import dataset as ds
 from ..device import DeviceDescriptor
 from ..errors import InputError
-from ..held_out import held_out_keys
 from ..tasks import Task
 from .config import CollectConfig
 from .machine import StageClock
@@ -196,11 +195,14 @@ class TaskPlan:
     failed: dict[str, str]
 
 
-def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target, clock: StageClock) -> TaskPlan:
+def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target, clock: StageClock,
+               shipped_held_out: frozenset[str] = frozenset()) -> TaskPlan:
     """Every task of the networks (from the manifest, or extracted), filed under its workload.
 
     A task whose workload a held-out test network also has (:attr:`CollectConfig.held_out`,
-    by structural hash) is left out: not filed, listed or measured.  A network whose
+    by structural hash; with ``cfg.held_out``, also any key of ``shipped_held_out``, the
+    shipped keys of every import: :func:`cdmpp.held_out.held_out_keys`) is left out: not
+    filed, listed or measured.  A network whose
     export or Relax import fails is reported by name (``failed``); the others go on.
     """
     per_network, failed = [], {}
@@ -215,7 +217,7 @@ def plan_tasks(cfg: CollectConfig, device_dir: Path, store: DatasetStore, target
                 failed[n] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500]
     banned = set(itertools.chain.from_iterable(held.values()))
     if cfg.held_out:  # the shipped keys of every import (a manifest caches one import's)
-        banned |= held_out_keys()
+        banned |= shipped_held_out
     left_out = [t for net_tasks in per_network for t in net_tasks if program_hash_key(t.mod) in banned]
     per_network = [[t for t in net_tasks if t not in left_out] for net_tasks in per_network]
     workloads = {}
