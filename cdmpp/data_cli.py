@@ -112,9 +112,16 @@ def _run_collect(args) -> int:
         rounds = tuple(int(x) for x in args.rounds.split(",")) if args.rounds else ()
     except ValueError:
         raise InputError(f"--rounds takes counts like 32,64,128, got {args.rounds!r}") from None
+    networks_ = list(args.networks)
+    if args.sweep:
+        from .networks.sweep import sweep_names  # noqa: PLC0415  (keeps torch off the CLI's import)
+
+        networks_ += sweep_names(args.sweep, args.sweep_seed)
+    if not networks_:
+        raise InputError("give networks to collect (-n NET ...) or --sweep N")
     cfg = CollectConfig(
         rpc=rpc,
-        networks=args.networks,
+        networks=networks_,
         out_dir=Path(args.out),
         programs_per_task=args.programs_per_task,
         batch_size=args.batch_size,
@@ -260,7 +267,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_run_networks)
 
     s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")
-    s.add_argument("-n", "--networks", nargs="+", required=True, help="zoo names (see `cdmpp networks`)")
+    s.add_argument("-n", "--networks", nargs="+", default=[], help="zoo names (see `cdmpp networks`)")
+    s.add_argument("--sweep", type=int, default=0, metavar="N",
+                   help="also collect N entries of the operator sweep (layout, normalisation, softmax, reductions, "
+                        "elementwise, masks, rotary, embedding lookups at shapes drawn wide; cdmpp.networks.sweep)")
+    s.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's shapes")
     s.add_argument("-o", "--out", required=True, help="dataset folder")
     s.add_argument("--programs-per-task", type=int, default=64)
     s.add_argument("--no-warm", action="store_true",

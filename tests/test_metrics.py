@@ -144,3 +144,22 @@ def test_a_written_table_names_the_checkpoint_on_its_first_line(tmp_path):
     with open(other / "model.safetensors", "ab") as f:
         f.write(b"\0")
     assert digest not in checkpoint_line(other) and "other" in checkpoint_line(other)
+
+
+def test_the_summary_splits_task_levels_by_kernel_class_and_exposes_a_model_wrong_on_untunable_tasks():
+    """A model exact on every task with several programs and 2x slow on each task with one
+    program (an untunable one): the pooled MAPE is small, the untunable class is not placed."""
+    import numpy as np
+
+    from cdmpp.train.metrics import summary
+    from cdmpp.train.report import format_table
+
+    true = np.array([1e-3, 2e-3, 3e-3, 1e-3, 4e-3, 5e-5, 7e-5, 9e-5])
+    groups = np.array([0, 0, 0, 1, 1, 2, 3, 4])
+    pred = true.copy()
+    pred[groups >= 2] *= 2.0
+    row = summary(pred, true, groups)
+    assert row["untunable_tasks"] == 3 and row["untunable_within"] == 0.0 and row["tunable_within"] == 1.0
+    assert abs(row["untunable_level"] - np.log(2.0)) < 1e-12 and abs(row["tunable_level"]) < 1e-12
+    table = format_table({"m": row}, "t")
+    assert "1-prog lvl" in table and "+0.69" in table and "0.0%" in table and "100.0%" in table

@@ -92,6 +92,41 @@ def _task_members(groups: np.ndarray) -> list[np.ndarray]:
     return np.split(order, cuts)
 
 
+def task_levels(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    """Each task's level, split by kernel class as the scored data shows it: tasks with one
+    program (the untunable ones, whose design space holds one program: a collection
+    measures every program it finds, so such a task has one) against tasks with several
+    (tunable).  A task's level is the mean natural-log ratio predicted / measured over its
+    programs; the class figures are over tasks, each task weighted 1.
+
+    Args:
+        pred, true: float64 ``(N,)`` predicted and measured latency (seconds, > 0).
+        groups: int ``(N,)`` task of each program.
+
+    Returns:
+        ``untunable_tasks`` (tasks with one program), ``untunable_level`` (their mean level),
+        ``untunable_within`` (the share of them whose level is within 1.25x either way),
+        ``tunable_level`` and ``tunable_within`` (the same over tasks with several
+        programs); NaN where a class has no task.
+    """
+    lr = np.log(np.asarray(pred, np.float64)) - np.log(np.asarray(true, np.float64))
+    one, many = [], []
+    for sel in _task_members(np.asarray(groups)):
+        (one if sel.size == 1 else many).append(float(np.mean(lr[sel])))
+    nan, bound = float("nan"), float(np.log(1.25))
+
+    def within(levels: list[float]) -> float:
+        return float(np.mean(np.abs(levels) <= bound)) if levels else nan
+
+    return {
+        "untunable_tasks": len(one),
+        "untunable_level": float(np.mean(one)) if one else nan,
+        "untunable_within": within(one),
+        "tunable_level": float(np.mean(many)) if many else nan,
+        "tunable_within": within(many),
+    }
+
+
 def fast_end(pred: np.ndarray, true: np.ndarray, groups: np.ndarray) -> dict[str, float]:
     """How well a task's fastest schedules are predicted; tasks with fewer than 2 programs
     or constant measured latencies are skipped.
@@ -165,7 +200,9 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
     the fraction of programs predicted more than 2x off (``off_2x``), the median
     absolute percentage error (``median_ape``), and the fast-end measures of
     :func:`fast_end` (``best_ratio``, ``decile_log_ratio``, ``slow_half_log_ratio``, ``slope``, ``best_speed``,
-    ``top1_of_8``, ``tau_fast_half``).
+    ``top1_of_8``, ``tau_fast_half``) and each kernel class's task level of
+    :func:`task_levels` (``untunable_tasks``, ``untunable_level``, ``untunable_within``,
+    ``tunable_level``, ``tunable_within``).
 
     Raises:
         ValueError: shapes differ, no program, or a non-positive latency.
@@ -188,4 +225,5 @@ def summary(pred: np.ndarray, true: np.ndarray, groups: np.ndarray, weights: dic
         "off_2x": float(np.mean(np.abs(np.log(pred / true)) > np.log(2.0))),
         "median_ape": float(np.median(np.abs(pred - true) / true)),
         **{k: v for k, v in fast_end(pred, true, np.asarray(groups)).items() if k != "tasks"},
+        **task_levels(pred, true, np.asarray(groups)),
     }

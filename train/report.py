@@ -31,6 +31,10 @@ def _pct(key: str) -> Callable[[dict], str]:
     return lambda r: f"{100 * r.get(key, _NAN):.1f}%"
 
 
+def _count(value) -> str:
+    return str(int(value)) if np.isfinite(value) else "-"
+
+
 def _num(key: str) -> Callable[[dict], str]:
     return lambda r: f"{r.get(key, _NAN):.3f}"
 
@@ -54,13 +58,17 @@ CELLS: dict[str, tuple[str, Callable[[dict], str], int]] = {
     "best_speed": ("best spd", _num("best_speed"), 10),
     "top1_of_8": ("top-1 of 8", _num("top1_of_8"), 12),
     "tau_fast_half": ("tau fast 1/2", _num("tau_fast_half"), 14),
+    "untunable_tasks": ("1-prog tasks", lambda r: _count(r.get("untunable_tasks", _NAN)), 14),
+    "untunable_level": ("1-prog lvl", lambda r: f"{r.get('untunable_level', _NAN):+.2f}", 12),
+    "untunable_within": ("1-prog <=1.25x", _pct("untunable_within"), 16),
+    "tunable_within": ("task lvl <=1.25x", _pct("tunable_within"), 18),
 }
 TEXT_COLUMNS = ("programs", "mape", "within_10", "within_25", "rmse_log", "kendall_tau", "top1", "top5",
                 "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope", "best_speed", "top1_of_8",
-                "tau_fast_half")
+                "tau_fast_half", "untunable_tasks", "untunable_level", "untunable_within", "tunable_within")
 DEVICE_COLUMNS = ("programs", "mape", "within_25", "off_2x", "rmse_log", "kendall_tau", "top1", "top5", "pairwise",
                   "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope", "best_speed", "top1_of_8",
-                  "tau_fast_half")
+                  "tau_fast_half", "untunable_tasks", "untunable_level", "untunable_within", "tunable_within")
 
 
 def format_table(rows: Mapping[str, dict], title: str) -> str:
@@ -74,7 +82,11 @@ def format_table(rows: Mapping[str, dict], title: str) -> str:
     slope of log(predicted) on log(measured);
     ``best spd``, the mean measured-best / measured latency of the predicted best;
     ``top-1 of 8``, the same among each task's 8 fastest programs; and ``tau fast 1/2``,
-    the Kendall tau within each task's fastest half.
+    the Kendall tau within each task's fastest half.  The last four split the tasks by
+    kernel class (:func:`~cdmpp.train.metrics.task_levels`): ``1-prog tasks``, the tasks
+    with one program (untunable), ``1-prog lvl`` their mean log(predicted / measured),
+    ``1-prog <=1.25x`` the share of them placed within 1.25x, and ``task lvl <=1.25x``
+    the same share over the tasks with several programs (each task's mean log ratio).
     """
     head = f"{'model':<28}" + "".join(f"{CELLS[c][0]:>{CELLS[c][2]}}" for c in TEXT_COLUMNS)
     lines = [title, head, "-" * len(head)]

@@ -23,7 +23,7 @@ from torch import nn
 
 from cdmpp.errors import UnknownNetworkError
 
-from . import classic, extra
+from . import classic, extra, sweep
 from .hf import HF_ARCHS
 
 RESERVED_FAMILIES = ("convnext", "gpt2", "llama", "mistral", "qwen", "gemma")
@@ -156,12 +156,16 @@ def family_of(network: str) -> str:
 
 
 def get_network(name: str) -> NetworkSpec:
-    """Look up a zoo entry.
+    """Look up a zoo entry, or an entry of the operator sweep (``sweep-...``,
+    :mod:`cdmpp.networks.sweep`, rebuilt from its name).
 
     Raises:
-        UnknownNetworkError: the name is not in the zoo (the message lists the valid names), or
-            names a reserved unseen-test family (ConvNeXt, GPT-2, LLaMA-style decoders).
+        UnknownNetworkError: the name is not in the zoo (the message lists the valid names),
+            names a reserved unseen-test family (ConvNeXt, GPT-2, LLaMA-style decoders), or
+            is a malformed sweep name.
     """
+    if name.startswith(sweep.PREFIX):
+        return sweep.sweep_spec(name)
     zoo = _zoo()
     if name not in zoo:
         if any(name.lower().startswith(f) for f in RESERVED_FAMILIES):
