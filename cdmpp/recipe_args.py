@@ -71,6 +71,10 @@ def add_model_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--fast-weight", type=float, default=None,
                    help="the level loss weighs each task's fastest tenth of training programs 1 + this many times "
                    "(default 0: every program alike)")
+    s.add_argument("--workload-weight", type=float, default=None,
+                   help="in [0, 1]: the level loss weighs each training program n^-W, n its task's training "
+                   "programs (1: every workload alike, an untunable task's one program as much as a tunable "
+                   "task's whole set; default 0: every program alike)")
     s.add_argument("--huber-delta", type=float, default=None,
                    help="Huber loss with this threshold (standardised log-latency; default 0.1); 0: the MSE")
     s.add_argument(
@@ -130,6 +134,7 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
             within_weight=args.within_weight,
             listmle_weight=getattr(args, "listmle_weight", None),
             fast_weight=getattr(args, "fast_weight", None),
+            workload_weight=getattr(args, "workload_weight", None),
             huber_delta=args.huber_delta,
             max_repeat_cv=getattr(args, "max_repeat_cv", None),
             trace_dropout=getattr(args, "trace_dropout", None),

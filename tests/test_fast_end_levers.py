@@ -362,3 +362,22 @@ def test_the_fast_weight_reaches_the_config_and_the_model_card():
     assert train.fast_weight == 4.0
     assert "fastest tenth of training programs weighted 5 times" in describe_loss(asdict(train))
     assert "fastest tenth" not in describe_loss(asdict(TrainConfig()))
+
+
+def test_workload_weights_make_every_task_count_alike_in_the_level():
+    """At power 1 an untunable task's one program weighs as much as a tunable task's whole
+    set; at 0 every program weighs 1; programs outside training keep weight 1."""
+    from cdmpp.train.config import TrainConfig
+    from cdmpp.train.fit import workload_weights
+
+    workload = np.array([0] * 8 + [1] + [2] * 4 + [3])
+    train = np.arange(13)  # program 13 (task 3) is not a training program
+    w = workload_weights(workload, train, power=1.0)
+    per_task = [w[workload[:13] == k].sum() for k in range(3)]
+    assert np.allclose(per_task, per_task[0]) and w[13] == 1.0
+    assert abs(w[train].mean() - 1.0) < 1e-6 and w[8] > w[0] * 7.9  # the single program outweighs one of eight
+    half = workload_weights(workload, train, power=0.5)
+    assert w[8] / w[0] > half[8] / half[0] > 1.0
+    assert np.all(workload_weights(workload, train, power=0.0) == 1.0)
+    with pytest.raises(Exception, match="workload_weight"):
+        TrainConfig(workload_weight=1.5)

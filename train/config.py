@@ -143,6 +143,12 @@ class TrainConfig:
             (:func:`~cdmpp.train.fit.fast_end_weights`; a weighted mean over the batch):
             the level of the schedules a tuner keeps, at the cost of the slow end's.
             0 weighs every program alike.
+        workload_weight: in [0, 1]; the level loss weighs each training program by
+            ``n ** -workload_weight``, ``n`` the training programs of its task
+            (:func:`~cdmpp.train.fit.workload_weights`): at 1 a task's whole set of
+            programs counts as much as an untunable task's one program (every workload
+            alike), at 0 every program alike (a task of 128 programs outweighs one of a
+            single program 128 to 1).  Multiplies the ``fast_weight`` weights.
         huber_delta: when > 0, a Huber loss with this threshold (in standard deviations
             of the standardised log-latency) replaces the MSE: a robust loss for labels
             that a noisy timing threw far off.  0 keeps the MSE.
@@ -188,6 +194,7 @@ class TrainConfig:
     within_weight: float = 0.0
     listmle_weight: float = 0.0
     fast_weight: float = 0.0
+    workload_weight: float = 0.0
     huber_delta: float = 0.1
     max_repeat_cv: float = 0.0
     trace_dropout: float = 0.2
@@ -224,6 +231,8 @@ class TrainConfig:
             raise InputError(f"train_share must be in (0, 1], got {self.train_share}")
         if self.fast_weight < 0:
             raise InputError(f"fast_weight must be >= 0, got {self.fast_weight}")
+        if not 0 <= self.workload_weight <= 1:
+            raise InputError(f"workload_weight must be in [0, 1], got {self.workload_weight}")
         if self.length_pool < 0 or (self.length_pool > 0 and self.task_group > 0):
             raise InputError(f"length_pool must be >= 0 and takes no task_group, got length_pool {self.length_pool}, "
                              f"task_group {self.task_group}")
@@ -265,6 +274,9 @@ def describe_loss(train_config: dict) -> str:
                   f"Xia et al., ICML 2008) over groups of up to {c.get('task_group')} same-task programs in a batch")
     if c.get("fast_weight"):
         words += f", each task's fastest tenth of training programs weighted {1 + c['fast_weight']:g} times"
+    if c.get("workload_weight"):
+        words += (f", each training program weighted n^-{c['workload_weight']:g} (n: its task's training programs; "
+                  f"every workload alike at 1)")
     if c.get("max_repeat_cv"):
         words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
     return words

@@ -52,6 +52,40 @@ def fast_end_weights(workload: np.ndarray, latency: np.ndarray, train: np.ndarra
     return weights
 
 
+def workload_weights(workload: np.ndarray, train: np.ndarray, power: float) -> np.ndarray:
+    """Each program's weight in the level loss, float32 ``(P,)``: ``n ** -power`` for a
+    training program whose task has ``n`` training programs, scaled so that the training
+    programs' weights average 1; 1 elsewhere.
+
+    At ``power`` 1 every task counts alike in the level, however many programs it has:
+    an untunable task's one program as much as a tunable task's whole set.
+
+    Args:
+        workload: int64 ``(P,)`` each program's task (device-qualified in a corpus of
+            several devices).
+        train: int ``(K,)`` the training programs; only they are weighted.
+        power: in [0, 1]; 0 weighs every program 1.
+    """
+    weights = np.ones(len(workload), dtype=np.float32)
+    train = np.asarray(train, dtype=np.int64)
+    if power <= 0 or train.size == 0:
+        return weights
+    _, inverse, counts = np.unique(workload[train], return_inverse=True, return_counts=True)
+    w = counts[inverse].astype(np.float64) ** -float(power)
+    weights[train] = (w / w.mean()).astype(np.float32)
+    return weights
+
+
+def level_weights(data: FeaturizedPrograms, train: np.ndarray, config) -> np.ndarray | None:
+    """The level loss's weight of each program under ``config``'s ``fast_weight`` and
+    ``workload_weight`` (their product; :func:`fast_end_weights`, :func:`workload_weights`),
+    float32 ``(P,)``, or ``None`` when both are 0 (every program alike)."""
+    if config.fast_weight <= 0 and config.workload_weight <= 0:
+        return None
+    return (fast_end_weights(data.workload, data.latency, train, config.fast_weight)
+            * workload_weights(data.workload, train, config.workload_weight))
+
+
 def fit_transformer(
     data: FeaturizedPrograms,
     split: Split,
@@ -139,8 +173,7 @@ def fit_transformer(
         train_config.task_group,
         target,
         train_config.length_pool,
-        fast_end_weights(data.workload, data.latency, split.train, train_config.fast_weight)
-        if train_config.fast_weight > 0 else None,
+        level_weights(data, split.train, train_config),
     )
     logger = False
     if use_wandb and not fast_dev_run:
