@@ -40,6 +40,9 @@ class DeviceDescriptor:
             measuring machine reports them (``/sys/devices/system/cpu``); empty where it
             was not recorded (folders collected before it was): :func:`device_caches`
             then reads the microarchitecture's.
+        vm_call_s: seconds the Relax VM spends per kernel call outside the kernel, and
+        vm_entry_s: seconds per inference outside any call, both measured at collection
+            (:func:`cdmpp.collect.vm_call.measure_vm_call`); 0 where not measured.
     """
 
     device_id: str
@@ -50,14 +53,18 @@ class DeviceDescriptor:
     isa_flags: tuple[str, ...] = field(default_factory=tuple)
     target: dict = field(default_factory=dict)
     caches: tuple[int, ...] = field(default_factory=tuple)
+    vm_call_s: float = 0.0
+    vm_entry_s: float = 0.0
 
     def to_json(self) -> dict:
-        """A JSON-able dict (``isa_flags`` and ``caches`` as lists; ``caches`` left out when empty)."""
+        """A JSON-able dict (``isa_flags`` and ``caches`` as lists; ``caches``, ``vm_call_s``
+        and ``vm_entry_s`` left out when empty or 0)."""
         out = asdict(self)
         out["isa_flags"] = list(self.isa_flags)
         out["caches"] = list(self.caches)
-        if not self.caches:
-            del out["caches"]
+        for key in ("caches", "vm_call_s", "vm_entry_s"):
+            if not out[key]:
+                del out[key]
         return out
 
     @staticmethod

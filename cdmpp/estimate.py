@@ -111,6 +111,11 @@ class NetworkEstimate:
         warm_device: the device row of the warm protocol (``"<device>+warm"``), or ``None``.
         measured_warm_total_s: ``sum(weight * measured_warm_s)`` when every task's record
             was timed warm, else ``None``.
+        between_kernels_s: the Relax VM's time between the kernels of one inference: the
+            device's per-inference cost plus its per-call cost times the calls (``sum(weight)``),
+            seconds, measured when the device's folder was collected
+            (:func:`cdmpp.collect.vm_call.measure_vm_call`); ``None`` when the checkpoint's
+            device descriptor has none.
     """
 
     device: str | None
@@ -122,10 +127,19 @@ class NetworkEstimate:
     warm_total_s: float | None = None
     warm_device: str | None = None
     measured_warm_total_s: float | None = None
+    between_kernels_s: float | None = None
+
+    @property
+    def network_s(self) -> float:
+        """The in-network estimate of one inference, seconds: the warm total where the
+        checkpoint learned the device's warm protocol (else the cold total), plus the time
+        between kernels where the device's was measured."""
+        kernels = self.warm_total_s if self.warm_total_s is not None else self.total_s
+        return kernels + (self.between_kernels_s or 0.0)
 
     def to_json(self) -> dict:
-        """A JSON-able dict (what ``POST /estimate`` returns)."""
-        return asdict(self)
+        """A JSON-able dict (what ``POST /estimate`` returns), with :attr:`network_s`."""
+        return {**asdict(self), "network_s": self.network_s}
 
 
 def relax_tasks(mod: IRModule, target: Target) -> list[Task]:
@@ -340,6 +354,8 @@ def estimate_network(
         out.measured_warm_total_s = float(sum(t.weight * t.measured_warm_s for t in out.tasks))
     if out.warm_device is not None:
         out.warm_total_s = float(sum(t.weight * t.warm_s for t in out.tasks))
+    if dev is not None and dev.vm_call_s > 0:
+        out.between_kernels_s = dev.vm_entry_s + dev.vm_call_s * sum(t.weight for t in out.tasks)
     return out
 
 

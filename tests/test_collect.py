@@ -33,6 +33,30 @@ def test_tiny_real_collection(tiny_collection):
     assert m["networks"]["dcgan-b1"]["family"] == "dcgan"
 
 
+def test_a_collection_measures_the_time_between_kernels_and_the_estimate_adds_it(tiny_collection):
+    """The collector times the Relax VM's cost per kernel call and per inference on this CPU,
+    keeps it in the device descriptor and the card, and an estimate for a device that has
+    it adds ``entry + per call x calls`` to its in-network total."""
+    from cdmpp.collect.vm_call import measure_vm_call
+    from cdmpp.device import DeviceDescriptor
+    from cdmpp.estimate import NetworkEstimate, TaskEstimate
+    from cdmpp.tvm_compat import Target
+
+    _, summary = tiny_collection
+    m = json.loads((summary.device_dir / ds.MANIFEST_FILE).read_text())
+    dev = DeviceDescriptor.from_json(m["device"])
+    assert 0 < dev.vm_call_s < 1e-3 and 0 <= dev.vm_entry_s < 1e-2
+    assert m["collections"][-1]["vm_call_s"] == dev.vm_call_s
+    assert DeviceDescriptor.from_json(dev.to_json()) == dev
+    assert "vm_call_s" not in DeviceDescriptor(**{**dev.to_json(), "vm_call_s": 0.0, "vm_entry_s": 0.0}).to_json()
+    assert "us per kernel call" in ds.card(summary.device_dir)
+    per_call, entry = measure_vm_call(Target({"kind": "llvm", "num-cores": 2}), calls=65, repeat=5)
+    assert per_call > 0 and entry >= 0
+    est = NetworkEstimate("d", [TaskEstimate("t", 3, "k", "database", "", 1e-3, 1e-3, 1e-3)], total_s=3e-3,
+                          between_kernels_s=2e-4)
+    assert est.network_s == 3.2e-3 and est.to_json()["network_s"] == 3.2e-3
+
+
 def test_every_program_is_timed_warm_too_in_a_record_file_tvm_opens(tiny_collection, tmp_path):
     """The warm protocol: each measured program has warm repeats, joined to its cold record by
     its trace, in a tuning-record file that TVM's JSONDatabase opens with the workload file."""

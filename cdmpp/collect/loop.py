@@ -36,6 +36,7 @@ from .store import (
     task_seed_of,
 )
 from .timing import finish_batch, make_bench, submit_batch
+from .vm_call import measure_vm_call
 
 
 class _Collection:
@@ -351,6 +352,9 @@ def collect(
         cfg = replace(cfg, measure=replace(cfg.measure, enable_cpu_cache_flush=False))
     else:
         device = local_cpu(cfg.num_cores, cfg.disable_avx512)
+    if not cfg.gpu and cfg.rpc is None:  # the Relax VM's work between kernels, on this CPU
+        per_call, entry = measure_vm_call(Target(device.target))
+        device = replace(device, vm_call_s=per_call, vm_entry_s=entry)
     if cfg.rpc is not None:  # the RPC runner's evaluator is MetaSchedule's: every repeat
         cfg = replace(cfg, measure=replace(cfg.measure, adaptive_repeats=None))
     target = Target(device.target)
@@ -389,6 +393,7 @@ def collect(
             # runs without this field seeded each task from the base seed and its workload key only
             "task_seed": "base seed, workload key and the task's programs measured before the visit",
             "runner": "local" if cfg.rpc is None else {"rpc": asdict(cfg.rpc)},
+            **({"vm_call_s": device.vm_call_s, "vm_entry_s": device.vm_entry_s} if device.vm_call_s else {}),
             **({"tuned": cfg.tuned_json()} if cfg.tuned_tasks else {}),
             # tasks not collected: a held-out test network has their workload
             **({"held_out_tasks": [f"{t.network}:{t.name}" for t in plan.left_out]} if plan.left_out else {}),
