@@ -373,4 +373,7 @@ def format_estimate(est: NetworkEstimate) -> str:
         lines.append(f"in-network total (warm, {est.warm_device}): {1e3 * est.warm_total_s:.3f} ms")
     else:
         lines.append("in-network total (warm): not learned for this device (its folder has no warm timings)")
+    if est.between_kernels_s is not None:
+        lines.append(f"between kernels (Relax VM, measured on the device): {1e3 * est.between_kernels_s:.3f} ms; "
+                     f"one inference: {1e3 * est.network_s:.3f} ms")
     return "\n".join(lines)
