@@ -23,14 +23,11 @@ ELEMENTS = 16
 
 def _chain_module(calls: int):
     """A Relax module whose ``main`` makes ``calls`` calls of one opaque 16-element kernel in a row."""
-    from tvm import relax, tirx  # noqa: PLC0415  (keeps tvm off this module's import)
+    from tvm import relax, te  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    x_buf = tirx.decl_buffer((ELEMENTS,), "float32", "x")
-    y_buf = tirx.decl_buffer((ELEMENTS,), "float32", "y")
-    i = tirx.Var("i", "int32")
-    body = tirx.For(i, 0, ELEMENTS, tirx.ForKind.SERIAL,
-                    tirx.BufferStore(y_buf, tirx.BufferLoad(x_buf, [i]) + tirx.const(1.0, "float32"), [i]))
-    kernel = tirx.PrimFunc([x_buf, y_buf], body).with_attr({"op_pattern": 8, "tirx.noalias": True})
+    x_in = te.placeholder((ELEMENTS,), name="x", dtype="float32")
+    y_out = te.compute((ELEMENTS,), lambda i: x_in[i] + 1.0, name="y")
+    kernel = te.create_prim_func([x_in, y_out]).with_attr("op_pattern", 8).with_attr("global_symbol", "add_one")
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((ELEMENTS,), "float32"))
     with bb.function("main", [x]):
