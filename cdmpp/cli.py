@@ -161,8 +161,8 @@ def _add_learning_parsers(sub) -> None:
         "folders (for example datasets/corpus datasets/gpu) pool all their device folders",
     )
     s.add_argument("--holdout", default=None,
-                   help="network to hold out for testing, or a leave-family-out fold like fold-1-of-4 (`cdmpp networks --folds 4`); "
-                        "'none': train on all")
+                   help="network to hold out for testing, a leave-family-out fold like fold-1-of-4 (`cdmpp networks --folds 4`), "
+                        "or every network of a family, like family:sweep; 'none': train on all")
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--no-wandb", action="store_true", help="do not log to wandb (offline by default)")
@@ -220,8 +220,9 @@ def _add_learning_parsers(sub) -> None:
     s.add_argument("-d", "--dataset", default=None, nargs="+",
                    help="cdmpp dataset folders (or device folders) to score on")
     s.add_argument(
-        "--holdout", default="auto", help="network to score ('auto': the checkpoint's held-out one; 'none': every "
-        "program; with several device folders, 'validation' or 'training': that part of the checkpoint's own split)"
+        "--holdout", default="auto", help="network to score, a fold, or a family (family:sweep) ('auto': the "
+        "checkpoint's held-out one; 'none': every program; with several device folders, 'validation' or 'training': "
+        "that part of the checkpoint's own split)"
     )
     s.add_argument("--work-dir", default=None, help="a MetaSchedule work_dir with database_*.json")
     s.add_argument("--workload-db", default=None, help="a MetaSchedule database_workload.json")

@@ -95,3 +95,15 @@ def test_networks_folds_lists_each_folds_architectures(tmp_path, capsys):
     from cdmpp import networks
 
     assert len(lines) == 4 and sorted(archs) == sorted(networks.architectures())  # each in exactly one fold
+
+
+def test_a_family_holdout_tests_on_every_network_of_the_family():
+    import pytest
+
+    from cdmpp.errors import InputError
+    from cdmpp.train.folds import holdout_keys
+
+    networks = {"sweep-8x64": {"a", "b"}, "sweep-take-1x8-100x64": {"c"}, "resnet_18-b1": {"d", "a"}}
+    assert holdout_keys(networks, "family:sweep") == {"a", "b", "c"}
+    with pytest.raises(InputError, match="family 'nope'"):
+        holdout_keys(networks, "family:nope")

@@ -85,8 +85,9 @@ def fold_table(networks: list[str] | set[str], k: int) -> dict[str, list[str]]:
 
 
 def holdout_keys(networks: dict[str, set[str]], holdout: str | None) -> set[str]:
-    """The workload keys a split tests on: those of the network ``holdout``, or of every
-    network of the fold ``holdout``; none for ``None``.
+    """The workload keys a split tests on: those of the network ``holdout``, of every
+    network of the fold ``holdout``, or of every network of the family ``family:NAME``
+    (``family:sweep``: the operator sweep); none for ``None``.
 
     Args:
         networks: workload keys of each network (the manifests' tasks).
@@ -99,6 +100,11 @@ def holdout_keys(networks: dict[str, set[str]], holdout: str | None) -> set[str]
         return set()
     if parse_fold(holdout) is not None:
         return set().union(*(networks[n] for n in fold_networks(set(networks), holdout)))
+    if holdout.startswith("family:"):
+        members = [n for n in networks if family_of(n) == holdout[len("family:"):]]
+        if not members:
+            raise InputError(f"no network of family {holdout[len('family:'):]!r} in this dataset")
+        return set().union(*(networks[n] for n in members))
     if holdout not in networks:
         raise UnknownNetworkError(f"network {holdout!r} is not in this dataset; it has: {', '.join(sorted(networks))}"
                                   " (or name a leave-family-out fold, like fold-1-of-4)")
