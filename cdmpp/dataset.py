@@ -31,6 +31,7 @@ from typing import Iterator
 
 import numpy as np
 
+from cdmpp.device import vm_call_lines
 from cdmpp.errors import CdmppError
 
 WORKLOAD_FILE = "database_workload.json"
@@ -444,17 +445,6 @@ def drift_line(device_dir: Path) -> str:
     )
 
 
-def _vm_call_lines(manifest: dict) -> list[str]:
-    """The card's line on the Relax VM's time between kernels, as the latest collection
-    that measured it found (none when no collection did)."""
-    runs = [r for r in manifest.get("collections", []) if r.get("vm_call_s")]
-    if not runs:
-        return []
-    r = runs[-1]
-    return [f"- Time between kernels (Relax VM, `cdmpp.collect.vm_call`, measured {r.get('started', '?')}): "
-            f"{1e6 * r['vm_call_s']:.2f} us per kernel call, {1e6 * r['vm_entry_s']:.2f} us per inference"]
-
-
 def _warm_lines(programs: list, manifest: dict) -> list[str]:
     """The card's lines on the warm protocol: programs timed warm, warm / cold label ratio,
     and what the warm timing costs in collection rate (none without warm timings)."""
@@ -589,10 +579,7 @@ def card(device_dir: Path) -> str:
         f"- Repeat CV: median {100 * np.median(cv):.1f}%, p90 {100 * np.percentile(cv, 90):.1f}%",
         _repeats_line(db.programs),
         *_tuned_lines(m, per_wl, index_of),
-        *_warm_lines(db.programs, m),
-        *_vm_call_lines(m),
-        drift_line(device_dir),
-        _throughput_line(m),
+        *_warm_lines(db.programs, m), *vm_call_lines(m), drift_line(device_dir), _throughput_line(m),
         *_family_lines(db),
         "",
         "| network | tasks measured / listed | task weight | programs |",

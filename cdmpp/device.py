@@ -74,6 +74,22 @@ class DeviceDescriptor:
                                    "caches": tuple(int(c) for c in obj.get("caches", ()))})
 
 
+def vm_call_lines(manifest: dict) -> list[str]:
+    """A device folder card's line on the Relax VM's time between kernels, as the latest
+    collection that measured it found (:attr:`DeviceDescriptor.vm_call_s`); none when no
+    collection did.
+
+    Args:
+        manifest: the device folder's manifest (its ``collections``).
+    """
+    runs = [r for r in manifest.get("collections", []) if r.get("vm_call_s")]
+    if not runs:
+        return []
+    r = runs[-1]
+    return [f"- Time between kernels (Relax VM, `cdmpp.collect.vm_call`, measured {r.get('started', '?')}): "
+            f"{1e6 * r['vm_call_s']:.2f} us per kernel call, {1e6 * r['vm_entry_s']:.2f} us per inference"]
+
+
 def _slug(text: str) -> str:
     text = re.sub(r"\(r\)|\(tm\)|(cpu\s*)?@.*$", "", text.lower())
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")

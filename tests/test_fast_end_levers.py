@@ -373,7 +373,7 @@ def test_workload_weights_make_every_task_count_alike_in_the_level():
     workload = np.array([0] * 8 + [1] + [2] * 4 + [3])
     train = np.arange(13)  # program 13 (task 3) is not a training program
     w = workload_weights(workload, train, power=1.0)
-    per_task = [w[workload[:13] == k].sum() for k in range(3)]
+    per_task = [w[:13][workload[:13] == k].sum() for k in range(3)]
     assert np.allclose(per_task, per_task[0]) and w[13] == 1.0
     assert abs(w[train].mean() - 1.0) < 1e-6 and w[8] > w[0] * 7.9  # the single program outweighs one of eight
     half = workload_weights(workload, train, power=0.5)

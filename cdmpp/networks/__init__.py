@@ -165,7 +165,7 @@ def get_network(name: str) -> NetworkSpec:
             is a malformed sweep name.
     """
     if name.startswith(sweep.PREFIX):
-        return sweep.sweep_spec(name)
+        return NetworkSpec(name, sweep.FAMILY, *sweep.sweep_entry(name))
     zoo = _zoo()
     if name not in zoo:
         if any(name.lower().startswith(f) for f in RESERVED_FAMILIES):

@@ -113,22 +113,22 @@ def _dims(text: str) -> tuple[int, ...]:
     return tuple(int(d) for d in text.split("x"))
 
 
-def sweep_spec(name: str):
-    """The :class:`cdmpp.networks.NetworkSpec` of a sweep entry named as the module says.
+def sweep_entry(name: str) -> tuple:
+    """What a sweep entry named as the module says builds:
+    ``(build, input shape, input dtype, source)``, the fields of its
+    :class:`cdmpp.networks.NetworkSpec` after its name and :data:`FAMILY`.
 
     Raises:
         UnknownNetworkError: a malformed sweep name, or a shape out of the sweep's range.
     """
-    from . import NetworkSpec  # noqa: PLC0415  (the zoo's package imports this module)
-
     parts = name[len(PREFIX):].split("-")
     try:
         if parts[0] == "take" and len(parts) == 3:
             ids, (vocab, hidden) = _dims(parts[1]), _dims(parts[2])
             if len(ids) != 2 or min(*ids, vocab, hidden) < 1:
                 raise ValueError
-            return NetworkSpec(name, FAMILY, lambda: EmbeddingLookup(vocab, hidden), ids, "int64",
-                               f"{EmbeddingLookup.__module__}.{EmbeddingLookup.__qualname__}")
+            return (lambda: EmbeddingLookup(vocab, hidden), ids, "int64",
+                    f"{EmbeddingLookup.__module__}.{EmbeddingLookup.__qualname__}")
         if len(parts) != 1:
             raise ValueError
         shape = _dims(parts[0])
@@ -138,8 +138,7 @@ def sweep_spec(name: str):
     if not 2 <= len(shape) <= 5 or min(shape) < 1 or math.prod(shape) > MAX_ELEMENTS:
         raise UnknownNetworkError(f"{name!r}: a sweep shape has 2 to 5 positive dims and at most {MAX_ELEMENTS} "
                                   f"elements")
-    return NetworkSpec(name, FAMILY, lambda: OperatorSweep(shape), shape, "float32",
-                       f"{OperatorSweep.__module__}.{OperatorSweep.__qualname__}")
+    return (lambda: OperatorSweep(shape), shape, "float32", f"{OperatorSweep.__module__}.{OperatorSweep.__qualname__}")
 
 
 def _log_int(rng, low: int, high: int, multiple: int = 1) -> int:
