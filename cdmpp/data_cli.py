@@ -130,7 +130,8 @@ def _run_collect(args) -> int:
         max_tasks_per_network=args.max_tasks,
         evolutionary_fraction=args.evolutionary_fraction,
         evolutionary_population=args.evolutionary_population,
-        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None, warm=not args.no_warm),
+        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None, warm=not args.no_warm,
+                              warm_min_repeat_ms=args.warm_min_repeat_ms),
         gpu=args.gpu,
         pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
         retry_failed=args.retry_failed,
@@ -277,6 +278,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-warm", action="store_true",
                    help="time each program cold only (default: cold, then warm: without the cache flush, as inside "
                         "a network; the warm timings go to their own tuning-record file)")
+    s.add_argument("--warm-min-repeat-ms", type=int, default=0, metavar="MS",
+                   help="each warm repeat runs the kernel back to back until it lasts MS ms (1: a kernel under "
+                        "100 us gets at least 10 runs per repeat; 0: one run per repeat)")
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--repeat", type=int, default=10)

@@ -109,7 +109,7 @@ def test_results_cites_only_files_that_exist_and_its_links_resolve():
     """Every committed record RESULTS.md (and the other reports) names exists, and every link
     resolves: a file link to a file (relative to the document), an anchor to a heading of
     the file it points into."""
-    for doc in ("RESULTS.md", "README.md", "CHANGELOG.md", "docs/studies.md"):
+    for doc in ("RESULTS.md", "README.md", "CHANGELOG.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))):
         path = ROOT / doc
         text = path.read_text(encoding="utf-8")
         cited = set(re.findall(r"(?:docs/results|docs/plots|datasets/tuning)/[\w./{},-]+", text))
@@ -151,3 +151,21 @@ def test_the_product_imports_no_benchmark():
     assert not bad, bad
     packages = re.search(r"^packages = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
     assert "bench" not in packages and '"cdmpp"' in packages
+
+
+def test_the_readme_is_a_short_user_guide():
+    """README.md stays a user guide: at most 250 lines, none over 160 characters; RESULTS.md
+    at most 400 lines."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(readme) <= 250, len(readme)
+    long = [i + 1 for i, line in enumerate(readme) if len(line) > 160]
+    assert not long, f"README.md lines over 160 characters: {long}"
+    assert len((ROOT / "RESULTS.md").read_text(encoding="utf-8").splitlines()) <= 400
+
+
+def test_the_cli_reference_matches_the_parsers():
+    """docs/cli.md is what ``cdmpp bench cli-reference`` writes from today's parsers."""
+    from benchmarks.cli_reference import reference
+
+    assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == reference(), \
+        "docs/cli.md is stale: run `cdmpp bench cli-reference -o docs/cli.md`"

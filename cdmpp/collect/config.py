@@ -80,6 +80,12 @@ class MeasureConfig:
             Without the flush the repeats spread little, and fewer of them keep the warm
             pass under a quarter of the collection's time.  Raises ``InputError`` when
             below 1.
+        warm_min_repeat_ms: minimum duration of one warm repeat in ms (0: one run per
+            repeat).  With 1, a kernel under 100 us gets at least 10 back-to-back runs per
+            repeat (TVM's ``min_repeat_ms`` raises ``number`` until a repeat lasts that
+            long), which steadies the label of a short kernel; back-to-back runs are what
+            the warm protocol measures.  The cold protocol keeps one run per repeat, since
+            the cache is flushed before a repeat only.  Raises ``InputError`` when negative.
     """
 
     number: int = 1
@@ -95,12 +101,16 @@ class MeasureConfig:
     adaptive_max_spread: float = 0.02
     warm: bool = True
     warm_repeat: int = 3
+    warm_min_repeat_ms: int = 0
 
     def __post_init__(self):
         if self.repeat < 1 or self.number < 1:
             raise InputError(f"repeat and number must be at least 1, got repeat={self.repeat}, number={self.number}")
         if self.warm_repeat < 1:
             raise InputError(f"warm_repeat must be at least 1, got {self.warm_repeat}")
+        if self.warm_min_repeat_ms < 0 or self.min_repeat_ms < 0:
+            raise InputError(f"min_repeat_ms and warm_min_repeat_ms must be at least 0, got "
+                             f"{self.min_repeat_ms} and {self.warm_min_repeat_ms}")
         if self.adaptive_repeats is not None and self.adaptive_repeats < 1:
             raise InputError(f"adaptive_repeats must be at least 1, or None, got {self.adaptive_repeats}")
         if self.adaptive_repeats is not None and self.adaptive_repeats >= self.repeat:
@@ -108,11 +118,11 @@ class MeasureConfig:
 
     def evaluator_config(self, warm: bool = False):
         """MetaSchedule's ``EvaluatorConfig`` of this protocol (``warm``: without the cache flush,
-        ``warm_repeat`` repeats)."""
+        ``warm_repeat`` repeats of at least ``warm_min_repeat_ms``)."""
         from ..tvm_compat import EvaluatorConfig  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
         return EvaluatorConfig(number=self.number, repeat=self.warm_repeat if warm else self.repeat,
-                               min_repeat_ms=self.min_repeat_ms,
+                               min_repeat_ms=self.warm_min_repeat_ms if warm else self.min_repeat_ms,
                                enable_cpu_cache_flush=self.enable_cpu_cache_flush and not warm)
 
 
