@@ -41,6 +41,7 @@ from cdmpp.collect.store import DatasetStore, program_hash_key
 from cdmpp.collect.timing import local_bench, measure_batch
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
+from cdmpp.records import read_records
 from cdmpp.tvm_compat import (
     LocalBuilder,
     LocalRunner,
@@ -410,8 +411,7 @@ def check_adaptive_repeats(device_dir: Path, first: int = 3, min_s: float = 0.00
         cdmpp.errors.InputError: the folder has no tuning records with ``repeat`` repeats.
     """
     path = ds.resolve(Path(device_dir) / ds.RECORD_FILE)
-    secs = [] if path is None else [r[1][1] for _, r in ds.iter_json_lines(path)
-                                    if isinstance(r, list) and len(r) > 1 and r[1][1] and len(r[1][1]) == repeat]
+    secs = [] if path is None else [r.run_secs for r in read_records(path, measured=True) if len(r.run_secs) == repeat]
     if not secs:
         raise InputError(f"{device_dir}: no tuning records with {repeat} repeats to check the rule on")
 

@@ -25,6 +25,7 @@ from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import measured_record_lines
 from cdmpp.featurize.parallel import CHUNK, featurize_record_lines, featurize_records
+from cdmpp.records import read_workload_lines
 
 READERS = ("tvm", "json")
 
@@ -60,10 +61,10 @@ def featurize_rates(device_dir: Path, workers: list[int], max_records: int) -> d
                                   chunk=_chunk(len(records), w))
             else:
                 wl, rec = ds.database_files(device_dir)
-                lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
+                lines = [obj for _, _, obj in read_workload_lines(wl, [])]
                 records = []
-                for widx, _, obj in measured_record_lines(rec, len(lines)):
-                    records.append((widx, obj[1]))
+                for widx, _, record in measured_record_lines(rec, len(lines)):
+                    records.append((widx, record))
                     if len(records) >= max_records:
                         break
                 read_s = time.perf_counter() - t0

@@ -17,12 +17,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from cdmpp import dataset as ds
 from cdmpp.collect import MeasureConfig, QuietConfig
 from cdmpp.collect.timing import local_bench, measure_batch
 from cdmpp.device import DEVICE_FILE, DeviceDescriptor
 from cdmpp.errors import InputError
-from cdmpp.estimate import database_files, parse_record
+from cdmpp.estimate import database_files
+from cdmpp.records import iter_json_lines, parse_record, read_workload_lines
 from cdmpp.tvm_compat import Workload, program_from_record
 
 
@@ -101,9 +101,9 @@ def records_at_lines(work_dir: Path, lines: Iterable[int]) -> dict[int, object]:
     """
     wl, rec = database_files(Path(work_dir))
     try:
-        workloads = [Workload.from_json(o) for _, o in ds.iter_json_lines(wl)]
+        workloads = [Workload.from_json(o) for _, _, o in read_workload_lines(wl)]
     except Exception as err:  # noqa: BLE001  TVM raises its own error types
         raise InputError(f"{wl}: not a MetaSchedule workload file: {str(err).strip()[:200]}") from err
     want = set(lines)
     return {i: parse_record(obj, workloads, f"{rec}:{i + 1}")[1]
-            for i, (_, obj) in enumerate(ds.iter_json_lines(rec)) if i in want}
+            for i, (_, obj) in enumerate(iter_json_lines(rec)) if i in want}

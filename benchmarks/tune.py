@@ -30,6 +30,7 @@ from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
 from cdmpp.collect.machine import build_tmpdir
 from cdmpp.device import local_cpu, record_device
 from cdmpp.errors import InputError, UnknownNetworkError
+from cdmpp.records import read_records
 from cdmpp.tasks import Task
 from cdmpp.train.report import checkpoint_line
 from cdmpp.tuning.config import OnlineConfig, SearchConfig
@@ -326,12 +327,7 @@ def run_records(work_dir: Path) -> list[tuple[int, list[float] | None]]:
     path = ds.resolve(work_dir / ds.RECORD_FILE)
     if path is None:
         return []
-    out = []
-    for _, obj in ds.iter_json_lines(path):
-        secs = obj[1][1] if isinstance(obj, list) and len(obj) > 1 and isinstance(obj[1], list) else None
-        valid = ds.valid_run_secs(secs)
-        out.append((int(obj[0]), valid.tolist() if valid is not None else None))
-    return out
+    return [(r.workload_index, r.run_secs.tolist() if r.run_secs is not None else None) for r in read_records(path)]
 
 
 def run_trials(work_dir: Path) -> list[list[float] | None]:

@@ -26,6 +26,7 @@ from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import relax_tasks
 from cdmpp.network_input import relax_network
+from cdmpp.records import read_workload_keys
 from cdmpp.tvm_compat import (
     Target,
     load_tensor_intrinsics,
@@ -100,7 +101,7 @@ def network_curve(work_dir: Path, weights: dict[str, float], min_trials: int = 1
     wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
     if wl_path is None:
         return np.zeros(0, dtype=np.float64)
-    hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)]
+    hashes = read_workload_keys(wl_path)
     records = run_records(Path(work_dir))
     measured = {hashes[i] for i, secs in records if i < len(hashes) and secs}
     counts = Counter(hashes[i] for i, _ in records if i < len(hashes))
@@ -141,7 +142,7 @@ def gap_breakdown(work_dir: Path, tasks: list, profile: dict[str, float], e2e_s:
     """
 
     wl_path = ds.resolve(Path(work_dir) / ds.WORKLOAD_FILE)
-    hashes = [str(obj[0]) for _, obj in ds.iter_json_lines(wl_path)] if wl_path is not None else []
+    hashes = read_workload_keys(wl_path) if wl_path is not None else []
     best: dict[str, float] = {}
     trials: dict[str, int] = {}
     for index, secs in run_records(Path(work_dir)):

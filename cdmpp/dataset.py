@@ -21,18 +21,27 @@ from __future__ import annotations
 
 import datetime
 import gzip
-import io
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 from cdmpp.device import vm_call_lines
 from cdmpp.errors import CdmppError
+from cdmpp.records import (  # noqa: F401  (BadLine, iter_json_lines, open_text, valid_run_secs: re-exported)
+    BadLine,
+    iter_json_lines,
+    label,
+    open_text,
+    read_records,
+    read_workload_keys,
+    read_workload_lines,
+    trace_key,
+    valid_run_secs,
+)
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -82,41 +91,6 @@ def database_files(folder: Path, required: bool = True) -> tuple[Path, Path] | N
     return wl, rec
 
 
-def open_text(path: Path) -> io.TextIOBase:
-    """Open a plain or gzip text file for reading (by the ``.gz`` suffix)."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
-@dataclass
-class BadLine:
-    """A line of a dataset file that could not be parsed."""
-
-    path: str
-    lineno: int
-    error: str
-    text: str
-
-
-def iter_json_lines(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple[int, object]]:
-    """Yield ``(lineno, parsed)`` for every JSON line of a file (1-based line numbers).
-
-    Corrupt or truncated lines are skipped and, when ``bad`` is given, appended to it;
-    the lines after them are still read.
-    """
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as err:
-                if bad is not None:
-                    bad.append(BadLine(str(path), lineno, f"invalid JSON: {err.msg}", line[:200]))
-
-
 @dataclass
 class MeasuredProgram:
     """One tuning record with its label.
@@ -137,12 +111,12 @@ class MeasuredProgram:
     @property
     def latency(self) -> float:
         """The label: median of the repeats, in seconds."""
-        return float(np.median(self.run_secs))
+        return label(self.run_secs)
 
     @property
     def warm_latency(self) -> float:
         """The warm label: median of the warm repeats, in seconds; NaN where not timed warm."""
-        return float(np.median(self.warm_secs)) if self.warm_secs is not None else float("nan")
+        return label(self.warm_secs) if self.warm_secs is not None else float("nan")
 
 
 @dataclass
@@ -173,44 +147,13 @@ class DeviceDatabase:
         return out
 
 
-def valid_run_secs(run_secs) -> np.ndarray | None:
-    """A record's repeats (seconds) as a float64 array, or ``None`` when they are no
-    measurement: missing, empty, non-finite, non-positive, or MetaSchedule's 1e10 of a
-    failed run.  The one validity rule of a measurement."""
-    if run_secs is None:
-        return None
-    secs = np.array([float(s) for s in run_secs], dtype=np.float64)
-    if secs.size == 0 or not np.all(np.isfinite(secs)) or np.any(secs <= 0) or np.any(secs >= 1e9):
-        return None
-    return secs
-
-
-def _trace_key(trace_json) -> str:
-    """A schedule trace's JSON as text, booleans written as 0 and 1 (TVM's own writer does;
-    a trace's ``as_json`` in Python gives ``true``/``false``), to join the protocols' records."""
-
-    def norm(x):
-        if isinstance(x, bool):
-            return int(x)
-        return [norm(v) for v in x] if isinstance(x, list) else x
-
-    return json.dumps(norm(trace_json), separators=(",", ":"))
-
-
 def _warm_by_trace(warm_path: Path | None, bad: list[BadLine]) -> dict[tuple[int, str], np.ndarray]:
     """The warm protocol's repeats, by (workload index, the trace's JSON text)."""
     out: dict[tuple[int, str], np.ndarray] = {}
     if warm_path is None:
         return out
-    for lineno, obj in iter_json_lines(warm_path, bad):
-        try:
-            secs = valid_run_secs(obj[1][1])
-            key = (int(obj[0]), _trace_key(obj[1][0]))
-        except (TypeError, IndexError, ValueError) as err:
-            bad.append(BadLine(str(warm_path), lineno, f"bad warm tuning record: {err}"[:300], str(obj)[:200]))
-            continue
-        if secs is not None:
-            out[key] = secs
+    for rec in read_records(warm_path, bad, measured=True):
+        out[(rec.workload_index, trace_key(rec.trace))] = rec.run_secs
     return out
 
 
@@ -223,18 +166,10 @@ def warm_repeats(device_dir: Path) -> list[np.ndarray | None] | None:
     if warm_path is None or files is None:
         return None
     wl, rec = files
-    n_workloads = sum(1 for _ in iter_json_lines(wl, []))
+    n_workloads = len(read_workload_keys(wl))
     warm = _warm_by_trace(warm_path, [])
-    out = []
-    for _, obj in iter_json_lines(rec, []):
-        try:
-            widx, secs = int(obj[0]), valid_run_secs(obj[1][1])
-        except (TypeError, IndexError, ValueError):
-            continue
-        if secs is None or not 0 <= widx < n_workloads:
-            continue
-        out.append(warm.get((widx, _trace_key(obj[1][0]))))
-    return out
+    return [warm.get((r.workload_index, trace_key(r.trace))) for r in read_records(rec, n_workloads=n_workloads,
+                                                                                   measured=True)]
 
 
 def load_database(
@@ -262,32 +197,29 @@ def load_database(
     bad: list[BadLine] = []
     workloads, keys = [], []
     index_of_line: dict[int, int] = {}
-    for lineno, obj in iter_json_lines(workload_path, bad):
+    for lineno, key, obj in read_workload_lines(workload_path, bad):
         try:
             workloads.append(Workload.from_json(obj))
         except Exception as err:  # noqa: BLE001  TVM raises its own error types
             bad.append(BadLine(str(workload_path), lineno, f"bad workload: {err}"[:300], str(obj)[:200]))
             continue
         index_of_line[len(index_of_line)] = len(workloads) - 1
-        keys.append(str(obj[0]))
+        keys.append(key)
     programs = []
     if not records:
         return DeviceDatabase(device_id, workloads, keys, programs, manifest or {}, bad)
     warm = _warm_by_trace(warm_path, bad)
-    for lineno, obj in iter_json_lines(record_path, bad):
+    for line in read_records(record_path, bad, n_workloads=len(index_of_line)):
+        if line.run_secs is None:
+            continue
+        widx = line.workload_index
         try:
-            widx = int(obj[0])
-            if widx not in index_of_line:
-                raise DatasetError(f"workload index {widx} out of range")
-            rec = TuningRecord.from_json(obj[1], workloads[index_of_line[widx]])
-        except Exception as err:  # noqa: BLE001
-            bad.append(BadLine(str(record_path), lineno, f"bad tuning record: {err}"[:300], str(obj)[:200]))
+            rec = TuningRecord.from_json(line.record, workloads[index_of_line[widx]])
+        except Exception as err:  # noqa: BLE001  TVM raises its own error types
+            bad.append(BadLine(str(record_path), line.lineno, f"bad tuning record: {err}"[:300], str(line.record)[:200]))
             continue
-        secs = valid_run_secs(rec.run_secs)
-        if secs is None:
-            continue
-        warm_secs = warm.get((widx, _trace_key(obj[1][0]))) if warm else None
-        programs.append(MeasuredProgram(index_of_line[widx], rec, secs, warm_secs))
+        warm_secs = warm.get((widx, trace_key(line.trace))) if warm else None
+        programs.append(MeasuredProgram(index_of_line[widx], rec, line.run_secs, warm_secs))
         if max_records is not None and len(programs) >= max_records:
             break
     if not programs:
@@ -298,15 +230,10 @@ def load_database(
 def measured_workload_keys(device_dir: Path) -> set[str]:
     """Workload keys (structural hashes) a JSONDatabase folder holds a valid measurement of; JSON only, no TVM."""
     files = database_files(device_dir, required=False)
-    keys = [str(obj[0]) for _, obj in iter_json_lines(files[0])] if files else []
-    out = set()
-    for _, obj in iter_json_lines(files[1]) if files else ():
-        try:
-            if 0 <= int(obj[0]) < len(keys) and valid_run_secs(obj[1][1]) is not None:
-                out.add(keys[int(obj[0])])
-        except (TypeError, ValueError, IndexError, KeyError):
-            continue
-    return out
+    if files is None:
+        return set()
+    keys = read_workload_keys(files[0])
+    return {keys[r.workload_index] for r in read_records(files[1], n_workloads=len(keys), measured=True)}
 
 
 def device_dirs(dataset: Path) -> list[Path]:
@@ -433,7 +360,7 @@ def drift_line(device_dir: Path) -> str:
     if path is None:
         return "- Run-to-run drift: not measured (`cdmpp remeasure`)"
     drift = [
-        abs(np.median(o["again"]) / np.median(o["run_secs"]) - 1)
+        abs(label(o["again"]) / label(o["run_secs"]) - 1)
         for _, o in iter_json_lines(path)
         if o.get("again")
     ]

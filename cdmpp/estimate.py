@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .collect import sample_schedules
-from .dataset import database_files, valid_run_secs
+from .dataset import database_files
 from .errors import InputError
 from .featurize import featurize_each
+from .records import iter_json_lines, parse_record
 from .tasks import Task
 
 if TYPE_CHECKING:  # annotations only: TVM loads when a function runs
@@ -244,31 +245,8 @@ def work_dir_best(work_dir: Path) -> dict[str, tuple[object, BestRecord]]:
         InputError: the folder holds no ``database_workload.json`` and
             ``database_tuning_record.json``, or a malformed line (named).
     """
-    from . import dataset as ds  # noqa: PLC0415  (keeps the dataset reader off this module's import)
-
     wl, rec = database_files(Path(work_dir))
-    return best_records([o for _, o in ds.iter_json_lines(wl)], [o for _, o in ds.iter_json_lines(rec)])
-
-
-def parse_record(obj, workloads: list, where: str) -> tuple[int, object, float | None]:
-    """One JSONDatabase tuning-record line: ``(workload index, TuningRecord, measured
-    seconds)``; the measured seconds are the median of its repeats, ``None`` for a record
-    without a successful measurement.
-
-    Raises:
-        InputError: a malformed line; the message starts with ``where``.
-    """
-    from .tvm_compat import TuningRecord  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    try:
-        widx = int(obj[0])
-        if not 0 <= widx < len(workloads):
-            raise IndexError(f"workload index {widx}, the database has {len(workloads)} workloads")
-        rec = TuningRecord.from_json(obj[1], workloads[widx])
-    except Exception as err:  # noqa: BLE001  TVM raises its own error types
-        raise InputError(f"{where}: not a MetaSchedule tuning record: {str(err).strip()[:200]}") from err
-    secs = valid_run_secs(rec.run_secs)
-    return widx, rec, float(np.median(secs)) if secs is not None else None
+    return best_records([o for _, o in iter_json_lines(wl)], [o for _, o in iter_json_lines(rec)])
 
 
 def _scheduled(mod, trace):

@@ -22,11 +22,11 @@ from .estimate import (
     EstimateConfig,
     estimate_network,
     format_estimate,
-    parse_record,
     work_dir_best,
 )
 from .network_input import load_network
 from .predictor import LatencyPredictor
+from .records import iter_json_lines, parse_record, read_workload_lines
 from .train.metrics import summary
 from .tuning.config import OBJECTIVES, OnlineConfig, SearchConfig
 
@@ -74,14 +74,14 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
     wl_path, rec_path = ds.database_files(work)
     bad: list = []
     workloads, keys = [], []
-    for lineno, obj in ds.iter_json_lines(wl_path, bad):
+    for lineno, key, obj in read_workload_lines(wl_path, bad):
         try:
             workloads.append(Workload.from_json(obj))
         except Exception as err:  # noqa: BLE001  TVM raises its own error types
             raise InputError(f"{wl_path}:{lineno}: not a MetaSchedule workload: {str(err).strip()[:200]}") from err
-        keys.append(str(obj[0]))
+        keys.append(key)
     records, rkeys, lines, measured = [], [], [], []
-    for lineno, obj in ds.iter_json_lines(rec_path, bad):
+    for lineno, obj in iter_json_lines(rec_path, bad):
         widx, rec, secs = parse_record(obj, workloads, f"{rec_path}:{lineno}")
         records.append(rec)
         rkeys.append(keys[widx])

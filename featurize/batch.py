@@ -22,6 +22,7 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
+from cdmpp.records import read_records, read_workload_keys, read_workload_lines
 
 from .ast import FEATURE_DIM, FEATURIZER_VERSION, PSF_DIM, ProgramAST
 from .loops import LOOP_DIM, stack_loops
@@ -322,7 +323,7 @@ def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.nd
         return None
     wl, rec = files
     try:
-        keys = [str(obj[0]) for _, obj in ds.iter_json_lines(wl, [])]
+        keys = read_workload_keys(wl, [])
         programs = [(widx, arr) for widx, arr, _ in measured_record_lines(rec, len(keys))]
     except (TypeError, ValueError, IndexError, KeyError):
         return None
@@ -331,19 +332,21 @@ def measured_repeats(device_dir: Path) -> tuple[list[str], list[tuple[int, np.nd
 
 def measured_record_lines(record_file: Path, workloads: int):
     """``(workload index, float64 run_secs, record JSON)`` of each measured line of a
-    JSONDatabase record file, in file order, read as plain JSON: the lines
-    :func:`cdmpp.dataset.load_database` keeps, unless TVM rejects one (a workload index
-    in ``[0, workloads)``, and repeats that are positive, finite and below 1e9 s).
+    JSONDatabase record file, in file order, read as plain JSON
+    (:func:`cdmpp.records.read_records`): the lines :func:`cdmpp.dataset.load_database`
+    keeps, unless TVM rejects one (a workload index in ``[0, workloads)``, and a valid
+    measurement).
 
     Raises:
-        TypeError, ValueError, IndexError, KeyError: a line is not a JSONDatabase line.
+        ValueError: a line is not a JSONDatabase tuning record (raised after the good lines).
     """
-
-    for _, obj in ds.iter_json_lines(record_file, []):
-        widx, arr = int(obj[0]), ds.valid_run_secs(obj[1][1] if len(obj[1]) > 1 else None)
-        if not 0 <= widx < workloads or arr is None:
-            continue
-        yield widx, arr, obj
+    bad: list = []
+    for rec in read_records(record_file, bad, measured=True):
+        if rec.workload_index < workloads:
+            yield rec.workload_index, rec.run_secs, rec.record
+    decode = [b for b in bad if b.error.startswith("bad tuning record")]
+    if decode:
+        raise ValueError(f"{decode[0].path}:{decode[0].lineno}: {decode[0].error}")
 
 
 def cached_device_folder(device_dir: Path, cache_dir: Path, light=None) -> FeaturizedPrograms | None:
@@ -420,10 +423,10 @@ def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: 
     light = None
     if files is not None and target:
         try:
-            lines = [obj for _, obj in ds.iter_json_lines(files[0], [])]
-            programs = [ds.MeasuredProgram(w, obj[1], secs) for w, secs, obj in measured_record_lines(files[1], len(lines))]
-            light = ds.DeviceDatabase(manifest["device"].get("device_id", device_dir.name), lines,
-                                      [str(obj[0]) for obj in lines], programs, manifest)
+            lines = list(read_workload_lines(files[0], []))
+            programs = [ds.MeasuredProgram(w, rec, secs) for w, secs, rec in measured_record_lines(files[1], len(lines))]
+            light = ds.DeviceDatabase(manifest["device"].get("device_id", device_dir.name), [obj for _, _, obj in lines],
+                                      [key for _, key, _ in lines], programs, manifest)
         except (TypeError, ValueError, IndexError, KeyError):
             light = None
     if light is not None and light.programs:

@@ -33,6 +33,7 @@ from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import measured_record_lines
 from cdmpp.featurize.loops import with_loop_tokens
+from cdmpp.records import label, read_workload_keys
 
 TILES = 8
 """``SamplePerfectTile`` decisions kept per trace."""
@@ -118,11 +119,11 @@ def record_trace_rows(workload_file: Path, record_file: Path, read) -> tuple[lis
     JSONDatabase, in the order its featurization keeps them
     (:func:`cdmpp.featurize.batch.measured_record_lines`), and float64 ``(P,)`` seconds
     (each record's median) to check the alignment with."""
-    workloads = sum(1 for _ in ds.iter_json_lines(Path(workload_file), []))
+    workloads = len(read_workload_keys(Path(workload_file), []))
     rows, latency = [], []
-    for _, arr, obj in measured_record_lines(Path(record_file), workloads):
-        rows.append(read(obj[1][0]))
-        latency.append(float(np.median(arr)))
+    for _, arr, record in measured_record_lines(Path(record_file), workloads):
+        rows.append(read(record[0]))
+        latency.append(label(arr))
     return rows, np.asarray(latency)
 
 

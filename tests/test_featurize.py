@@ -302,7 +302,7 @@ def test_a_folder_read_as_json_featurizes_as_the_tvm_reader_does(tmp_path, monke
     target = db.manifest["device"]["target"]
     wl, rec = ds.database_files(folder)
     lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
-    records = [(w, obj[1]) for w, _, obj in measured_record_lines(rec, len(lines))]
+    records = [(w, record) for w, _, record in measured_record_lines(rec, len(lines))]
     pooled = parallel.featurize_record_lines(lines, records, target, workers=2, chunk=2, pool_from=0)
     alone = featurize_pkg.featurize_many([p.record for p in db.programs], target, psf=True)
     assert len(pooled) == len(alone) == 8

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import dataset as ds
 from ..device import DeviceDescriptor
+from ..records import read_records, read_workload_keys, read_workload_lines
 from ..tasks import Task
 from .config import INPUT_FILL, SAMPLING_POLICY, TUNED_POLICY, CollectConfig
 
@@ -25,9 +26,7 @@ def known_tasks(manifest: dict, device_dir: Path) -> dict[str, list[Task]]:
         return {}
     from ..tvm_compat import Workload  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
-    mods = {}
-    for _, obj in ds.iter_json_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE)):
-        mods[str(obj[0])] = obj
+    mods = {key: obj for _, key, obj in read_workload_lines(ds.resolve(device_dir / ds.WORKLOAD_FILE))}
     out: dict[str, list[Task]] = {}
     for t in manifest.get("tasks", []):
         if t["network"] in counts and t.get("workload_key") in mods:
@@ -73,12 +72,12 @@ class DatasetStore:
         self.db = JSONDatabase(
             str(device_dir / ds.WORKLOAD_FILE), str(device_dir / ds.RECORD_FILE), allow_missing=True
         )
-        keys = [str(obj[0]) for _, obj in ds.iter_json_lines(device_dir / ds.WORKLOAD_FILE)]
+        keys = read_workload_keys(device_dir / ds.WORKLOAD_FILE)
         self.workload_index = {k: i for i, k in enumerate(keys)}  # line of each workload in the workload file
         self.done: dict[str, int] = {}
         self.failed: dict[str, int] = {}
-        for _, obj in ds.iter_json_lines(device_dir / ds.RECORD_FILE):
-            k = keys[int(obj[0])]
+        for rec in read_records(device_dir / ds.RECORD_FILE, n_workloads=len(keys)):
+            k = keys[rec.workload_index]
             self.done[k] = self.done.get(k, 0) + 1
         self.failed_keys: dict[str, set[str]] = {}
         self._program_keys: dict[str, set[str]] = {}  # measured_program_keys by workload key

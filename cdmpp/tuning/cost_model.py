@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.dataset import valid_run_secs
 from cdmpp.errors import CheckpointError
 from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
 from cdmpp.predictor import DEFAULT_CHECKPOINT, LatencyPredictor
+from cdmpp.records import label, valid_run_secs
 from cdmpp.tvm_compat import derived_object, ms, structural_hash
 
 from .config import OBJECTIVES, OnlineConfig
@@ -247,7 +247,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         for c, r in zip(candidates, results):
             secs = valid_run_secs(r.run_secs)
             if r.error_msg is None and secs is not None:
-                keep.append((c.sch, float(np.log(np.median(secs)))))
+                keep.append((c.sch, float(np.log(label(secs)))))
         if not keep:
             return
         if not self._announced:

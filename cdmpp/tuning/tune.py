@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dataset as ds
 from ..errors import InputError
+from ..records import iter_json_lines, read_records, read_workload_keys
 from .config import OnlineConfig, SearchConfig
 
 COST_MODELS = ("cdmpp", "xgb")
@@ -127,7 +128,7 @@ def count_trials(work_dir: Path) -> int:
     path = ds.resolve(Path(work_dir) / ds.RECORD_FILE)
     if path is None:
         return 0
-    return sum(1 for _ in ds.iter_json_lines(path, []))
+    return sum(1 for _ in iter_json_lines(path, []))
 
 
 def _watch(work_dir: Path, total: int, start: int, stop: threading.Event) -> None:
@@ -223,13 +224,11 @@ def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None
     if files is None:
         return [TaskRow(t.name, t.weight, 0, float("nan"), float("nan")) for t in tasks]
     wl, rec = files
-    wl_lines = [obj for _, obj in ds.iter_json_lines(wl, [])]
-    rec_lines = [obj for _, obj in ds.iter_json_lines(rec, [])]
-    best = best_records(wl_lines, rec_lines)
+    best = best_records([obj for _, obj in iter_json_lines(wl, [])], [obj for _, obj in iter_json_lines(rec, [])])
+    wl_keys = read_workload_keys(wl, [])
     counts: dict[str, int] = {}
-    for obj in rec_lines:
-        h = str(wl_lines[int(obj[0])][0]) if int(obj[0]) < len(wl_lines) else ""
-        counts[h] = counts.get(h, 0) + 1
+    for r in read_records(rec, [], n_workloads=len(wl_keys)):
+        counts[wl_keys[r.workload_index]] = counts.get(wl_keys[r.workload_index], 0) + 1
     keys = [str(structural_hash(t.mod)) for t in tasks]
     found = [k for k in keys if k in best]
     predicted = {}
