@@ -31,7 +31,7 @@ import numpy as np
 from .collect import sample_schedules
 from .dataset import database_files
 from .errors import InputError
-from .featurize import featurize_each
+from .predictor import FeaturizedProgram
 from .records import iter_json_lines, parse_record
 from .tasks import Task
 
@@ -285,7 +285,7 @@ def estimate_network(
     cfg = cfg or EstimateConfig()
     if len(tasks) > cfg.max_tasks:
         raise InputError(f"the network has {len(tasks)} tasks, more than the limit of {cfg.max_tasks}")
-    dev = predictor.resolve_device(device, target) if predictor.devices else None
+    dev = predictor.device_of(device, target)
     dev_id = dev.device_id if dev is not None else None
     tgt = target if target is not None else (dev.target if dev is not None else None)
     if tgt is None:
@@ -308,18 +308,20 @@ def estimate_network(
             candidates = sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
             source = "sampled"
             detail = f"the best-predicted of {len(candidates)} schedules sampled from the design space (not tuned)"
-        featurized, _ = featurize_each([sch.mod for sch in candidates], tgt,
-                                       [f"task {task.name}, schedule {j}" for j in range(len(candidates))])
-        kept = [sch for sch, t in zip(candidates, featurized) if t is not None]
-        trees = [t for t in featurized if t is not None]
-        if not trees:
-            raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized")
-        # a checkpoint trained with trace tokens reads each schedule's trace (a record's replayed, or a sample's)
-        traces = predictor.trace_vectors(kept)
-        i = int(np.argmin(predictor.predict_trees(trees, dev_id, traces))) if len(trees) > 1 else 0
-        trace = None if traces is None else traces[i:i + 1]
-        lat, low, high = (float(v[0]) for v in predictor.predict_trees_interval([trees[i]], dev_id, trace))
-        warm = (float(predictor.predict_trees([trees[i]], out.warm_device, trace)[0])
+        # the prediction core; a checkpoint trained with trace tokens reads each schedule's trace
+        names = [f"task {task.name}, schedule {j}" for j in range(len(candidates))]
+        chosen = predictor.predict_each(candidates, tgt, dev_id, names, intervals=len(candidates) == 1,
+                                        keep_inputs=True)
+        if not np.isfinite(chosen.latency_s).any():
+            why = next((p for p in chosen.problems if p), "no prediction")
+            raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized ({why})")
+        i = int(np.nanargmin(chosen.latency_s))
+        program = FeaturizedProgram(chosen.trees[i], None if chosen.traces is None else chosen.traces[i])
+        if len(candidates) > 1:  # the interval of the chosen schedule alone, from its features
+            chosen, i = predictor.predict_each([program], tgt, dev_id, on_error="raise"), 0
+        lat, low, high = (float(v[i]) for v in (chosen.latency_s, chosen.low_s, chosen.high_s))
+        warm = (float(predictor.predict_each([program], tgt, out.warm_device, intervals=False,
+                                             on_error="raise").latency_s[0])
                 if out.warm_device is not None else None)
         out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured, warm,
                                       measured_warm))

@@ -189,11 +189,13 @@ def _run_estimate(args) -> int:
     predictor = LatencyPredictor.load(args.checkpoint)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        dev = predictor.resolve_device(args.device, json.loads(args.target) if args.target else None)
+        dev = predictor.device_of(args.device, json.loads(args.target) if args.target else None)
+    if dev is None and not args.target:
+        raise InputError("--target: the checkpoint records no device; give --target")
     target = Target(json.loads(args.target)) if args.target else Target(dev.target)
     tasks, name = load_network(args.network, target)
     database = work_dir_best(Path(args.database)) if args.database else None
-    est = estimate_network(predictor, tasks, dev.device_id, target, database, EstimateConfig(samples=args.samples))
+    est = estimate_network(predictor, tasks, getattr(dev, "device_id", None), target, database, EstimateConfig(samples=args.samples))
     print(f"network {name}")
     print(format_estimate(est))
     if est.measured_total_s is not None:

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 import numpy as np
 
 from cdmpp.featurize import featurize_each, featurize_many
-from cdmpp.featurize.trace import schedule_trace_vectors, with_trace_tokens
+from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors, with_trace_tokens
 
 from .dataset import WARM_SUFFIX, warm_device_id
 from .device import (
@@ -52,6 +52,30 @@ if TYPE_CHECKING:  # annotations only: importing TVM here would load it with thi
 
 TargetLike = Union["Target", dict, str]
 """A TVM target: a ``Target``, a dict (``{"kind": "llvm", ...}``), a tag or a JSON string."""
+
+OnError = Literal["raise", "mark", "zero"]
+"""What the prediction core (:meth:`LatencyPredictor.predict_each`) does with a program it
+cannot featurize: ``"raise"`` its ``UnsupportedProgramError``; ``"mark"`` it with NaN
+latencies and its reason in ``Predictions.problems`` (and the log), and go on with the
+others; ``"zero"``, as ``"mark"`` but with an infinite latency, so that a tuner's score
+(a reference time over the latency) is 0."""
+
+ON_ERROR = ("raise", "mark", "zero")
+
+
+@dataclass(frozen=True)
+class FeaturizedProgram:
+    """A program featurized already, which :meth:`LatencyPredictor.predict_each` takes in
+    place of the program (from an earlier call's ``keep_inputs``).
+
+    Attributes:
+        tree: its compact AST.
+        trace: float32 ``(TRACE_DIM,)``: its schedule-trace vector (NaN: none), or ``None``
+            for a checkpoint that reads no traces.
+    """
+
+    tree: "ProgramAST"
+    trace: np.ndarray | None = None
 
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
 
@@ -170,6 +194,16 @@ class LatencyPredictor:
             return None
         return self.resolve_device().target or None
 
+    def device_of(self, device: str | None = None, target: TargetLike | None = None) -> DeviceDescriptor | None:
+        """The device a prediction is for, resolved in this one place: :meth:`resolve_device`'s
+        choice, or ``None`` for a checkpoint without a device table (which predicts for the
+        device it was trained on).
+
+        Raises:
+            UnknownDeviceError: a device id the checkpoint does not know.
+        """
+        return self.resolve_device(device, target) if self._known else None
+
     def resolve_device(self, device: str | None = None, target: TargetLike | None = None) -> DeviceDescriptor:
         """The known device a prediction is for (the rules are in the module docstring).
 
@@ -276,7 +310,7 @@ class LatencyPredictor:
                 IRModule instead of a Schedule or TuningRecord).  A ``trace_optional``
                 checkpoint predicts such an input from its leaves alone.
         """
-        return self.predict_each(mods, target, device, intervals=False, strict=True).latency_s
+        return self.predict_each(mods, target, device, intervals=False, on_error="raise").latency_s
 
     @property
     def reads_traces(self) -> bool:
@@ -326,9 +360,8 @@ class LatencyPredictor:
             InputError: :attr:`reads_traces`, not ``trace_optional`` and no ``traces``, or
                 ``traces`` of another shape.
         """
-        row = 0
-        if self._known:
-            row = self._row(self.resolve_device(device).device_id)
+        dev = self.device_of(device)
+        row = self._row(dev.device_id) if dev is not None else 0
         if len(trees) == 0:
             return np.zeros(0, dtype=np.float64)
         return self.predict_featurized(self._leaves(trees, traces), device_rows=row)
@@ -364,7 +397,7 @@ class LatencyPredictor:
             (the raw MC-dropout percentiles, much too narrow, when the checkpoint records
             no calibration: ``metadata["interval"]``).
         """
-        out = self.predict_each(mods, target, device, strict=True)
+        out = self.predict_each(mods, target, device, on_error="raise")
         return out.latency_s, out.low_s, out.high_s
 
     def predict_trees_interval(self, trees: Sequence[ProgramAST], device: str | None = None,
@@ -372,7 +405,8 @@ class LatencyPredictor:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
         from cdmpp.intervals import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
 
-        row = self._row(self.resolve_device(device).device_id) if self._known else 0
+        dev = self.device_of(device)
+        row = self._row(dev.device_id) if dev is not None else 0
         n = len(trees)
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
@@ -388,56 +422,67 @@ class LatencyPredictor:
         return np.exp(point), low, high
 
     def predict_each(self, programs: Sequence, target: TargetLike | None = None, device: str | None = None,
-                     names: Sequence[str] | None = None, intervals: bool = True, strict: bool = False,
+                     names: Sequence[str] | None = None, intervals: bool = True, on_error: OnError = "mark",
                      keep_inputs: bool = False) -> "Predictions":
         """The prediction core: programs in, each one's latency (and 10-90% interval) out.
 
         Every path that predicts programs goes through it: :meth:`predict` and
-        :meth:`predict_interval` (``strict``), ``cdmpp predict``, ``cdmpp estimate``, the
-        HTTP service's ``/predict`` and the MetaSchedule plugin (``intervals=False``,
-        ``keep_inputs``).  Programs are featurized together; with ``strict=False`` a
-        program that cannot be featurized is named in the log, gets its reason in
-        ``problems`` and NaN latencies, and the others go on
-        (:func:`cdmpp.featurize.featurize_each`).  Each Schedule's or TuningRecord's
+        :meth:`predict_interval` (``on_error="raise"``), ``cdmpp predict``, ``cdmpp
+        estimate`` and ``POST /estimate`` (:func:`cdmpp.estimate.estimate_network`), the
+        HTTP service's ``/predict`` and the MetaSchedule plugin (``on_error="zero"``,
+        ``intervals=False``, ``keep_inputs``).  Programs are featurized together
+        (:func:`cdmpp.featurize.featurize_each`); each Schedule's or TuningRecord's
         schedule trace is read for a trace-token checkpoint.
 
         Args:
-            programs: PrimFuncs, one-PrimFunc IRModules, Schedules or TuningRecords (a
-                single one is accepted too).
+            programs: PrimFuncs, one-PrimFunc IRModules, Schedules, TuningRecords or
+                :class:`FeaturizedProgram` (a single one is accepted too).
             target: TVM target for featurizing and for choosing the device
-                (:meth:`resolve_device`); default the device's.
+                (:meth:`device_of`); default the device's.
             device: a device id the checkpoint knows.
             names: a name of each program for the log.
             intervals: also the 10-90% interval (MC dropout, calibrated); ``False``: one
                 forward pass, ``low_s``/``high_s`` NaN.
-            strict: raise on the first program that cannot be featurized instead.
+            on_error: what a program that cannot be featurized gets (:data:`OnError`).
             keep_inputs: also return each program's compact AST and trace vector
-                (``trees``, ``traces``), for a caller that keeps them (the plugin).
+                (``trees``, ``traces``), to pass back as :class:`FeaturizedProgram`.
 
         Returns:
             :class:`Predictions`, each array float64 ``(len(programs),)`` in seconds.
 
         Raises:
             UnknownDeviceError: an unknown device.  InputError: a program without a trace
-                for a checkpoint that needs one.  UnsupportedProgramError: with ``strict``,
-                a program that is not a scheduled program the featurizer supports.
+                for a checkpoint that needs one, or an unknown ``on_error``.
+                UnsupportedProgramError: with ``on_error="raise"``, a program that is not a
+                scheduled program the featurizer supports.
         """
+        if on_error not in ON_ERROR:
+            raise InputError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         programs = list(programs) if isinstance(programs, (list, tuple)) else [programs]
-        dev = self.resolve_device(device, target) if self._known else None
+        dev = self.device_of(device, target)
         dev_id = dev.device_id if dev is not None else None
         feat_target = target if target is not None else (dev.target if dev is not None else None)
         n = len(programs)
-        if strict:
-            traces_all = self.trace_vectors(programs)  # a missing trace is refused before featurizing
-            trees = featurize_many(programs, feat_target) if programs else []
-            problems = [""] * n
-        else:
-            trees, problems = featurize_each(programs, feat_target, names)
+        raw = [i for i, p in enumerate(programs) if not isinstance(p, FeaturizedProgram)]
+        trees: list = [p.tree if isinstance(p, FeaturizedProgram) else None for p in programs]
+        problems = [""] * n
+        raw_traces = None
+        if raw:
+            raw_programs = [programs[i] for i in raw]
+            if on_error == "raise":
+                raw_traces = self.trace_vectors(raw_programs)  # a missing trace is refused before featurizing
+                for i, t in zip(raw, featurize_many(raw_programs, feat_target)):
+                    trees[i] = t
+            else:
+                got, why = featurize_each(raw_programs, feat_target, [names[i] for i in raw] if names else None)
+                for i, t, w in zip(raw, got, why):
+                    trees[i], problems[i] = t, w
         ok = [i for i, t in enumerate(trees) if t is not None]
         out = Predictions(*(np.full(n, np.nan) for _ in range(3)), problems, dev_id)
-        traces = None
+        if on_error == "zero":
+            out.latency_s[[i for i in range(n) if trees[i] is None]] = np.inf
+        traces = self._traces_of(programs, ok, raw, raw_traces)
         if ok:
-            traces = traces_all if strict else self.trace_vectors([programs[i] for i in ok])
             ok_trees = [trees[i] for i in ok]
             if intervals:
                 point, low, high = self.predict_trees_interval(ok_trees, dev_id, traces)
@@ -451,6 +496,26 @@ class LatencyPredictor:
                 out.traces = np.full((n, traces.shape[1]), np.nan, dtype=np.float32)
                 out.traces[ok] = traces
         return out
+
+    def _traces_of(self, programs: list, ok: list[int], raw: list[int], raw_traces) -> np.ndarray | None:
+        """float32 ``(len(ok), TRACE_DIM)``: the trace vectors of the featurized programs
+        ``ok`` (given ones from their :class:`FeaturizedProgram`, the others read from
+        their schedule traces), or ``None`` for a checkpoint that reads no traces."""
+        if not self.reads_traces or not ok:
+            return None
+        pos = {i: j for j, i in enumerate(raw)}
+        read = [i for i in ok if not isinstance(programs[i], FeaturizedProgram)]
+        fresh = (raw_traces[[pos[i] for i in read]] if raw_traces is not None
+                 else self.trace_vectors([programs[i] for i in read])) if read else None
+        rows, k = [], 0
+        for i in ok:
+            if isinstance(programs[i], FeaturizedProgram):
+                t = programs[i].trace
+                rows.append(np.full(TRACE_DIM, np.nan, np.float32) if t is None else np.asarray(t, np.float32))
+            else:
+                rows.append(fresh[k])
+                k += 1
+        return np.stack(rows).astype(np.float32)
 
     def _without_trace(self, n: int, traces: np.ndarray | None) -> np.ndarray:
         """bool ``(n,)``: the programs predicted without a trace token (a ``trace_optional``

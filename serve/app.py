@@ -246,7 +246,7 @@ def _worker_predict(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dev = _WORKER_PREDICTOR.resolve_device(device, target) if _WORKER_PREDICTOR.devices else None
+            dev = _WORKER_PREDICTOR.device_of(device, target)
     except UnknownDeviceError as err:
         return 422, f"device: {err}"
     except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
@@ -290,7 +290,7 @@ def _worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dev = pred.resolve_device(req.get("device"), req.get("target")) if pred.devices else None
+            dev = pred.device_of(req.get("device"), req.get("target"))
         target = Target(req["target"]) if req.get("target") is not None else Target(dev.target)
     except UnknownDeviceError as err:
         return 422, f"device: {err}"

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
+from cdmpp import InputError, UnsupportedProgramError
 from cdmpp.cli import main
+from cdmpp.predictor import FeaturizedProgram
 
 NET_PY = '''
 import torch
@@ -82,6 +84,18 @@ def test_predict_prints_what_the_python_api_predicts_trace_included(tiny_collect
     assert pred.problems[0] == pred.problems[2] == "" and pred.problems[1].startswith("cannot be featurized")
     assert np.isnan(pred.latency_s[1]) and np.isnan(pred.low_s[1])
     np.testing.assert_allclose(pred.latency_s[[0, 2]], lat[:2], rtol=1e-4)
+    # the same core under the other error policies: a tuner's score 0 (infinite latency), or the error raised
+    zero = predictor.predict_each([records[0], "not a program"], records[0].target, intervals=False, on_error="zero")
+    assert np.isinf(zero.latency_s[1]) and np.isfinite(zero.latency_s[0])
+    with pytest.raises(UnsupportedProgramError):
+        predictor.predict_each([records[0], "not a program"], records[0].target, on_error="raise")
+    with pytest.raises(InputError, match="on_error must be one of raise, mark, zero"):
+        predictor.predict_each([records[0]], records[0].target, on_error="skip")
+    # a program featurized already (keep_inputs) predicts as the program itself
+    kept = predictor.predict_each(records[:2], records[0].target, intervals=False, keep_inputs=True)
+    again = predictor.predict_each([FeaturizedProgram(t, tr) for t, tr in zip(kept.trees, kept.traces)],
+                                   records[0].target, intervals=False)
+    np.testing.assert_allclose(again.latency_s, kept.latency_s, rtol=1e-6)
     assert len(rows) == len(records) >= 3
     assert [p.problem for p in predict_programs(predictor, summary.device_dir)[0]] == [""] * len(rows)
 

@@ -179,7 +179,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
     def _featurize(self, keys: list[str], schedules: list, target) -> None:
         # the predictor's core, without intervals; a candidate that cannot be featurized is scored 0
         pred = self.predictor.predict_each(schedules, target, self.device_id, [f"candidate {k}" for k in keys],
-                                           intervals=False, keep_inputs=True)
+                                           intervals=False, on_error="zero", keep_inputs=True)
         ok = [i for i, t in enumerate(pred.trees) if t is not None]
         for i, t in enumerate(pred.trees):
             if t is None:
@@ -233,8 +233,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         return scores
 
     def _choose_device(self, target) -> None:
-        if self.predictor.devices:
-            self.device_id = self.predictor.resolve_device(self.device, target).device_id
+        dev = self.predictor.device_of(self.device, target)
+        if dev is not None:
+            self.device_id = dev.device_id
         logger.info("cdmpp cost model: scoring with checkpoint %s for device %s; tuning target %s",
                     self.checkpoint or "(shipped)", self.device_id or "(unrecorded)", target)
 

@@ -309,7 +309,7 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
                 watcher.join()
     result.new_trials = count_trials(work_dir) - kept
     predictor = LatencyPredictor.load(cfg.checkpoint)
-    dev = predictor.resolve_device(device, target).device_id if predictor.devices else None
+    dev = getattr(predictor.device_of(device, target), "device_id", None)
     result.tasks = task_rows(tasks, work_dir, predictor, target, dev)
     write_tasks(result.tasks, work_dir / TASKS_FILE)
     if result.interrupted:
