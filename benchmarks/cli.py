@@ -37,9 +37,17 @@ def usage() -> str:
     """The list of benches, one line each, as ``cdmpp bench --help`` prints it."""
     width = max(map(len, BENCHES))
     lines = ["usage: cdmpp bench NAME [options]   (cdmpp bench NAME --help: that bench's options)", "",
-             "benchmarks and studies of cdmpp, run from a source checkout:"]
+             "benchmarks and studies of cdmpp (the benchmarks package):"]
     lines += [f"  {name:<{width}}  {help_line}" for name, (_, help_line) in BENCHES.items()]
     return "\n".join(lines)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` group to ``cdmpp``'s subcommands (the ``cdmpp.commands`` entry point
+    of this package, :data:`cdmpp.cli.COMMAND_GROUP`); a bench parses its own arguments."""
+    s = sub.add_parser("bench", add_help=False, help="benchmarks and studies (`cdmpp bench --help` lists them)")
+    s.add_argument("bench_name", nargs="?", default=None, metavar="NAME")
+    s.set_defaults(func=lambda args, rest: main(args.bench_name, rest), passes_rest=True)
 
 
 def main(name: str | None, argv: list[str]) -> int:

@@ -15,28 +15,32 @@
     cdmpp estimate NET|relax.json|module.py:function --device D   a whole network's per-task table and total
     cdmpp tune     NET|relax.json|module.py:function --work-dir W   tune a network with the plugin, build it
     cdmpp serve                         HTTP prediction service
-    cdmpp bench NAME ...                benchmarks and studies: tune, truth-check, calibrate, speed, serve-load,
-                                        collect-rate, search-check, repeat-check, adapt-table, fit-study
+    cdmpp bench NAME ...                benchmarks and studies (the ``benchmarks`` package registers this
+                                        group through the ``cdmpp.commands`` entry point)
 
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import logging
 import sys
 import warnings
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from .data_cli import add_parsers as add_data_parsers
 from .data_cli import expand_work_dir
-from .errors import CdmppError, InputError
+from .errors import CdmppError
 from .inference_cli import add_parsers as add_inference_parsers
 from .predictor import DEFAULT_CHECKPOINT
 from .recipe_args import add_model_arguments, model_configs
 from .train.config import TrainData
+
+COMMAND_GROUP = "cdmpp.commands"
+"""Entry-point group of the command groups other packages add to ``cdmpp``: each entry is a
+function ``add_parser(subparsers)`` that adds its subcommand; a subcommand whose defaults
+set ``passes_rest=True`` gets the arguments it does not declare as ``func(args, rest)``."""
 
 
 def _run_train(args) -> int:
@@ -307,38 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_parser(sub)
 
     add_inference_parsers(sub)
-    s = sub.add_parser("bench", add_help=False,
-                       help="benchmarks and studies, from a source checkout (`cdmpp bench --help` lists them)")
-    s.add_argument("bench_name", nargs="?", default=None, metavar="NAME")
-    s.set_defaults(func=_run_bench)
+    for entry in entry_points(group=COMMAND_GROUP):  # command groups of other packages: `cdmpp bench`
+        entry.load()(sub)
     return p
-
-
-def _benchmarks_cli():
-    """The ``benchmarks.cli`` module of this source checkout (the studies are not installed
-    with the package; an installed ``benchmarks`` is used only without a checkout).
-
-    Raises:
-        InputError: no ``benchmarks/`` beside the package and none importable.
-    """
-    if "benchmarks" not in sys.modules:
-        init = Path(__file__).resolve().parent.parent / "benchmarks" / "__init__.py"
-        if init.is_file():
-            spec = importlib.util.spec_from_file_location("benchmarks", init, submodule_search_locations=[str(init.parent)])
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["benchmarks"] = module
-            spec.loader.exec_module(module)
-    try:
-        return importlib.import_module("benchmarks.cli")
-    except ModuleNotFoundError as err:
-        if err.name not in ("benchmarks", "benchmarks.cli"):
-            raise
-        raise InputError("cdmpp bench runs from a source checkout: the benchmarks/ folder is not installed with "
-                         "the package (git clone the repository and pip install -e . there)") from None
-
-
-def _run_bench(args, rest: list[str]) -> int:
-    return _benchmarks_cli().main(args.bench_name, rest)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
@@ -367,11 +342,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command != "bench" and rest:
+    passes_rest = getattr(args, "passes_rest", False)  # a command group that parses its own arguments
+    if not passes_rest and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     _quiet_warnings()
     try:
-        return int((args.func(args, rest) if args.command == "bench" else args.func(args)) or 0)
+        return int((args.func(args, rest) if passes_rest else args.func(args)) or 0)
     except CdmppError as err:
         if args.debug:
             raise

@@ -160,8 +160,13 @@ def _run_collect(args) -> int:
     # Ctrl-C and `kill` both stop cleanly, also where a background shell ignores SIGINT
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    guide = None
+    if cfg.tuned_tasks and cfg.tuned_guide == "cdmpp":
+        from .tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off the CLI's import)
+
+        guide = CdmppCostModel.guide(cfg.tuned_checkpoint)
     try:
-        s = collect(cfg, should_stop=lambda: bool(requests))
+        s = collect(cfg, should_stop=lambda: bool(requests), guide=guide)
     except (KeyboardInterrupt, RuntimeError) as err:
         # a signal that lands inside a TVM callback comes back as a RuntimeError
         if not requests or isinstance(err, MachineBusyError):

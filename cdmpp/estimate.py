@@ -33,11 +33,9 @@ from .dataset import database_files
 from .errors import InputError
 from .predictor import FeaturizedProgram
 from .records import iter_json_lines, parse_record
-from .tasks import Task
+from .tasks import Task, relax_tasks, zoo_tasks  # noqa: F401  (relax_tasks, zoo_tasks: re-exported)
 
 if TYPE_CHECKING:  # annotations only: TVM loads when a function runs
-    from tvm.ir import IRModule
-    from tvm.target import Target
 
     from .predictor import LatencyPredictor, TargetLike
 
@@ -141,38 +139,6 @@ class NetworkEstimate:
     def to_json(self) -> dict:
         """A JSON-able dict (what ``POST /estimate`` returns), with :attr:`network_s`."""
         return {**asdict(self), "network_s": self.network_s}
-
-
-def relax_tasks(mod: IRModule, target: Target) -> list[Task]:
-    """The tuning tasks of a Relax IRModule for ``target`` (a ``Target`` or dict).
-
-    Raises:
-        InputError: ``mod`` is not an IRModule, or TVM cannot extract tasks from it.
-    """
-    from .tvm_compat import IRModule, Target, extract_tasks  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    if not isinstance(mod, IRModule):
-        raise InputError(f"relax: the JSON holds a {type(mod).__name__}, not an IRModule")
-    target = target if isinstance(target, Target) else Target(target)
-    try:
-        extracted = extract_tasks(mod, target)
-    except Exception as err:  # noqa: BLE001  TVM raises its own error types
-        raise InputError(f"relax: TVM cannot extract tuning tasks from this module: {str(err).strip()[:300]}") from err
-    return [Task(str(t.task_name), int(t.weight), t.dispatched[0]) for t in extracted]
-
-
-def zoo_tasks(network: str, target: TargetLike) -> list[Task]:
-    """The tuning tasks of a zoo network (:func:`cdmpp.networks.network_names`).
-
-    Raises:
-        UnknownNetworkError: not a zoo network.
-    """
-    from . import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
-    from .tvm_compat import Target, relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    spec = zoo.get_network(network)
-    target = target if isinstance(target, Target) else Target(target)
-    return relax_tasks(relax_module_from_torch(spec.build(), spec.example_inputs(), target), target)
 
 
 @dataclass

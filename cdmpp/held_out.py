@@ -8,7 +8,7 @@ programs out of training and validation (``train.splits``).
 
 Their workload keys (MetaSchedule's structural hashes of the tasks' PrimFuncs) ship in
 ``held_out_workloads.json`` beside this module, for TVM's ``llvm`` and ``cuda`` targets,
-so that a split needs no Relax import; :func:`compute_held_out_file` writes it again.
+so that a split needs no Relax import; :func:`cdmpp.collect.sampling.compute_held_out_file` writes it again.
 The file keeps the keys of every torch -> Relax import the corpus was collected with (the
 import with the weights as per-call inputs, and the deployed import whose weight
 transposes run once at load): a key once held out stays held out.
@@ -32,23 +32,3 @@ def held_out_keys() -> frozenset[str]:
     shipped file (strings of MetaSchedule's structural hash, as in a JSONDatabase)."""
     data = json.loads(HELD_OUT_FILE.read_text(encoding="utf-8"))
     return frozenset(k for by_net in data["workloads"].values() for keys in by_net.values() for k in keys)
-
-
-def compute_held_out_file(path: Path = HELD_OUT_FILE) -> dict:
-    """Extract the held-out networks' tasks for each of :data:`KEY_TARGETS` and add their
-    workload keys to those already in ``path`` (about a minute on 2 cores); no key is
-    dropped.  Returns what it wrote."""
-    from .collect.sampling import held_out_workloads  # noqa: PLC0415  (keeps torch and tvm off this module's import)
-    from .tvm_compat import Target, tvm_version  # noqa: PLC0415  (keeps tvm off this module's import)
-
-    old = json.loads(Path(path).read_text(encoding="utf-8"))["workloads"] if Path(path).is_file() else {}
-    new = {kind: held_out_workloads(HELD_OUT_NETWORKS, Target(t), {}) for kind, t in KEY_TARGETS.items()}
-    data = {
-        "tvm_version": tvm_version(),
-        "networks": list(HELD_OUT_NETWORKS),
-        "workloads": {kind: {net: sorted(set(keys) | set(old.get(kind, {}).get(net, [])))
-                             for net, keys in by_net.items()} for kind, by_net in new.items()},
-    }
-    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    held_out_keys.cache_clear()
-    return data

@@ -149,7 +149,7 @@ def load_network(spec: str, target) -> tuple[list, str]:
     Raises:
         InputError, UnknownNetworkError: as :func:`load_relax`.
     """
-    from .estimate import relax_tasks, zoo_tasks  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tasks import relax_tasks, zoo_tasks  # noqa: PLC0415  (keeps tvm off this module's import)
 
     if ".py:" in spec or spec.endswith(".json"):
         net = load_relax(spec, target)

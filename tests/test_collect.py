@@ -7,6 +7,7 @@ import pytest
 from cdmpp import dataset as ds
 from cdmpp.collect import collect
 from cdmpp.errors import InputError
+from cdmpp.tuning.cost_model import CdmppCostModel
 
 
 def _program_keys(device_dir):
@@ -277,7 +278,9 @@ def test_the_tuned_phase_adds_a_tuners_programs_to_the_largest_task(tmp_path):
     cfg = CollectConfig(networks=["dcgan-b1"], out_dir=tmp_path, programs_per_task=3, batch_size=4,
                         max_tasks_per_network=2, evolutionary_fraction=0.0, measure=MeasureConfig(repeat=3),
                         tuned_tasks=1, tuned_programs=4, tuned_guide="cdmpp", tuned_population=16)
-    run = collect(cfg, progress=False)
+    with pytest.raises(InputError, match="needs the plugin as guide="):
+        collect(cfg, progress=False)
+    run = collect(cfg, progress=False, guide=CdmppCostModel.guide())
     m = json.loads((run.device_dir / ds.MANIFEST_FILE).read_text())
     db = ds.load_device_dir(run.device_dir)
     counts = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workload_keys))

@@ -62,7 +62,7 @@ def test_the_held_out_test_networks_workloads_are_never_trained_on():
 
 def test_the_shipped_held_out_keys_are_those_of_a_fresh_extraction():
     """``cdmpp/held_out_workloads.json`` lists the LLaMA-style decoder's workloads as its
-    Relax import gives them today (``cdmpp.held_out.compute_held_out_file`` adds them), and
+    Relax import gives them today (``cdmpp.collect.sampling.compute_held_out_file`` adds them), and
     keeps those of the import with the weights as per-call inputs (its weight transposes)."""
     import json
 

@@ -142,15 +142,17 @@ def test_the_collector_reaches_the_metaschedule_side_without_the_http_service():
 
 
 def test_the_product_imports_no_benchmark():
-    """No module of the installed product imports the ``benchmarks`` package, which is not
-    installed with it (``cdmpp bench`` loads it from the checkout by path), and the
-    package list of ``pyproject.toml`` leaves it out."""
+    """No module of the product imports the ``benchmarks`` package (its own package, which
+    adds ``cdmpp bench`` through the ``cdmpp.commands`` entry point), by an import statement
+    at any depth or by a file path."""
     modules = _modules()
     bad = [f"{path.relative_to(ROOT)}:{line} {base}" for m, path in modules.items() if not m.startswith("benchmarks")
            for base, _, line in _imports(m, path, modules) if base.split(".")[0] == "benchmarks"]
+    bad += [str(p.relative_to(ROOT)) for m, p in modules.items() if not m.startswith("benchmarks")
+            and re.search(r"""["']benchmarks["'/]""", p.read_text(encoding="utf-8"))]
     assert not bad, bad
-    packages = re.search(r"^packages = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
-    assert "bench" not in packages and '"cdmpp"' in packages
+    toml = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^\[project\.entry-points\."cdmpp\.commands"\]\nbench = "benchmarks\.cli:add_parser"', toml, re.M)
 
 
 def test_the_readme_is_a_short_user_guide():
@@ -169,3 +171,45 @@ def test_the_cli_reference_matches_the_parsers():
 
     assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == reference(), \
         "docs/cli.md is stale: run `cdmpp bench cli-reference -o docs/cli.md`"
+
+
+LAYERS = (
+    ("core", ("cdmpp", "cdmpp.errors", "cdmpp.records", "cdmpp.device", "cdmpp.tvm_compat", "cdmpp.dataset",
+              "cdmpp.featurize", "cdmpp.encoder", "cdmpp.model", "cdmpp.tree_gnn", "cdmpp.cache_fit", "cdmpp.roofline",
+              "cdmpp.intervals", "cdmpp.predictor")),
+    ("networks and tasks", ("cdmpp.tasks", "cdmpp.held_out", "cdmpp.networks", "cdmpp.network_input",
+                            "cdmpp.kernel_class")),
+    ("collect", ("cdmpp.collect",)),
+    ("estimate and tune", ("cdmpp.estimate", "cdmpp.tuning")),
+    ("train", ("cdmpp.train",)),
+    ("serve", ("cdmpp.serve",)),
+    ("cli", ("cdmpp.cli", "cdmpp.data_cli", "cdmpp.inference_cli", "cdmpp.recipe_args")),
+    ("benchmarks", ("benchmarks",)),
+)
+"""The layers, lowest first: a module imports nothing of a layer above its own."""
+
+
+def _layer(module: str) -> int | None:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    return None if best is None else best[0]
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    """The layers of :data:`LAYERS`: the core (featurize, model, predictor, records, device)
+    imports no train/, serve/, CLI or benchmarks code, the collector nothing of the tuner, and
+    so on up, at module level or inside a function."""
+    modules = _modules()
+    bad = []
+    for m, path in modules.items():
+        own = _layer(m)
+        assert own is not None, f"{m} is in no layer of LAYERS"
+        for base, names, line in _imports(m, path, modules):
+            for target in [base, *(f"{base}.{n}" for n in names)]:
+                if target in modules and (up := _layer(target)) is not None and up > own:
+                    bad.append(f"{path.relative_to(ROOT)}:{line} ({LAYERS[own][0]}) imports {target} "
+                               f"({LAYERS[up][0]})")
+    assert not bad, "\n".join(sorted(set(bad)))

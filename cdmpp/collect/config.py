@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.errors import CdmppError, InputError
+from cdmpp.held_out import HELD_OUT_NETWORKS
 
 SAMPLING_POLICY = (
     "per task, first replay-trace: uniform random decisions over MetaSchedule's post-order-apply design "
@@ -28,8 +29,6 @@ TUNED_POLICY = (
     "order) measured before its tuned phase began."
 )
 
-#: the held-out test networks (:mod:`cdmpp.networks.unseen`): no workload of theirs is ever collected
-HELD_OUT_NETWORKS = ("convnext_tiny-b1", "gpt2_small-b1s128", "llama_1024-b1s128")
 
 INPUT_FILL = (
     "TVM's random fill (values between 1 and 10) for every argument, except the integer index arguments "

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from cdmpp.errors import InputError
 
 from .. import dataset as ds
-from ..device import DeviceUnavailableError, local_cpu, local_gpu
+from ..device import DeviceDescriptor, DeviceUnavailableError, local_cpu, local_gpu
 from ..held_out import held_out_keys
 from ..tasks import Task
 from .config import CollectConfig, CollectSummary, MachineBusyError
@@ -42,8 +42,9 @@ from .vm_call import measure_vm_call
 class _Collection:
     """One ``collect`` call: its store, manifest, bench and counts; visits tasks one by one."""
 
-    def __init__(self, cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress=True):
-        self.cfg, self.device, self.dir, self.progress = cfg, device, device_dir, progress
+    def __init__(self, cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress=True,
+                 guide=None):
+        self.cfg, self.device, self.dir, self.progress, self.guide = cfg, device, device_dir, progress, guide
         self.store, self.manifest, self.bench, self.workloads = store, manifest, bench, workloads
         self.should_stop = should_stop
         self.measured = self.failed = self.dups = self.task_errors = 0
@@ -126,7 +127,7 @@ class _Collection:
             ctx, cost_model = make_tune_context(
                 task, self.bench.target, self.device, phase, seed, self.store, wl, population,
                 self._models.get(model_key), clock, sampling_threads(self.device.cores, cfg.tasks_in_flight),
-                cfg.tuned_guide, cfg.tuned_checkpoint,
+                self.guide if phase == "tuned" else None,
             )
         if cost_model is not None:  # it learns each batch timed below; later rounds of this run reuse it
             self._models[model_key] = cost_model
@@ -302,12 +303,17 @@ class _Collection:
 
 
 def collect(
-    cfg: CollectConfig, progress: bool = True, should_stop: Callable[[], bool] | None = None
+    cfg: CollectConfig, progress: bool = True, should_stop: Callable[[], bool] | None = None,
+    guide: Callable[[DeviceDescriptor], object] | None = None,
 ) -> CollectSummary:
     """Measure programs of the given networks' tasks on the local CPU; resumable.
 
     Args:
         cfg: what to collect and how to measure it.
+        guide: with ``cfg.tuned_guide == "cdmpp"``, the tuned phase's cost model for a
+            device, a MetaSchedule cost model (the plugin's:
+            :meth:`cdmpp.tuning.cost_model.CdmppCostModel.guide`); the collector imports
+            nothing of the tuner.
         progress: show a progress bar with an ETA on stderr.
         should_stop: polled between measurement batches; when it returns True the
             collection ends after the batch in flight, with every finished record stored
@@ -319,8 +325,9 @@ def collect(
 
     Raises:
         KeyError: an unknown network name.
-        InputError: ``cfg.evolutionary_fraction`` above 0 without the xgboost package, or
-            ``cfg.tasks_in_flight`` other than 1 or 2 (nothing is written).
+        InputError: ``cfg.evolutionary_fraction`` above 0 without the xgboost package,
+            ``cfg.tasks_in_flight`` other than 1 or 2, or ``tuned_guide="cdmpp"`` without a
+            ``guide`` (nothing is written).
         DeviceUnavailableError: ``cfg.gpu`` and no CUDA GPU, or no CUDA compiler (nvcc or
             NVRTC), on this host (nothing is written).
         MachineBusyError: the quiet-machine guard waited longer than ``cfg.quiet.max_wait_s``
@@ -334,6 +341,9 @@ def collect(
         zoo.get_network(n)  # fail early on a bad name
     if cfg.tasks_in_flight not in (1, 2):
         raise InputError(f"tasks_in_flight must be 1 or 2, got {cfg.tasks_in_flight}")
+    if cfg.tuned_tasks and cfg.tuned_guide == "cdmpp" and guide is None:
+        raise InputError("tuned_guide 'cdmpp' needs the plugin as guide= "
+                         "(cdmpp.tuning.cost_model.CdmppCostModel.guide(checkpoint))")
     if cfg.evolutionary_fraction > 0 and importlib.util.find_spec("xgboost") is None:
         # else every task fails at its first evolutionary batch (a GPU host without xgboost did)
         raise InputError(
@@ -411,7 +421,7 @@ def collect(
     with build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
         load_tensor_intrinsics(target)
         bench = make_bench(cfg, device, target, clock, tmp)
-        run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress)
+        run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress, guide)
         if cfg.tuned_tasks:
             run.tuned_keys = tuned_task_keys(visit, cfg.tuned_tasks, skip)  # of the tasks this run visits
             if cfg.tuned_only:  # the tuned tasks alone, again round-robin over networks

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import dataset as ds
 from ..device import DeviceDescriptor
 from ..errors import InputError
+from ..held_out import HELD_OUT_FILE, HELD_OUT_NETWORKS, KEY_TARGETS, held_out_keys
 from ..tasks import Task
 from .config import CollectConfig
 from .machine import StageClock
@@ -72,8 +75,8 @@ def sampling_threads(cores: int, tasks_in_flight: int) -> int:
 
 def make_tune_context(
     task: Task, target, device: DeviceDescriptor, phase: str, seed: int, store: DatasetStore, workload, population: int,
-    cost_model=None, clock: StageClock | None = None, threads: int | None = None, guide: str = "xgb",
-    checkpoint: Path | None = None,
+    cost_model=None, clock: StageClock | None = None, threads: int | None = None,
+    guide: Callable[[DeviceDescriptor], object] | None = None,
 ):
     """A TuneContext for one sampling phase, and the phase's cost model (``None`` for random).
 
@@ -83,8 +86,9 @@ def make_tune_context(
     ``cost_model``: the task's cost model from an earlier visit of this run, which has
     learnt every program of the task measured so far; ``None`` makes a new one and trains
     it on them (replaying each record's trace for its features): MetaSchedule's XGBModel,
-    or for ``guide="cdmpp"`` cdmpp's plugin with ``checkpoint`` (``None``: the shipped
-    one) predicting for ``device``.  ``threads``: threads of the search and of XGBoost
+    or for the tuned phase ``guide(device)``, a MetaSchedule cost model that the caller
+    injects (cdmpp's plugin: :meth:`cdmpp.tuning.cost_model.CdmppCostModel.guide`), so
+    that the collector imports nothing of the tuner.  ``threads``: threads of the search and of XGBoost
     (``None``: all cores; see :func:`sampling_threads`)."""
     threads = threads or device.cores
     from ..tvm_compat import ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
@@ -99,12 +103,8 @@ def make_tune_context(
             population_size=population, init_min_unmeasured=min(32, population // 2)
         )
     fresh_model = phase != "random" and cost_model is None
-    if fresh_model and phase == "tuned" and guide == "cdmpp":
-        from ..tuning.cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
-
-        cost_model = CdmppCostModel(str(checkpoint) if checkpoint else None)
-        if device.device_id in cost_model.predictor.devices:  # its row; else the plugin's rule (the target's device)
-            cost_model.device = device.device_id
+    if fresh_model and phase == "tuned" and guide is not None:
+        cost_model = guide(device)
     elif fresh_model:
         extractor = _timed_per_store_feature(clock) if clock is not None else "per-store-feature"
         cost_model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, verbose_eval=1 << 30,
@@ -284,3 +284,22 @@ def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
     cands = ctx.generate_measure_candidates() or []
     ctx.post_tuning()
     return [c.sch for c in cands][:count]
+
+
+def compute_held_out_file(path: Path = HELD_OUT_FILE) -> dict:
+    """Extract the held-out networks' tasks for each of :data:`cdmpp.held_out.KEY_TARGETS` and add their
+    workload keys to those already in ``path`` (about a minute on 2 cores); no key is
+    dropped.  Returns what it wrote."""
+    from ..tvm_compat import Target, tvm_version  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+
+    old = json.loads(Path(path).read_text(encoding="utf-8"))["workloads"] if Path(path).is_file() else {}
+    new = {kind: held_out_workloads(HELD_OUT_NETWORKS, Target(t), {}) for kind, t in KEY_TARGETS.items()}
+    data = {
+        "tvm_version": tvm_version(),
+        "networks": list(HELD_OUT_NETWORKS),
+        "workloads": {kind: {net: sorted(set(keys) | set(old.get(kind, {}).get(net, [])))
+                             for net, keys in by_net.items()} for kind, by_net in new.items()},
+    }
+    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    held_out_keys.cache_clear()
+    return data

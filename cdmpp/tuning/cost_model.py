@@ -26,11 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from cdmpp.device import DeviceDescriptor
 from cdmpp.errors import CheckpointError
 from cdmpp.featurize import FEATURE_DIM
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors
@@ -99,6 +101,21 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
             self.predictor.descriptor(device)  # an unknown id fails here, not in the middle of tuning
 
     # -- persistence -------------------------------------------------------------------------
+    @classmethod
+    def guide(cls, checkpoint: str | Path | None = None) -> Callable[[DeviceDescriptor], "CdmppCostModel"]:
+        """A factory of the plugin as the collector's tuned-phase guide
+        (:func:`cdmpp.collect.collect`'s ``guide``): a new plugin with ``checkpoint``
+        (``None``: the shipped one) per task, predicting for the collecting device when the
+        checkpoint knows it, else for the device its rule picks from the tuning target."""
+
+        def make(device: DeviceDescriptor) -> CdmppCostModel:
+            model = cls(str(checkpoint) if checkpoint else None)
+            if device.device_id in model.predictor.devices:
+                model.device = device.device_id
+            return model
+
+        return make
+
     def _load_predictor(self, path: str | None) -> None:
 
         self.predictor = LatencyPredictor.load(path)
