@@ -6,19 +6,24 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # tests/programs.py
 
 
-#: fixtures that build and time programs on this CPU
+#: fixtures that build and time programs on this CPU: only tests/measuring/ may use them
 MEASURING_FIXTURES = {"tiny_collection", "tiny_featurized", "warm_checkpoint"}
-#: test modules most of whose tests build and time programs (collections, tuning, RPC timing)
-MEASURING_MODULES = {"test_collect", "test_tune", "test_rpc"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests that build and time programs (``measures``): ``.ci/run`` runs the fast
-    layer (``-m "not measures"``) first, then these."""
+    """The two layers: ``tests/unit/`` builds and times nothing, ``tests/measuring/`` builds
+    and times programs on this CPU (marked ``measures``; ``.ci/run`` runs each folder in
+    turn).  A unit test that asks for a measuring fixture is an error."""
+    misplaced = []
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in MEASURING_MODULES or MEASURING_FIXTURES & set(getattr(item, "fixturenames", ())):
+        layer = Path(str(item.fspath)).parent.name
+        if layer == "measuring":
             item.add_marker(pytest.mark.measures)
+        elif MEASURING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(f"tests/unit/ tests that build and time programs (move them to tests/measuring/): "
+                                f"{', '.join(misplaced)}")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -131,3 +136,43 @@ def two_device_dataset(tmp_path_factory):
     ):
         subset_device_folder(src, out / src.name)
     return out
+
+
+@pytest.fixture(scope="module")
+def device_checkpoint(two_device_dataset, tmp_path_factory):
+    """A small model trained over two device folders (``two_device_dataset``), DCGAN held out."""
+    from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.train import train
+
+    out = tmp_path_factory.mktemp("ckpt") / "two"
+    result = train(
+        TrainData([two_device_dataset], "dcgan-b1"),
+        out,
+        ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=False, loop_tokens=False,
+                    pooling="mean"),
+        TrainConfig(epochs=3, batch_size=16),
+        use_wandb=False,
+        progress=False,
+    )
+    assert result.by_device
+    return out, result.rows
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A test client of the HTTP service, with small limits."""
+    from fastapi.testclient import TestClient
+
+    from cdmpp.serve.app import ServeConfig, create_app
+
+    with TestClient(create_app(config=ServeConfig(max_programs=4, max_body_bytes=4_000_000, timeout_s=60))) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped checkpoint's predictor."""
+    from cdmpp.predictor import LatencyPredictor
+
+    return LatencyPredictor.load()

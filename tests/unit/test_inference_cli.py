@@ -1,0 +1,68 @@
+"""``cdmpp predict`` and ``cdmpp estimate``: the command-line twins of the Python API and of /estimate."""
+
+import json
+
+import pytest
+
+from cdmpp.cli import main
+
+NET_PY = '''
+import torch
+
+
+class Block(torch.nn.Module):
+    """Not a zoo network: a 1x1 convolution, a ReLU and a global average."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean(dim=(2, 3))
+
+
+def build():
+    return Block(), (torch.randn(1, 8, 14, 14),)
+
+
+def not_a_model():
+    return 3
+'''
+
+def test_predict_names_a_missing_database(tmp_path, capsys):
+    assert main(["predict", "--work-dir", str(tmp_path)]) == 2
+    assert "database_workload.json" in capsys.readouterr().err
+
+def test_estimate_a_pytorch_network_outside_the_zoo_and_its_relax_json(tmp_path, capsys):
+    from cdmpp.inference_cli import load_network
+    from cdmpp.predictor import LatencyPredictor
+    from cdmpp.tvm_compat import Target, relax_module_from_torch, save_json
+
+    (tmp_path / "net.py").write_text(NET_PY, encoding="utf-8")
+    pred = LatencyPredictor.load()
+    device = pred.devices[0]
+    out = tmp_path / "est.json"
+    assert main(["estimate", f"{tmp_path / 'net.py'}:build", "--device", device, "--samples", "2",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "total (sum of weight x latency)" in text
+    est = json.loads(out.read_text())
+    assert est["device"] == device and len(est["tasks"]) >= 1
+    assert est["total_s"] == pytest.approx(sum(t["weight"] * t["latency_s"] for t in est["tasks"]))
+
+    # the same network as a Relax module in TVM JSON gives the same tasks
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("net", tmp_path / "net.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, inputs = mod.build()
+    target = Target(pred.descriptor(device).target)
+    (tmp_path / "net.json").write_text(save_json(relax_module_from_torch(model, inputs, target)), encoding="utf-8")
+    tasks, _ = load_network(str(tmp_path / "net.json"), target)
+    assert sorted(t.name for t in tasks) == sorted(t["task"] for t in est["tasks"])
+
+    assert main(["estimate", f"{tmp_path / 'net.py'}:not_a_model", "--device", device]) == 2
+    assert "must return (torch.nn.Module" in capsys.readouterr().err
+    assert main(["estimate", str(tmp_path / "missing.json"), "--device", device]) == 2
+    assert "no such file" in capsys.readouterr().err
