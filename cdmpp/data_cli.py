@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from . import dataset as ds
+from .card import card, drift_line
 from .collect import (
     CollectConfig,
     MachineBusyError,
@@ -207,7 +208,7 @@ def _run_remeasure(args) -> int:
             print(f"{d}: skipped: {err}", file=sys.stderr)
             continue
         print(f"{d}: re-measured programs appended to {path}")
-        print(ds.drift_line(d))
+        print(drift_line(d))
     return 0
 
 
@@ -257,7 +258,7 @@ def _run_pack(args) -> int:
     for d in ds.device_dirs(Path(args.dataset)):
         for p in ds.pack(d):
             print(f"{p} ({p.stat().st_size / 2**20:.1f} MiB)")
-        (d / "README.md").write_text(ds.card(d), encoding="utf-8")
+        (d / "README.md").write_text(card(d), encoding="utf-8")
         print(f"{d / 'README.md'} (dataset card)")
     return 0
 

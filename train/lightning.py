@@ -19,13 +19,14 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader
 
-from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs
 from cdmpp.model import LatencyTransformer, ModelConfig
 
 from .config import CMD_DOMAINS, TrainConfig, describe_loss, no_cmd_target  # noqa: F401  (re-exported)
+from .losses import central_moment_discrepancy, drop_trace_tokens, listmle_loss, pairwise_rank_loss, within_task_loss
+from .samplers import IndexDataset, LengthPoolBatchSampler, TaskGroupBatchSampler
 
 
 def cmd_domain_programs(config: "TrainConfig", split) -> np.ndarray:
@@ -34,89 +35,6 @@ def cmd_domain_programs(config: "TrainConfig", split) -> np.ndarray:
     Returns ``split.val`` (int64, shape ``(n,)``) for ``"validation"``, else ``split.test``.
     """
     return split.val if config.cmd_domain == "validation" else split.test
-
-
-class _Indices(Dataset):
-    def __init__(self, index: np.ndarray):
-        self.index = np.asarray(index, dtype=np.int64)
-
-    def __len__(self):
-        return len(self.index)
-
-    def __getitem__(self, i):
-        return int(self.index[i])
-
-
-class TaskGroupBatchSampler(Sampler):
-    """Batches of whole groups of same-task programs, for a within-task ranking loss.
-
-    Each epoch, the programs of every task are shuffled and cut into groups of up to
-    ``group`` programs; the groups are shuffled, laid end to end and cut into batches
-    of ``batch_size`` programs (the last may be shorter), so the batch count is fixed.
-    Every program appears exactly once per epoch.  Deterministic given ``seed``.
-
-    Args:
-        index: int64 ``(N,)`` program indices.
-        workload: int64 ``(N,)`` task (workload) of each of them.
-    """
-
-    def __init__(self, index: np.ndarray, workload: np.ndarray, batch_size: int, group: int, seed: int = 0):
-        super().__init__()
-        self.index, self.workload = np.asarray(index, np.int64), np.asarray(workload, np.int64)
-        self.batch_size, self.group = max(1, batch_size), max(1, group)
-        self.rng = np.random.default_rng(seed)
-
-    def _batches(self) -> list[list[int]]:
-        groups = []
-        for w in np.unique(self.workload):
-            members = self.rng.permutation(self.index[self.workload == w])
-            groups += [members[i : i + self.group] for i in range(0, len(members), self.group)]
-        order = np.concatenate([groups[g] for g in self.rng.permutation(len(groups))]) if groups else self.index
-        return [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-
-    def __iter__(self):
-        return iter(self._batches())
-
-    def __len__(self) -> int:
-        return -(-len(self.index) // self.batch_size)
-
-
-class LengthPoolBatchSampler(Sampler[list[int]]):
-    """Training batches of programs of similar token count, so that a batch pads less.
-
-    Each epoch shuffles ``index``, cuts the order into pools of ``pool`` batches, sorts
-    each pool by token count (stable), cuts it into batches of ``batch_size`` programs and
-    yields the batches in shuffled order: the bucketing by length of sequence-model
-    trainers (for example fairseq's and torchtext's ``BucketIterator``), kept local to a
-    pool so that a batch still mixes tasks.  Every program appears exactly once per
-    epoch.  The draws come from ``generator``, so that a resumed run continues them.
-
-    Args:
-        index: int64 ``(N,)`` program indices.
-        lengths: int64 ``(N,)`` token count of each of them.
-        generator: the ``torch.Generator`` of the shuffles.
-    """
-
-    def __init__(self, index: np.ndarray, lengths: np.ndarray, batch_size: int, pool: int, generator: torch.Generator):
-        super().__init__()
-        self.index, self.lengths = np.asarray(index, np.int64), np.asarray(lengths, np.int64)
-        self.batch_size, self.pool, self.generator = max(1, batch_size), max(1, pool), generator
-
-    def __iter__(self):
-        perm = torch.randperm(len(self.index), generator=self.generator).numpy()
-        batches = []
-        size = self.batch_size * self.pool
-        for start in range(0, len(perm), size):
-            chunk = perm[start : start + size]
-            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches += [self.index[chunk[i : i + self.batch_size]] for i in range(0, len(chunk), self.batch_size)]
-        for b in torch.randperm(len(batches), generator=self.generator).tolist():
-            yield batches[b].tolist()
-
-    def __len__(self) -> int:
-        size = self.batch_size * self.pool
-        full, rest = divmod(len(self.index), size)
-        return full * self.pool + -(-rest // self.batch_size)
 
 
 class ProgramDataModule(L.LightningDataModule):
@@ -214,7 +132,7 @@ class ProgramDataModule(L.LightningDataModule):
     def _loader(self, index, shuffle: bool, collate=None) -> DataLoader:
         gen = self._train_gen if shuffle else torch.Generator().manual_seed(self.seed)
         return DataLoader(
-            _Indices(index),
+            IndexDataset(index),
             batch_size=self.batch_size,
             shuffle=shuffle,
             collate_fn=collate or self.collate,
@@ -229,12 +147,12 @@ class ProgramDataModule(L.LightningDataModule):
                 sampler.rng.bit_generator.state = json.loads(self._sampler_state)
             self._sampler = sampler
             # the sampler yields program indices; an identity dataset over all programs passes them on
-            return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
+            return DataLoader(IndexDataset(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
         if self.length_pool > 0:
             idx = np.asarray(self.train_index, np.int64)
             lengths = np.diff(self.data.ptr)[idx]
             sampler = LengthPoolBatchSampler(idx, lengths, self.batch_size, self.length_pool, self._train_gen)
-            return DataLoader(_Indices(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
+            return DataLoader(IndexDataset(np.arange(len(self.data))), batch_sampler=sampler, collate_fn=self.collate_train)
         return self._loader(self.train_index, True, self.collate_train)
 
     def val_dataloader(self):
@@ -248,142 +166,6 @@ class ProgramDataModule(L.LightningDataModule):
 
     def predict_dataloader(self):
         return self._loader(self.test_index, False)
-
-
-def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor, margin: float = 0.0):
-    """RankNet loss (Burges et al., ICML 2005) over same-group pairs.
-
-    For every pair ``(i, j)`` of one group whose targets differ by more than ``margin``,
-    with ``target[i] > target[j]``, adds ``softplus(-(pred[i] - pred[j]))``.
-
-    Args:
-        pred, target: float32 ``(B,)`` (any monotone scale of log-latency).
-        group: int64 ``(B,)`` task of each program.
-
-    Returns:
-        The mean over such pairs (a scalar tensor); 0 when the batch has none.
-    """
-    diff_t = target.unsqueeze(1) - target.unsqueeze(0)
-    pair = (group.unsqueeze(1) == group.unsqueeze(0)) & (diff_t > margin)
-    if not bool(pair.any()):
-        return pred.sum() * 0.0
-    diff_p = pred.unsqueeze(1) - pred.unsqueeze(0)
-    return torch.nn.functional.softplus(-diff_p[pair]).mean()
-
-
-def within_task_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """MSE of the within-task part: each program's deviation from its task's batch mean,
-    predicted against measured.
-
-    For programs ``i`` of task ``g`` in the batch, ``((pred_i - mean_g pred) - (target_i -
-    mean_g target))^2``, averaged over programs whose task has at least 2 programs in the
-    batch.  A prediction that places each task's level right but explains none of its
-    spread scores the task's label variance here; a perfect one scores 0.
-
-    Args:
-        pred, target: float32 ``(B,)`` (standardised log-latency).
-        group: int64 ``(B,)`` task of each program.
-
-    Returns:
-        A scalar tensor; 0 when no task has two programs in the batch.
-    """
-    _, inv = torch.unique(group, return_inverse=True)
-    k = int(inv.max()) + 1 if inv.numel() else 0
-    count = torch.zeros(k, dtype=pred.dtype, device=pred.device).index_add_(0, inv, torch.ones_like(pred))
-    keep = count[inv] > 1
-    if not bool(keep.any()):
-        return pred.sum() * 0.0
-    mean_p = torch.zeros(k, dtype=pred.dtype, device=pred.device).index_add_(0, inv, pred) / count
-    mean_t = torch.zeros(k, dtype=pred.dtype, device=pred.device).index_add_(0, inv, target) / count
-    diff = (pred - mean_p[inv]) - (target - mean_t[inv])
-    return diff[keep].pow(2).mean()
-
-
-def listmle_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """Position-weighted ListMLE over each task's programs in the batch, fastest first.
-
-    For a task with programs ``1..n`` in the batch, ordered by measured latency (fastest
-    first) and scored ``s = -pred`` (a higher score is a faster program), the term is
-    ``sum_k w_k (log sum_{j >= k} exp(s_j) - s_k) / sum_k w_k`` with ``w_k = 1 /
-    log2(k + 1)`` (``k`` from 1): the negative log-likelihood of the measured order under
-    the Plackett-Luce model (ListMLE; Xia et al., ICML 2008), each place weighted as in
-    NDCG so that placing the fastest programs first weighs most (position-aware
-    ListMLE; Lan et al., AAAI 2014).  TLP (ASPLOS 2023) trains its cost model with a
-    listwise ranking loss (LambdaRank); this one needs no sort inside the loss's graph.
-
-    Args:
-        pred, target: float32 ``(B,)`` standardised log-latency, predicted and measured.
-        group: int64 ``(B,)`` task of each program.
-
-    Returns:
-        The mean over tasks with at least 2 programs in the batch (a scalar tensor); 0
-        when there is none.  Only the order within each task counts: adding a constant
-        to a task's predictions leaves it unchanged.
-    """
-    total, tasks = pred.sum() * 0.0, 0
-    for g in torch.unique(group):
-        at = torch.nonzero(group == g, as_tuple=True)[0]
-        if at.numel() < 2:
-            continue
-        order = at[torch.argsort(target[at], stable=True)]
-        s = -pred[order].float()
-        tail = torch.logcumsumexp(s.flip(0), dim=0).flip(0)  # log sum_{j >= k} exp(s_j)
-        w = 1.0 / torch.log2(torch.arange(2, s.numel() + 2, dtype=s.dtype, device=s.device))
-        total = total + ((tail - s) * w).sum() / w.sum()
-        tasks += 1
-    return total / max(tasks, 1)
-
-
-def central_moment_discrepancy(source: torch.Tensor, target: torch.Tensor, moments: int = 5) -> torch.Tensor:
-    """Central moment discrepancy between two samples of embeddings.
-
-    Zellinger et al., "Central Moment Discrepancy (CMD) for Domain-Invariant
-    Representation Learning", ICLR 2017, eq. (4), with the activation range taken as
-    1: ``||E(s) - E(t)||_2 + sum_{k=2..K} ||c_k(s) - c_k(t)||_2``, where ``c_k`` is
-    the element-wise ``k``-th central moment.  CDMPP (EuroSys 2024, section 5) adds it
-    to the loss so that programs of unseen networks or devices are embedded like the
-    training programs.
-
-    Args:
-        source: float32 ``(N, D)``.
-        target: float32 ``(M, D)``.
-        moments: ``K >= 1``.
-
-    Returns:
-        A scalar tensor (0 for identical samples), differentiable in both inputs.
-
-    Raises:
-        ValueError: widths differ, a sample is empty, or ``moments < 1``.
-    """
-    if source.ndim != 2 or target.ndim != 2 or source.shape[1] != target.shape[1]:
-        raise InputError(f"CMD needs (N, D) and (M, D) samples, got {tuple(source.shape)} and {tuple(target.shape)}")
-    if source.shape[0] == 0 or target.shape[0] == 0 or moments < 1:
-        raise InputError(f"CMD needs non-empty samples and moments >= 1, got {source.shape[0]}, {target.shape[0]}, {moments}")
-    ms, mt = source.mean(0), target.mean(0)
-    out = torch.linalg.vector_norm(ms - mt)
-    cs, ct = source - ms, target - mt
-    for k in range(2, moments + 1):
-        out = out + torch.linalg.vector_norm(cs.pow(k).mean(0) - ct.pow(k).mean(0))
-    return out
-
-
-def drop_trace_tokens(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
-    """Trace dropout: ``mask`` with the trace token (the first position, flagged in the
-    last column: :func:`cdmpp.featurize.trace.with_trace_tokens`) of each program masked
-    out with probability ``p``, so that the program is seen as its leaves alone.  A
-    program without a leaf besides its token keeps it.
-
-    Args:
-        x: float32 ``(B, L, F)`` padded rows; mask: bool ``(B, L)``.
-
-    Returns:
-        bool ``(B, L)``, a new mask.
-    """
-    has = (x[:, 0, -1] == 1) & mask[:, 0] & (mask.sum(1) > 1)
-    drop = has & (torch.rand(has.shape, device=mask.device) < p)
-    out = mask.clone()
-    out[:, 0] = mask[:, 0] & ~drop
-    return out
 
 
 class LatencyModule(L.LightningModule):

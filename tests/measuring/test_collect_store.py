@@ -8,6 +8,7 @@ import pytest
 from support import gather_module, program_keys
 
 from cdmpp import dataset as ds
+from cdmpp.card import card
 from cdmpp.collect import collect
 
 
@@ -42,7 +43,7 @@ def test_a_collection_measures_the_time_between_kernels_and_the_estimate_adds_it
     assert m["collections"][-1]["vm_call_s"] == dev.vm_call_s
     assert DeviceDescriptor.from_json(dev.to_json()) == dev
     assert "vm_call_s" not in DeviceDescriptor(**{**dev.to_json(), "vm_call_s": 0.0, "vm_entry_s": 0.0}).to_json()
-    assert "us per kernel call" in ds.card(summary.device_dir)
+    assert "us per kernel call" in card(summary.device_dir)
     per_call, entry = measure_vm_call(Target({"kind": "llvm", "num-cores": 2}), calls=65, repeat=5)
     assert per_call > 0 and entry >= 0
     est = NetworkEstimate("d", [TaskEstimate("t", 3, "k", "database", "", 1e-3, 1e-3, 1e-3)], total_s=3e-3,
@@ -65,7 +66,7 @@ def test_every_program_is_timed_warm_too_in_a_record_file_tvm_opens(tiny_collect
     assert len(warm_db.get_all_tuning_records()) == len(db.programs)
     m = json.loads((d / ds.MANIFEST_FILE).read_text())
     assert m["measurement"]["warm"] is True and m["collections"][-1]["stage_seconds"]["warm timing"] > 0
-    assert "Timing protocols: cold" in ds.card(d) and "| dcgan |" in ds.card(d)
+    assert "Timing protocols: cold" in card(d) and "| dcgan |" in card(d)
     copy = tmp_path / d.name
     shutil.copytree(d, copy)
     (copy / ds.WARM_RECORD_FILE).unlink()
@@ -148,7 +149,7 @@ def test_remeasure_a_sample_for_drift_and_resume(tiny_collection, tmp_path):
     assert len(lines) == 2 and all(len(o["again"]) == 3 and min(o["again"]) > 0 for o in lines)
     remeasure(dev, sample=2, progress=False)  # the same sample again: nothing is timed twice
     assert len(path.read_text().splitlines()) == 2
-    assert "Run-to-run drift of the median, 2 programs" in ds.card(dev)
+    assert "Run-to-run drift of the median, 2 programs" in card(dev)
 
 def test_remeasure_on_a_shipped_folder_keeps_the_shipped_lines(tiny_collection, tmp_path):
     """A fresh checkout has only the .gz files: new lines go after the shipped ones."""

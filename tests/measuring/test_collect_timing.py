@@ -4,6 +4,7 @@ import pytest
 from support import matmul_module, tiny_cfg
 
 from cdmpp import dataset as ds
+from cdmpp.card import card
 from cdmpp.collect import collect
 from cdmpp.errors import InputError
 
@@ -179,7 +180,7 @@ def test_adaptive_repeats_stop_early_only_when_the_first_repeats_agree(tmp_path,
     never = MeasureConfig(repeat=6, adaptive_repeats=2, adaptive_min_s=1e3, adaptive_max_spread=10.0)
     s = collect(tiny_cfg(tmp_path / "never", programs_per_task=3, measure=never), progress=False)
     assert [len(p.run_secs) for p in ds.load_device_dir(s.device_dir).programs] == [6, 6, 6]
-    assert "- Programs by repeats kept: 6 repeats: 3" in ds.card(s.device_dir)
+    assert "- Programs by repeats kept: 6 repeats: 3" in card(s.device_dir)
 
 def test_collect_benchmark_names_its_paths_and_compares_each_of_this_collectors_rows(tmp_path):
     from benchmarks.collect_rate import (

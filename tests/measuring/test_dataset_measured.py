@@ -2,6 +2,7 @@ import gzip
 import re
 
 from cdmpp import dataset as ds
+from cdmpp.card import card
 
 
 def test_corrupt_lines_are_reported_and_the_rest_is_read(tiny_collection, tmp_path):
@@ -33,7 +34,7 @@ def test_pack_and_card(tiny_collection, tmp_path):
     for name in (ds.WORKLOAD_FILE, ds.RECORD_FILE):
         (dev / name).unlink()  # what a fresh clone has: only the .gz files
     assert len(ds.load_device_dir(dev).programs) == len(ds.load_device_dir(summary.device_dir).programs)
-    text = ds.card(dev)
+    text = card(dev)
     # every extracted task is listed in the manifest; max_tasks_per_network=2 measures two
     assert re.search(r"\| dcgan-b1 \| 2 / \d+ \|", text) and "Repeat CV" in text
     assert "evolutionary_fraction 0: random samples only" in text  # the tiny collection samples at random only

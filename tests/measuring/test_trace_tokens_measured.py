@@ -66,7 +66,7 @@ def test_a_program_without_a_trace_gets_no_token_and_trace_dropout_masks_only_to
 
     from cdmpp.featurize.batch import dense_programs
     from cdmpp.featurize.trace import folder_traces, with_trace_tokens
-    from cdmpp.train.lightning import drop_trace_tokens
+    from cdmpp.train.losses import drop_trace_tokens
 
     _, data = tiny_featurized
     traces = folder_traces([tiny_collection[1].device_dir], data.latency)

@@ -14,7 +14,7 @@ from cdmpp.featurize.ast import OWN_FEATURES
 
 
 def test_listmle_scores_the_order_within_each_task_and_weighs_the_fast_end_most():
-    from cdmpp.train.lightning import listmle_loss
+    from cdmpp.train.losses import listmle_loss
 
     target = torch.tensor([0.0, 1.0, 2.0, 3.0, 0.0, 5.0])  # task 0: four programs, fastest first; task 1: two
     group = torch.tensor([0, 0, 0, 0, 1, 1])

@@ -87,11 +87,11 @@ def test_tuned_phase_programs_are_found_by_their_rank_in_the_task(two_device_dat
         rows = np.flatnonzero(first & (corpus.raw_keys == key))
         assert mask[rows].tolist() == [False] * (len(rows) - 1) + [True]
     # the device folder's card counts them
-    from cdmpp import dataset as ds
+    from cdmpp.card import card
 
     folder = corpus.folders[corpus.devices[0].device_id]
     assert f"Tuned phase (the fast-end policy, `sampling.tuned_policy`): {marked} programs of {marked} tasks" in \
-        ds.card(folder)
+        card(folder)
 
 
 def test_tuned_data_against_as_many_random_programs(two_device_dataset, tmp_path):

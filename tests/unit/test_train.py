@@ -47,7 +47,7 @@ def test_top_k_score_and_flops_baseline():
     assert b.throughput_ == 100.0 and b.predict(np.array([300.0, 0.0])).tolist() == [3.0, 0.5]
 
 def test_task_group_batches_cover_every_program_once_in_same_task_runs():
-    from cdmpp.train.lightning import TaskGroupBatchSampler
+    from cdmpp.train.samplers import TaskGroupBatchSampler
 
     index = np.arange(100, 137)
     workload = np.repeat([3, 1, 4, 1, 5], [10, 5, 9, 5, 8])  # task 1 occurs twice: 10 programs
@@ -69,7 +69,7 @@ def test_task_group_batches_cover_every_program_once_in_same_task_runs():
     assert again == batches
 
 def test_pairwise_rank_loss_rewards_the_right_order_within_tasks_only():
-    from cdmpp.train.lightning import pairwise_rank_loss
+    from cdmpp.train.losses import pairwise_rank_loss
 
     target = torch.tensor([0.0, 1.0, 2.0, 5.0, 6.0])
     group = torch.tensor([0, 0, 0, 1, 1])
@@ -88,7 +88,7 @@ def test_pairwise_rank_loss_rewards_the_right_order_within_tasks_only():
         TrainConfig(rank_weight=-1)
 
 def test_central_moment_discrepancy_matches_the_moments_it_is_asked_to():
-    from cdmpp.train.lightning import central_moment_discrepancy as cmd
+    from cdmpp.train.losses import central_moment_discrepancy as cmd
 
     a = torch.randn(500, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     assert cmd(a, a).item() == 0.0
@@ -148,7 +148,7 @@ def test_train_data_rejects_options_that_do_not_fit_the_data(tmp_path):
     TrainData([tmp_path], split="within-task").check(several=True)  # fits: no error
 
 def test_length_pools_pad_less_and_serve_every_program_once():
-    from cdmpp.train.lightning import LengthPoolBatchSampler
+    from cdmpp.train.samplers import LengthPoolBatchSampler
 
     rng = np.random.default_rng(0)
     index = np.arange(5, 1005)
