@@ -176,3 +176,18 @@ def shipped():
     from cdmpp.predictor import LatencyPredictor
 
     return LatencyPredictor.load()
+
+
+@pytest.fixture(scope="module")
+def lse_device_checkpoint(two_device_dataset, tmp_path_factory):
+    """The same two devices, with the log-sum-exp head (a latency term per token)."""
+    from cdmpp.model import ModelConfig
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.train import train
+
+    out = tmp_path_factory.mktemp("ckpt") / "lse"
+    train(TrainData([two_device_dataset], "dcgan-b1"), out,
+          ModelConfig(d_model=32, n_heads=2, ff_dim=64, device_dim=8, trace_tokens=False, loop_tokens=False,
+                      pooling="lse"),
+          TrainConfig(epochs=3, batch_size=16), use_wandb=False, progress=False)
+    return out, None

@@ -22,9 +22,9 @@ from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 from cdmpp.model import load_checkpoint
 from cdmpp.predictor import LatencyPredictor
+from cdmpp.train.device_scores import evaluate_devices
 
 from .baselines import FlopsBaseline, TreeBaseline
-from .devices import evaluate_devices
 from .metrics import summary
 from .report import BASELINE_FILE, task_weights
 from .splits import holdout_network

@@ -40,8 +40,9 @@ from cdmpp.intervals import (  # noqa: F401  (the inference half of the interval
     mc_std,
 )
 from cdmpp.model import CONFIG_FILE, load_checkpoint
+from cdmpp.train.device_scores import own_split_corpus
 
-from .devices import dataset_label, own_split_corpus
+from .devices import dataset_label
 from .report import CARD_FILE, adapted_sections, model_card
 
 

@@ -153,7 +153,7 @@ def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, 
 
 def test_own_split_needs_every_device_it_trained_on(device_checkpoint, two_device_dataset):
     from cdmpp.errors import InputError
-    from cdmpp.train.devices import evaluate_devices
+    from cdmpp.train.device_scores import evaluate_devices
 
     with pytest.raises(InputError, match=f"lacks {AVX2}, which this checkpoint trained on"):
         evaluate_devices(device_checkpoint[0], two_device_dataset / AVX512, holdout="validation", progress=False)
@@ -274,7 +274,7 @@ def test_leave_one_device_out_table_and_plot(two_device_dataset, tmp_path, capsy
     card = (known / "README.md").read_text()
     assert card.count(f"## Adapted: `{AVX2}`") == 1 and "started from its current row" in card
     # its own split (validation, training) is drawn over the devices it trained on, not the one adapt added
-    from cdmpp.train.devices import evaluate_devices
+    from cdmpp.train.device_scores import evaluate_devices
 
     val_rows, val_title = evaluate_devices(known, two_device_dataset, holdout="validation", progress=False)
     assert set(val_rows) == {AVX512} and "validation programs" in val_title
@@ -304,7 +304,8 @@ def test_evaluate_scores_a_within_task_checkpoint_on_its_own_test_programs(devic
                                                                           tmp_path):
     """``holdout="auto"`` on a checkpoint trained on TenSet's within-task split scores that
     split's test programs, not every program (most of which it trained on)."""
-    from cdmpp.train.devices import evaluate_devices, load_corpus, split_within_tasks
+    from cdmpp.train.device_scores import evaluate_devices
+    from cdmpp.train.devices import load_corpus, split_within_tasks
 
     corpus = load_corpus(two_device_dataset, None, progress=False)
     split = split_within_tasks(corpus, min_programs=8)

@@ -108,7 +108,7 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     from cdmpp.predictor import LatencyPredictor
     from cdmpp.serve import app
     from cdmpp.train.config import TrainConfig, TrainData
-    from cdmpp.train.devices import evaluate_devices
+    from cdmpp.train.device_scores import evaluate_devices
     from cdmpp.train.train import train
 
     out = tmp_path / "optional"
