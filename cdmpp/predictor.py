@@ -1,27 +1,11 @@
-"""The prediction API: scheduled programs in, latencies in seconds out, for a named device.
-
-A checkpoint knows a list of devices (:attr:`LatencyPredictor.devices`).  Every
-prediction is for one of them, chosen by :meth:`LatencyPredictor.resolve_device`:
-
-1. ``device=`` names a device id the checkpoint knows (an unknown id raises
-   :class:`~cdmpp.errors.UnknownDeviceError`);
-2. otherwise a ``target=`` whose ``mcpu`` (and AVX-512 switch) or CUDA ``arch``
-   matches a known device's target picks that device. Where a CUDA arch matches
-   several GPUs (the H100 and H200 are both sm_90), a TVM tag naming the model
-   (``"nvidia/nvidia-h100"``) picks it, else this host's GPU if it is among them, else
-   the first, and a warning names the others;
-3. otherwise this machine's descriptor (:func:`cdmpp.device.local_cpu`) picks the
-   known device with the same id, or the nearest one
-   (:func:`cdmpp.device.nearest_device`), and a warning names it.
-"""
+"""The prediction API: scheduled programs in, latencies in seconds out, for a named device
+(chosen by the rules of :mod:`cdmpp.device_choice`)."""
 
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Union
 
@@ -30,17 +14,13 @@ import numpy as np
 from cdmpp.featurize import featurize_each, featurize_many
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors, with_trace_tokens
 
-from .dataset import WARM_SUFFIX, warm_device_id
 from .device import (
     DeviceDescriptor,
     descriptor_vector,
     device_caches,
-    devices_for_target,
-    local_cpu,
-    local_gpu,
-    nearest_device,
 )
-from .errors import InputError, UnknownDeviceError
+from .device_choice import DeviceChoiceWarning, DeviceTable, known_devices  # noqa: F401  (re-exported)
+from .errors import InputError
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
     from tvm.ir import IRModule
@@ -82,25 +62,6 @@ DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
 log = logging.getLogger(__name__)
 
 
-class DeviceChoiceWarning(UserWarning):
-    """The predictor chose a device for the caller (from this machine's descriptor)."""
-
-
-def known_devices(metadata: dict) -> list[tuple[int, "DeviceDescriptor"]]:  # noqa: F821
-    """``(row, descriptor)`` of each device a checkpoint's metadata lists, in row order.
-
-    A checkpoint trained on one device folder (no device table) lists that device
-    with row 0.
-    """
-
-    if metadata.get("devices"):
-        return [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in metadata["devices"]]
-    dev = metadata.get("device")
-    if dev:
-        return [(0, DeviceDescriptor.from_json(dev))]
-    return []
-
-
 class LatencyPredictor:
     """A trained latency model ready to predict.
 
@@ -111,9 +72,7 @@ class LatencyPredictor:
     def __init__(self, model, metadata: dict):
         self.model = model
         self.metadata = metadata
-        self._known = known_devices(metadata)
-        self._warned: set[str] = set()
-        self._local_gpu: str | None = None  # this host's GPU id ("" for none), read once
+        self.table = DeviceTable(metadata)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "LatencyPredictor":
@@ -134,7 +93,7 @@ class LatencyPredictor:
     @property
     def devices(self) -> list[str]:
         """Ids of the devices this checkpoint predicts for, in table order."""
-        return [d.device_id for _, d in self._known]
+        return self.table.ids
 
     def descriptor(self, device_id: str) -> DeviceDescriptor:
         """The :class:`~cdmpp.device.DeviceDescriptor` of a known device.
@@ -142,25 +101,13 @@ class LatencyPredictor:
         Raises:
             UnknownDeviceError: ``device_id`` is not one of :attr:`devices`.
         """
-        for _, d in self._known:
-            if d.device_id == device_id:
-                return d
-        raise UnknownDeviceError(
-            f"unknown device {device_id!r}: this checkpoint knows {', '.join(self.devices) or 'no device'}"
-            " (cdmpp adapt learns a new one)"
-        )
+        return self.table.descriptor(device_id)
 
     def warm_device(self, device_id: str | None) -> str | None:
         """The id of ``device_id``'s warm protocol (kernels timed without a cache flush, as
         inside a network; :func:`cdmpp.dataset.warm_device_id`) when this checkpoint learned
         it, else ``None``."""
-        if device_id is None:
-            return None
-        warm = warm_device_id(device_id)
-        return warm if warm in self.devices else None
-
-    def _row(self, device_id: str) -> int:
-        return next(r for r, d in self._known if d.device_id == device_id)
+        return self.table.warm(device_id)
 
     def device_row(self, device: str | DeviceDescriptor | None = None, target: TargetLike | None = None) -> int:
         """The device-table row a prediction for ``device`` reads: the one device resolver.
@@ -183,14 +130,14 @@ class LatencyPredictor:
             return 0
         if isinstance(device, DeviceDescriptor):
             if device.device_id not in self.devices:
-                self._known.append((self.model.add_device(descriptor_vector(device), 0, device_caches(device)), device))
-            return self._row(device.device_id)
-        return self._row(self.resolve_device(device, target).device_id)
+                self.table.add(self.model.add_device(descriptor_vector(device), 0, device_caches(device)), device)
+            return self.table.row(device.device_id)
+        return self.table.row(self.resolve_device(device, target).device_id)
 
     @property
     def default_target(self) -> dict | None:
         """The TVM target (dict) of the device this machine resolves to, if any."""
-        if not self._known:
+        if not self.table.known:
             return None
         return self.resolve_device().target or None
 
@@ -202,88 +149,16 @@ class LatencyPredictor:
         Raises:
             UnknownDeviceError: a device id the checkpoint does not know.
         """
-        return self.resolve_device(device, target) if self._known else None
+        return self.resolve_device(device, target) if self.table.known else None
 
     def resolve_device(self, device: str | None = None, target: TargetLike | None = None) -> DeviceDescriptor:
-        """The known device a prediction is for (the rules are in the module docstring).
-
-        Args:
-            device: a device id, or ``None``.
-            target: a TVM target (``Target``, dict, tag or JSON string), or ``None``.
-
-        Returns:
-            The device's :class:`~cdmpp.device.DeviceDescriptor`.
+        """The known device a prediction is for (:meth:`cdmpp.device_choice.DeviceTable.resolve`:
+        ``device``, else the device ``target`` names, else this machine's nearest).
 
         Raises:
             UnknownDeviceError: ``device`` is not known, or the checkpoint lists no device.
         """
-
-        if device is not None:
-            return self.descriptor(device)
-        if not self._known:
-            raise UnknownDeviceError("this checkpoint records no device")
-        known = [d for _, d in self._known if not d.device_id.endswith(WARM_SUFFIX)]  # a protocol row is asked by id
-        kind = "cpu"
-        if target is not None:
-            matches = devices_for_target(target, known)
-            if len(matches) == 1:
-                return matches[0]
-            if matches:
-                return self._one_of(matches)
-            from .device import target_dict  # noqa: PLC0415  (only on the branch that needs it)
-
-            kind = "gpu" if str(target_dict(target).get("kind")) == "cuda" else "cpu"
-        local = local_cpu()
-        if kind == "cpu":
-            exact = [d for d in known if d.device_id == local.device_id]
-            chosen = exact[0] if exact else None
-        else:
-            chosen = None
-        if chosen is None:
-            same_kind = [d for d in known if d.kind == kind] or known
-            chosen = nearest_device(local, same_kind) if kind == "cpu" else same_kind[0]
-            why = (
-                f"this machine ({local.device_id}) is not among them; the nearest known device is"
-                if kind == "cpu"
-                else "the target matches none of them; the first known GPU is"
-            )
-        else:
-            why = "this machine is"
-        self._warn_once(
-            f"{chosen.device_id}|{why}",
-            f"no device or matching target given: predicting for {chosen.device_id} ({why} {chosen.device_id}; "
-            f"known: {', '.join(self.devices)}). Pass device= to choose.",
-            stacklevel=4,
-        )
-        return chosen
-
-    def _warn_once(self, key: str, message: str, stacklevel: int) -> None:
-        """A :class:`DeviceChoiceWarning`, once per predictor and ``key``."""
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(message, DeviceChoiceWarning, stacklevel=stacklevel)
-
-    def _one_of(self, matches: list):
-        """One of several known devices a target matches (two GPUs of one CUDA arch):
-        this host's GPU where it is among them, else the first, with a warning naming
-        the others."""
-
-        if self._local_gpu is None:
-            try:
-                self._local_gpu = local_gpu().device_id
-            except (ImportError, RuntimeError):  # DeviceUnavailableError is a RuntimeError
-                self._local_gpu = ""
-        here = [d for d in matches if d.device_id == self._local_gpu]
-        if here:
-            return here[0]
-        chosen = matches[0]
-        self._warn_once(
-            f"{chosen.device_id}|several",
-            f"the target matches {len(matches)} known devices ({', '.join(d.device_id for d in matches)}): "
-            f"predicting for {chosen.device_id}. Pass device= to choose.",
-            stacklevel=5,
-        )
-        return chosen
+        return self.table.resolve(device, target)
 
     def predict(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,
                 device: str | None = None) -> np.ndarray:
@@ -361,7 +236,7 @@ class LatencyPredictor:
                 ``traces`` of another shape.
         """
         dev = self.device_of(device)
-        row = self._row(dev.device_id) if dev is not None else 0
+        row = self.table.row(dev.device_id) if dev is not None else 0
         if len(trees) == 0:
             return np.zeros(0, dtype=np.float64)
         return self.predict_featurized(self._leaves(trees, traces), device_rows=row)
@@ -406,7 +281,7 @@ class LatencyPredictor:
         from cdmpp.intervals import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
 
         dev = self.device_of(device)
-        row = self._row(dev.device_id) if dev is not None else 0
+        row = self.table.row(dev.device_id) if dev is not None else 0
         n = len(trees)
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
@@ -550,20 +425,18 @@ class Predictions:
     traces: np.ndarray | None = None
 
 
-@lru_cache(maxsize=4)
-def _cached(path: str | None) -> LatencyPredictor:
-    return LatencyPredictor.load(path)
-
-
-def predict_latency(mod: IRModule | PrimFunc, target: TargetLike | None = None, checkpoint: str | Path | None = None,
-                    device: str | None = None) -> float:
+def predict_latency(mod: IRModule | PrimFunc, target: TargetLike | None = None,
+                    checkpoint: str | Path | LatencyPredictor | None = None, device: str | None = None) -> float:
     """Predicted latency in seconds of one scheduled program on one device (see
     :meth:`LatencyPredictor.predict` for ``target`` and ``device``).
 
-    The checkpoint (default: the shipped one) is loaded once and reused.
+    ``checkpoint``: a loaded :class:`LatencyPredictor`, or a checkpoint folder (default: the
+    shipped one) loaded for this call alone, about a second; to predict many programs,
+    load a :class:`LatencyPredictor` once and pass it, or call its :meth:`~LatencyPredictor.predict`.
 
     Raises:
         UnknownDeviceError: ``device`` is not known to the checkpoint.
         UnsupportedProgramError: ``mod`` is not a scheduled program the featurizer supports.
     """
-    return float(_cached(str(checkpoint) if checkpoint else None).predict([mod], target, device)[0])
+    predictor = checkpoint if isinstance(checkpoint, LatencyPredictor) else LatencyPredictor.load(checkpoint)
+    return float(predictor.predict([mod], target, device)[0])
