@@ -8,7 +8,7 @@ that the rates compare on the same machine:
   then :func:`cdmpp.featurize.parallel.featurize_records`;
 - ``json``: the records read as plain JSON, each trace replayed once where it is featurized
   (:func:`cdmpp.featurize.parallel.featurize_record_lines`), as ``cdmpp train`` featurizes
-  an uncached folder (:func:`cdmpp.featurize.batch.featurize_folder`).
+  an uncached folder (:func:`cdmpp.featurize.folder.featurize_folder`).
 
 Each row's seconds are reading plus featurizing.  Nothing is cached.
 """
@@ -23,7 +23,7 @@ from benchmarks import write_result
 from cdmpp import dataset as ds
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
-from cdmpp.featurize.batch import measured_record_lines
+from cdmpp.featurize.folder import measured_record_lines
 from cdmpp.featurize.parallel import CHUNK, featurize_record_lines, featurize_records
 from cdmpp.records import read_workload_lines
 

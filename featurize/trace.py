@@ -31,7 +31,7 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
-from cdmpp.featurize.batch import measured_record_lines
+from cdmpp.featurize.folder import measured_record_lines
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.records import label, read_workload_keys
 
@@ -91,7 +91,7 @@ def trace_vector(trace_json: list) -> np.ndarray:
 def trace_matrix(device_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     """Trace vectors of a device folder's measured programs, read as plain JSON.
 
-    The records are those :func:`cdmpp.featurize.batch.measured_repeats` keeps, in file
+    The records are those :func:`cdmpp.featurize.folder.measured_repeats` keeps, in file
     order, so row ``i`` belongs to program ``i`` of the folder's featurization.
 
     Returns:
@@ -117,7 +117,7 @@ def database_files(device_dir: Path) -> tuple[Path, Path]:
 def record_trace_rows(workload_file: Path, record_file: Path, read) -> tuple[list, np.ndarray]:
     """``read`` applied to the trace (tuning-record JSON form) of every measured record of a
     JSONDatabase, in the order its featurization keeps them
-    (:func:`cdmpp.featurize.batch.measured_record_lines`), and float64 ``(P,)`` seconds
+    (:func:`cdmpp.featurize.folder.measured_record_lines`), and float64 ``(P,)`` seconds
     (each record's median) to check the alignment with."""
     workloads = len(read_workload_keys(Path(workload_file), []))
     rows, latency = [], []

@@ -60,7 +60,7 @@ def tiny_collection(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_featurized(tiny_collection):
     from cdmpp import dataset as ds
-    from cdmpp.featurize.batch import featurize_database
+    from cdmpp.featurize.folder import featurize_database
 
     _, summary = tiny_collection
     db = ds.load_device_dir(summary.device_dir)

@@ -40,7 +40,8 @@ from cdmpp.collect import measure_programs
 from cdmpp.device import DeviceDescriptor, descriptor_vector, device_caches, local_cpu, nearest_device
 from cdmpp.errors import InputError
 from cdmpp.featurize import featurize_many
-from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, featurize_database, from_trees
+from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, from_trees
+from cdmpp.featurize.folder import featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import model_inputs, schedule_trace_vectors, with_trace_tokens
 from cdmpp.model import LatencyTransformer, load_checkpoint, save_checkpoint

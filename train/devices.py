@@ -23,12 +23,8 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.device import DEFAULT_CACHES, DeviceDescriptor, descriptor_vector, device_caches
 from cdmpp.errors import InputError, UnknownNetworkError
-from cdmpp.featurize.batch import (
-    FeaturizedPrograms,
-    cached_device_folder,
-    featurize_folder,
-    measured_repeats,
-)
+from cdmpp.featurize.batch import FeaturizedPrograms
+from cdmpp.featurize.folder import cached_device_folder, featurize_folder, measured_repeats
 from cdmpp.featurize.trace import TRACE_DIM, folder_traces, model_inputs, with_trace_tokens
 from cdmpp.predictor import LatencyPredictor
 

@@ -15,7 +15,7 @@ def test_a_grown_folder_featurizes_only_its_new_programs(tiny_collection, tmp_pa
     import dataclasses
 
     from cdmpp import dataset as ds
-    from cdmpp.featurize.batch import featurize_database
+    from cdmpp.featurize.folder import featurize_database
 
     _, summary = tiny_collection
     db = ds.load_device_dir(summary.device_dir)

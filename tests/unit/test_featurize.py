@@ -196,7 +196,7 @@ def test_a_folder_read_as_json_featurizes_as_the_tvm_reader_does(tmp_path, monke
     import cdmpp.featurize as featurize_pkg
     from cdmpp import dataset as ds
     from cdmpp.featurize import parallel
-    from cdmpp.featurize.batch import featurize_database, featurize_folder, measured_record_lines
+    from cdmpp.featurize.folder import featurize_database, featurize_folder, measured_record_lines
 
     names = ("x", "pos", "ptr", "latency", "workload", "flops", "psf", "psf_ptr", "loop_x", "loop_pos", "loop_ptr")
     folder = _small_folder(tmp_path)
