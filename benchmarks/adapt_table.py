@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from cdmpp import dataset as ds
+from cdmpp.checkpoint import load_checkpoint
 from cdmpp.featurize.trace import model_inputs
-from cdmpp.model import load_checkpoint
 from cdmpp.train.adapt import adapt_table
 from cdmpp.train.devices import device_of_manifest
 from cdmpp.train.evaluate import load_featurized

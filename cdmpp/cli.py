@@ -106,7 +106,9 @@ def _run_evaluate(args) -> int:
 
 
 def _run_adapt(args) -> int:
-    from .train.adapt import AdaptConfig, adapt_local, adapt_measured  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
+    from cdmpp.train.config import AdaptConfig  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
+
+    from .train.adapt import adapt_local, adapt_measured  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
 
     cfg = AdaptConfig(shots=args.shots, selection=args.selection, init=args.init, method=args.method, seed=args.seed)
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import DeviceUnavailableError, InputError, UnknownDeviceError
+from cdmpp.errors import DeviceUnavailableError, InputError
 
 _ISA_ORDER = ("avx512f", "avx2", "avx", "sse4_2", "neon", "asimd")
 
@@ -90,7 +90,7 @@ def vm_call_lines(manifest: dict) -> list[str]:
             f"{1e6 * r['vm_call_s']:.2f} us per kernel call, {1e6 * r['vm_entry_s']:.2f} us per inference"]
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     text = re.sub(r"\(r\)|\(tm\)|(cpu\s*)?@.*$", "", text.lower())
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")
 
@@ -186,7 +186,7 @@ def local_cpu(num_cores: int | None = None, disable_avx512: bool = False,
     isa = next((i for i in _ISA_ORDER if i in usable), platform.machine())
     isa = "avx512" if isa == "avx512f" else isa
     return DeviceDescriptor(
-        device_id=f"cpu-{_slug(model)}-{_slug(mcpu)}-{isa}",
+        device_id=f"cpu-{slug(model)}-{slug(mcpu)}-{isa}",
         kind="cpu",
         model=model,
         cores=cores,
@@ -212,7 +212,7 @@ def _gpu_descriptor(name: str, model: str, arch: str, limits: dict, num_cores: i
         "host": host.target,
     }
     return DeviceDescriptor(
-        device_id=f"gpu-{_slug(name)}-{arch.replace('_', '')}",
+        device_id=f"gpu-{slug(name)}-{arch.replace('_', '')}",
         kind="gpu",
         model=model,
         cores=host.cores,
@@ -341,109 +341,6 @@ def descriptor_vector(device: DeviceDescriptor):
         "log2_cores": math.log2(max(1, device.cores)),
     }
     return np.asarray([float(values[k]) for k in DESCRIPTOR_FEATURES], dtype=np.float32)
-
-
-def target_dict(target) -> dict:
-    """A TVM target (``Target``, dict or tag string) as a plain dict."""
-    if isinstance(target, dict):
-        return dict(target)
-    if isinstance(target, str) and target.lstrip().startswith("{"):
-        import json  # noqa: PLC0415  (only on the branch that needs it)
-
-        return json.loads(target)
-    from tvm.target import Target  # noqa: PLC0415  (keeps tvm off this module's import)
-
-    return {str(k): v for k, v in dict(Target(target).export()).items()}
-
-
-def _avx512_off(target: dict) -> bool:
-    mattr = target.get("mattr") or []
-    if isinstance(mattr, str):
-        mattr = mattr.split(",")
-    return any(str(a).strip().startswith("-avx512") for a in mattr)
-
-
-def _arch_base(arch) -> str:
-    """A CUDA arch without its feature suffix: ``"sm_90a"`` (TVM's H100 tag) is ``"sm_90"``."""
-    return re.sub(r"^(sm_\d+)[af]$", r"\1", str(arch))
-
-
-def _tag_model(target) -> str | None:
-    """The GPU model a TVM target tag names (``"nvidia/nvidia-h100"`` -> ``"h100"``), else ``None``."""
-    if not isinstance(target, str) or "/" not in target or target.lstrip().startswith("{"):
-        return None
-    name = target.rsplit("/", 1)[-1].lower()
-    return name.removeprefix("nvidia-") or None
-
-
-def devices_for_target(target, known: list[DeviceDescriptor]) -> list[DeviceDescriptor]:
-    """The known devices whose target matches ``target``.
-
-    A CPU target matches a device with the same ``mcpu`` and the same AVX-512 switch
-    (``mattr=-avx512f`` or not); a CUDA target matches a device with the same ``arch``,
-    feature suffix ignored (``sm_90a`` matches ``sm_90``). Where a TVM tag names the
-    GPU (``"nvidia/nvidia-h100"``) and a device of that model matches, only those do.
-    A target without ``mcpu`` (generic x86-64) or ``arch`` matches nothing.
-
-    Args:
-        target: TVM ``Target``, target dict, or tag / JSON string.
-        known: the candidate devices.
-
-    Returns:
-        The matching devices, in ``known``'s order (possibly empty).
-    """
-    t = target_dict(target)
-    kind = str(t.get("kind", ""))
-    out = []
-    for dev in known:
-        d = dev.target or {}
-        if str(d.get("kind", "")) != kind:
-            continue
-        if kind == "cuda":
-            if t.get("arch") and _arch_base(t.get("arch")) == _arch_base(d.get("arch")):
-                out.append(dev)
-        elif t.get("mcpu") and str(t.get("mcpu")) == str(d.get("mcpu")) and _avx512_off(t) == _avx512_off(d):
-            out.append(dev)
-    model = _tag_model(target)
-    if model:
-        slug = _slug(model)
-        named = [dev for dev in out if slug in _slug(f"{dev.device_id} {dev.model}")]
-        out = named or out
-    return out
-
-
-def device_similarity(a: DeviceDescriptor, b: DeviceDescriptor) -> float:
-    """How alike two devices are, for choosing the nearest known device (higher is closer).
-
-    4 for the same LLVM CPU (or CUDA arch), 2 for the same vector ISA, 1 for the same
-    vendor, plus the Jaccard overlap of their ISA flags (0-1); ``-inf`` across kinds
-    (CPU against GPU).
-    """
-    if a.kind != b.kind:
-        return float("-inf")
-    ta, tb = a.target or {}, b.target or {}
-    same_cpu = (ta.get("mcpu") or ta.get("arch")) is not None and (ta.get("mcpu") or ta.get("arch")) == (
-        tb.get("mcpu") or tb.get("arch")
-    )
-    va, vb = descriptor_vector(a), descriptor_vector(b)
-    vendor = DESCRIPTOR_FEATURES.index("vendor_intel"), DESCRIPTOR_FEATURES.index("vendor_amd")
-    same_vendor = all(va[i] == vb[i] for i in vendor)
-    fa, fb = set(a.isa_flags), set(b.isa_flags)
-    jaccard = len(fa & fb) / len(fa | fb) if fa | fb else 1.0
-    return 4.0 * same_cpu + 2.0 * (a.isa == b.isa) + 1.0 * same_vendor + jaccard
-
-
-def nearest_device(device: DeviceDescriptor, known: list[DeviceDescriptor]) -> DeviceDescriptor:
-    """The known device most like ``device`` (:func:`device_similarity`; first on ties).
-
-    Raises:
-        UnknownDeviceError: ``known`` is empty or holds no device of ``device``'s kind.
-    """
-    scored = [(device_similarity(device, k), -i, k) for i, k in enumerate(known)]
-    scored = [s for s in scored if s[0] != float("-inf")]
-    if not scored:
-        raise UnknownDeviceError(f"no known {device.kind} device to stand in for {device.device_id}")
-    return max(scored, key=lambda s: (s[0], s[1]))[2]
 
 
 DEVICE_FILE = "device.json"

@@ -13,7 +13,7 @@ import torch
 
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import dense_programs
-from cdmpp.model import check_inputs
+from cdmpp.inference import check_inputs
 
 METHODS = ("mc-normalized", "mc-raw", "constant")
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)

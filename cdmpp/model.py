@@ -17,9 +17,7 @@ module, so a checkpoint carries them.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -28,16 +26,11 @@ from torch import nn
 from cdmpp.cache_fit import FIT_DIM, cache_fit_features
 from cdmpp.device import DEFAULT_CACHES, DESCRIPTOR_DIM
 from cdmpp.encoder import encode_packed, sinusoidal_encoding, tree_parents
-from cdmpp.errors import CheckpointError, InputError
+from cdmpp.errors import InputError
 from cdmpp.featurize import FEATURE_DIM
-from cdmpp.featurize.ast import FEATURIZER_VERSION
-from cdmpp.featurize.batch import dense_programs, stack_leaves
-from cdmpp.featurize.loops import merge_tokens, stack_loops
 from cdmpp.roofline import RooflineBound
 from cdmpp.tree_gnn import TreeMessagePassing
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 POOLINGS = ("sum", "mean", "max", "lse")
 
 
@@ -392,146 +385,3 @@ class LatencyTransformer(nn.Module):
         return out
 
 
-def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | None = None) -> Path:
-    """Write ``model.safetensors`` and ``config.json`` (model config + metadata) to ``folder``."""
-    from safetensors.torch import save_file  # noqa: PLC0415  (keeps safetensors off this module's import)
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
-    (folder / CONFIG_FILE).write_text(
-        json.dumps(
-            {"model": asdict(model.config), "featurizer_version": FEATURIZER_VERSION, "metadata": metadata or {}},
-            indent=1,
-        ),
-        encoding="utf-8",
-    )
-    return folder
-
-
-def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
-    """Read a checkpoint written by :func:`save_checkpoint`.
-
-    Returns:
-        ``(model in eval mode, metadata dict)``.
-
-    Raises:
-        CheckpointError: a missing file, corrupt JSON or weights, weights that do
-            not fit the config, or features of another featurizer version.
-    """
-    from safetensors import SafetensorError  # noqa: PLC0415  (keeps safetensors off this module's import)
-    from safetensors.torch import load_file  # noqa: PLC0415  (keeps safetensors off this module's import)
-
-    folder = Path(folder)
-    for name in (WEIGHTS_FILE, CONFIG_FILE):
-        if not (folder / name).exists():
-            raise CheckpointError(f"checkpoint {folder} has no {name}")
-    try:
-        cfg = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-        config = ModelConfig.from_json(cfg["model"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"corrupt checkpoint config {folder / CONFIG_FILE}: {err}") from err
-    version = cfg.get("featurizer_version", 1)
-    if version != FEATURIZER_VERSION:
-        raise CheckpointError(
-            f"checkpoint {folder} was trained on features of featurizer version {version}; this cdmpp computes "
-            f"version {FEATURIZER_VERSION}: retrain it (cdmpp train) or use the cdmpp release that wrote it"
-        )
-    try:
-        state = load_file(str(folder / WEIGHTS_FILE))
-    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"corrupt checkpoint weights {folder / WEIGHTS_FILE}: {err}") from err
-    model = LatencyTransformer(config)
-    if config.num_devices > 0 and "device_offset" not in state:  # written before per-device offsets existed
-        state["device_offset"] = torch.zeros(config.num_devices + 1)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise CheckpointError(f"weights in {folder / WEIGHTS_FILE} do not fit its config: {err}") from err
-    return model.eval(), cfg.get("metadata", {})
-
-
-BUCKET_PROGRAMS = 128
-"""Programs per inference batch, taken in order of leaf count: a batch pads its programs
-to its longest one, and most programs have few leaves."""
-
-
-def check_inputs(model: LatencyTransformer, data) -> None:
-    """Raise ``InputError`` unless ``data.x`` has the model's input columns (leaves only,
-    or leaves and trace tokens: :attr:`ModelConfig.trace_tokens`)."""
-    if data.x.shape[1] != model.config.feature_dim:
-        need = ("each program's schedule trace as a token (cdmpp.featurize.trace.with_trace_tokens)"
-                if model.config.trace_tokens else "the compact AST's leaves only, without trace tokens")
-        raise InputError(f"the model reads {model.config.feature_dim} input columns, the programs have "
-                         f"{data.x.shape[1]}: it needs {need}")
-
-
-@torch.no_grad()
-def predict_latency_array(
-    model: LatencyTransformer, data, index=None, batch_size: int = 512, device_row=None
-) -> np.ndarray:
-    """Predicted latency in seconds, float64 ``(len(index),)``, of the programs ``index`` (int
-    ``(K,)``, default all) of ``data`` (:class:`ProgramLeaves`, or
-    :class:`cdmpp.featurize.batch.FeaturizedPrograms`).
-
-    Args:
-        batch_size: programs per forward pass, at most ``BUCKET_PROGRAMS`` (128): programs
-            go through sorted by leaf count, so that each pass pads to a similar length.
-        device_row: the device-table row to predict for: an int for all programs, or int
-            ``(K,)``; default ``data.device_row`` (each program's own device) when set, else
-            row 0.  Ignored by a model without devices.
-
-    Torch only (no Lightning, no PyG), so that prediction imports neither.
-    """
-
-    check_inputs(model, data)
-    index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
-    if device_row is None:
-        device_row = data.device_row[index] if getattr(data, "device_row", None) is not None else 0
-    dev = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
-    model.eval()
-    if len(index) == 0:
-        return np.zeros(0, dtype=np.float64)
-    # programs sorted by leaf count, so that each batch pads to a similar length
-    order = np.argsort(data.ptr[index + 1] - data.ptr[index], kind="stable")
-    step = min(batch_size, BUCKET_PROGRAMS)
-    out = torch.cat([
-        model.predict_log_latency(*dense_programs(data, index[order[s : s + step]]), dev[order[s : s + step]])
-        for s in range(0, len(index), step)
-    ]).double().numpy()
-    log_latency = np.empty_like(out)
-    log_latency[order] = out
-    return np.exp(log_latency)
-
-
-@dataclass
-class ProgramLeaves:
-    """Featurized programs without labels: what prediction needs.
-
-    ``P`` programs with ``L_i`` leaves each, ``F = FEATURE_DIM``.  Any object with these
-    fields (such as :class:`cdmpp.featurize.batch.FeaturizedPrograms`, which adds labels
-    and grouping) is accepted where this type is.
-
-    Attributes:
-        x: float32 ``(sum L_i, F)``: leaf features, program after program.
-        pos: int32 ``(sum L_i,)``: each leaf's pre-order position.
-        ptr: int64 ``(P + 1,)``: program ``i`` owns rows ``ptr[i]:ptr[i+1]``.
-        device_row: int64 ``(P,)`` device-table rows, or ``None``.
-    """
-
-    x: np.ndarray
-    pos: np.ndarray
-    ptr: np.ndarray
-    device_row: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.ptr) - 1
-
-    @staticmethod
-    def from_trees(trees, loops: bool = False) -> "ProgramLeaves":
-        """Stack :class:`cdmpp.featurize.ProgramAST` trees (``featurize_many``'s output);
-        with ``loops``, each program's loop tokens among its leaves (a ``loop_tokens``
-        model's input, :func:`cdmpp.featurize.loops.merge_tokens`)."""
-        if loops:
-            return ProgramLeaves(*merge_tokens(*stack_leaves(trees), *stack_loops(trees)))
-        return ProgramLeaves(*stack_leaves(trees))

@@ -85,7 +85,7 @@ class LatencyPredictor:
         Raises:
             CheckpointError: a missing or corrupt file.
         """
-        from cdmpp.model import load_checkpoint  # noqa: PLC0415  (keeps torch off this module's import)
+        from cdmpp.checkpoint import load_checkpoint  # noqa: PLC0415  (keeps torch off this module's import)
 
         model, meta = load_checkpoint(Path(path) if path is not None else DEFAULT_CHECKPOINT)
         return cls(model, meta)
@@ -209,7 +209,7 @@ class LatencyPredictor:
 
     def _leaves(self, trees: Sequence[ProgramAST], traces: np.ndarray | None):
         """The stacked leaves of ``trees``, with their trace tokens when the checkpoint reads them."""
-        from cdmpp.model import ProgramLeaves  # noqa: PLC0415  (keeps torch off this module's import)
+        from cdmpp.inference import ProgramLeaves  # noqa: PLC0415  (keeps torch off this module's import)
 
         leaves = ProgramLeaves.from_trees(trees, loops=self.model.config.loop_tokens)
         if not self.reads_traces:
@@ -245,7 +245,7 @@ class LatencyPredictor:
         """Predicted latencies in seconds, float64 ``(len(index),)``, of programs featurized
         already: a dataset's :class:`cdmpp.featurize.batch.FeaturizedPrograms` (what
         ``cdmpp evaluate``, ``adapt`` and the studies score) or stacked
-        :class:`cdmpp.model.ProgramLeaves`.  The one place the transformer runs.
+        :class:`cdmpp.inference.ProgramLeaves`.  The one place the transformer runs.
 
         Args:
             data: the programs, in this checkpoint's input columns (its trace and loop
@@ -254,7 +254,7 @@ class LatencyPredictor:
             device_rows: the device-table row of each program, int or int ``(K,)``
                 (default ``data.device_row``, else row 0).
         """
-        from cdmpp.model import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
+        from cdmpp.inference import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
 
         return predict_latency_array(self.model, data, index, device_row=device_rows)
 

@@ -33,60 +33,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
 
 from cdmpp import dataset as ds
+from cdmpp.checkpoint import load_checkpoint, save_checkpoint
 from cdmpp.collect import measure_programs
-from cdmpp.device import DeviceDescriptor, descriptor_vector, device_caches, local_cpu, nearest_device
+from cdmpp.device import DeviceDescriptor, descriptor_vector, device_caches, local_cpu
+from cdmpp.device_choice import nearest_device
 from cdmpp.errors import InputError
 from cdmpp.featurize import featurize_many
 from cdmpp.featurize.batch import FeaturizedPrograms, dense_programs, from_trees
 from cdmpp.featurize.folder import featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import model_inputs, schedule_trace_vectors, with_trace_tokens
-from cdmpp.model import LatencyTransformer, load_checkpoint, save_checkpoint
+from cdmpp.model import LatencyTransformer
 from cdmpp.predictor import LatencyPredictor
 
+from .config import AdaptConfig
 from .metrics import summary
 from .report import ADAPTED_HEADING
-
-
-@dataclass
-class AdaptConfig:
-    """How a new device's row is learned.
-
-    Attributes:
-        shots: programs measured on the new device (at most this many are chosen).
-        selection: ``"kmeans"`` (CDMPP's sampling over the embeddings) or ``"random"``.
-        init: where the new device's row starts: ``"nearest"`` (the row of the most
-            similar known device, :func:`cdmpp.device.nearest_device`) or
-            ``"descriptor"`` (the unknown-device row with the new descriptor).
-        method: ``"offset"`` (shift the device's log-latency by the shots' mean
-            residual; the ranking stays the starting row's) or ``"row"`` (fit the
-            row's numbers to the shots, then the offset).
-        steps: full-batch Adam steps on the row.
-        lr: Adam learning rate.
-        l2: weight of the squared distance of the row from its start (keeps few
-            shots from pulling it far).
-        seed: seed of the choice.
-    """
-
-    shots: int = 64
-    selection: str = "kmeans"
-    init: str = "nearest"
-    method: str = "offset"
-    steps: int = 300
-    lr: float = 0.05
-    l2: float = 1e-3
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.selection not in ("kmeans", "random"):
-            raise InputError(f"selection must be 'kmeans' or 'random', got {self.selection!r}")
-        if self.init not in ("nearest", "descriptor") or self.method not in ("offset", "row"):
-            raise InputError(f"init must be 'nearest' or 'descriptor' and method 'offset' or 'row', got {self}")
-        if self.shots < 1 or self.steps < 0 or self.lr <= 0 or self.l2 < 0:
-            raise InputError(f"bad AdaptConfig: {self}")
+from .shots import select_programs
 
 
 @torch.no_grad()
@@ -208,110 +173,6 @@ def with_new_device(model: LatencyTransformer, descriptor: np.ndarray, init_row:
     the device's cache bytes for a ``cache_fit`` model); returns ``(copy, row)``."""
     out = copy.deepcopy(model)
     return out, out.add_device(descriptor, init_row, caches)
-
-
-@torch.no_grad()
-def program_embeddings(
-    model: LatencyTransformer, data: FeaturizedPrograms, index: np.ndarray, batch_size: int = 512
-) -> np.ndarray:
-    """Pooled program embeddings, float32 ``(len(index), d_model)``."""
-    from .lightning import ProgramDataModule  # noqa: PLC0415  (Lightning)
-
-    dm = ProgramDataModule(data, [], [], np.asarray(index, dtype=np.int64), batch_size)
-    model.eval()
-    out = [model.pooled(b["x"], b["pos"], b["mask"]) for b in dm.predict_dataloader()]
-    return torch.cat(out).numpy() if out else np.zeros((0, model.config.d_model), dtype=np.float32)
-
-
-def select_programs(model: LatencyTransformer, data: FeaturizedPrograms, candidates: np.ndarray,
-                    config: AdaptConfig) -> np.ndarray:
-    """At most ``config.shots`` programs of ``candidates`` to measure, chosen without latencies.
-
-    CDMPP's KMeans-based sampling (EuroSys 2024, section 5): the candidates' pooled
-    embeddings are clustered into ``shots`` clusters (scikit-learn's ``KMeans``) and the
-    program nearest each centroid is chosen, so that the few measured programs cover the
-    program space.  ``config.selection == "random"`` draws them at random instead.
-
-    Args:
-        candidates: int64 ``(N,)`` program indices into ``data``.
-
-    Returns:
-        int64 ``(min(shots, N),)`` sorted program indices.
-
-    Raises:
-        InputError: no candidate.
-    """
-    candidates = np.asarray(candidates, dtype=np.int64)
-    if candidates.size == 0:
-        raise InputError("no candidate program to choose shots from")
-    k = min(config.shots, candidates.size)
-    if config.selection == "random" or k == candidates.size:
-        return np.sort(np.random.default_rng(config.seed).choice(candidates, size=k, replace=False))
-    emb = program_embeddings(model, data, candidates).astype(np.float64)
-    km = KMeans(n_clusters=k, n_init=4, random_state=config.seed).fit(emb)
-    dist = km.transform(emb)  # (N, k) distance of each program to each centroid
-    chosen: list[int] = []
-    taken = np.zeros(candidates.size, dtype=bool)
-    for c in range(k):  # the nearest not-yet-chosen program of each centroid
-        order = np.argsort(dist[:, c])
-        j = next(int(j) for j in order if not taken[j])
-        taken[j] = True
-        chosen.append(int(candidates[j]))
-    return np.sort(np.asarray(chosen, dtype=np.int64))
-
-
-def adapt_table(
-    model: LatencyTransformer,
-    meta: dict,
-    data: FeaturizedPrograms,
-    device,
-    weights: dict | None = None,
-    shot_counts=(16, 32, 64),
-    selections=("kmeans", "random"),
-    seed: int = 0,
-) -> dict[str, dict]:
-    """Leave-one-device-out rows: a device the checkpoint never saw, zero-shot and after shots.
-
-    ``data`` holds programs already measured on ``device`` (its
-    :class:`~cdmpp.device.DeviceDescriptor`).  Every row is scored on the same
-    programs: those not chosen as a shot by any row.
-
-    Rows:
-        - ``zero-shot, descriptor``: a new row started from the unknown device's;
-        - ``zero-shot, nearest device <id>``: the nearest known device's row;
-        - ``<k> <selection> shots, descriptor + offset``, ``..., nearest + offset``:
-          that start, shifted by the shots' mean log residual
-          (:func:`fit_device_offset`);
-        - ``<k> <selection> shots, nearest + row``: the row fitted to the shots
-          (:func:`fit_device_row`), then the offset.
-
-    Returns:
-        Metric rows by name (:func:`cdmpp.train.metrics.summary`).
-    """
-    by_desc, row = new_device_row(model, meta, device, "descriptor")
-    by_near, _ = new_device_row(model, meta, device, "nearest")
-    everything = np.arange(len(data))
-    chosen = {}
-    for sel in selections:
-        for k in shot_counts:
-            chosen[(sel, k)] = select_programs(by_desc, data, everything, AdaptConfig(shots=k, selection=sel, seed=seed))
-    used = np.unique(np.concatenate(list(chosen.values()))) if chosen else np.zeros(0, np.int64)
-    rest = np.setdiff1d(everything, used)
-    true, groups = data.latency[rest], data.workload[rest]
-
-    def score(m):
-        return summary(LatencyPredictor(m, {}).predict_featurized(data, rest, device_rows=row), true, groups, weights)
-
-    rows = {"zero-shot, descriptor": score(by_desc)}
-    known = [DeviceDescriptor.from_json(d["descriptor"]) for d in meta.get("devices", [])]
-    known = [d for d in known if d.kind == device.kind]
-    if known:
-        rows[f"zero-shot, nearest device {nearest_device(device, known).device_id}"] = score(by_near)
-    for (sel, k), shots in chosen.items():
-        rows[f"{k} {sel} shots, descriptor + offset"] = score(fit_device_offset(by_desc, data, shots, row))
-        rows[f"{k} {sel} shots, nearest + offset"] = score(fit_device_offset(by_near, data, shots, row))
-        rows[f"{k} {sel} shots, nearest + row"] = score(adapt_device(by_near, data, shots, row, AdaptConfig(method="row")))
-    return rows
 
 
 @dataclass
@@ -503,3 +364,57 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
         encoding="utf-8",
     )
     return AdaptResult(device.device_id, row, new, int(len(data)), folder, before, after, seconds)
+
+
+def adapt_table(
+    model: LatencyTransformer,
+    meta: dict,
+    data: FeaturizedPrograms,
+    device,
+    weights: dict | None = None,
+    shot_counts=(16, 32, 64),
+    selections=("kmeans", "random"),
+    seed: int = 0,
+) -> dict[str, dict]:
+    """Leave-one-device-out rows: a device the checkpoint never saw, zero-shot and after shots.
+
+    ``data`` holds programs already measured on ``device`` (its
+    :class:`~cdmpp.device.DeviceDescriptor`).  Every row is scored on the same
+    programs: those not chosen as a shot by any row.
+
+    Rows:
+        - ``zero-shot, descriptor``: a new row started from the unknown device's;
+        - ``zero-shot, nearest device <id>``: the nearest known device's row;
+        - ``<k> <selection> shots, descriptor + offset``, ``..., nearest + offset``:
+          that start, shifted by the shots' mean log residual
+          (:func:`fit_device_offset`);
+        - ``<k> <selection> shots, nearest + row``: the row fitted to the shots
+          (:func:`fit_device_row`), then the offset.
+
+    Returns:
+        Metric rows by name (:func:`cdmpp.train.metrics.summary`).
+    """
+    by_desc, row = new_device_row(model, meta, device, "descriptor")
+    by_near, _ = new_device_row(model, meta, device, "nearest")
+    everything = np.arange(len(data))
+    chosen = {}
+    for sel in selections:
+        for k in shot_counts:
+            chosen[(sel, k)] = select_programs(by_desc, data, everything, AdaptConfig(shots=k, selection=sel, seed=seed))
+    used = np.unique(np.concatenate(list(chosen.values()))) if chosen else np.zeros(0, np.int64)
+    rest = np.setdiff1d(everything, used)
+    true, groups = data.latency[rest], data.workload[rest]
+
+    def score(m):
+        return summary(LatencyPredictor(m, {}).predict_featurized(data, rest, device_rows=row), true, groups, weights)
+
+    rows = {"zero-shot, descriptor": score(by_desc)}
+    known = [DeviceDescriptor.from_json(d["descriptor"]) for d in meta.get("devices", [])]
+    known = [d for d in known if d.kind == device.kind]
+    if known:
+        rows[f"zero-shot, nearest device {nearest_device(device, known).device_id}"] = score(by_near)
+    for (sel, k), shots in chosen.items():
+        rows[f"{k} {sel} shots, descriptor + offset"] = score(fit_device_offset(by_desc, data, shots, row))
+        rows[f"{k} {sel} shots, nearest + offset"] = score(fit_device_offset(by_near, data, shots, row))
+        rows[f"{k} {sel} shots, nearest + row"] = score(adapt_device(by_near, data, shots, row, AdaptConfig(method="row")))
+    return rows

@@ -286,3 +286,41 @@ def no_cmd_target(config: "TrainConfig") -> InputError:
     """The error for ``cmd_weight > 0`` with no programs to serve as the CMD term's target."""
     return InputError(f"cmd_weight > 0 needs {CMD_DOMAINS[config.cmd_domain]} or a CMD target device: their programs "
                       "are the CMD term's target domain")
+
+
+@dataclass
+class AdaptConfig:
+    """How a new device's row is learned.
+
+    Attributes:
+        shots: programs measured on the new device (at most this many are chosen).
+        selection: ``"kmeans"`` (CDMPP's sampling over the embeddings) or ``"random"``.
+        init: where the new device's row starts: ``"nearest"`` (the row of the most
+            similar known device, :func:`cdmpp.device_choice.nearest_device`) or
+            ``"descriptor"`` (the unknown-device row with the new descriptor).
+        method: ``"offset"`` (shift the device's log-latency by the shots' mean
+            residual; the ranking stays the starting row's) or ``"row"`` (fit the
+            row's numbers to the shots, then the offset).
+        steps: full-batch Adam steps on the row.
+        lr: Adam learning rate.
+        l2: weight of the squared distance of the row from its start (keeps few
+            shots from pulling it far).
+        seed: seed of the choice.
+    """
+
+    shots: int = 64
+    selection: str = "kmeans"
+    init: str = "nearest"
+    method: str = "offset"
+    steps: int = 300
+    lr: float = 0.05
+    l2: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.selection not in ("kmeans", "random"):
+            raise InputError(f"selection must be 'kmeans' or 'random', got {self.selection!r}")
+        if self.init not in ("nearest", "descriptor") or self.method not in ("offset", "row"):
+            raise InputError(f"init must be 'nearest' or 'descriptor' and method 'offset' or 'row', got {self}")
+        if self.shots < 1 or self.steps < 0 or self.lr <= 0 or self.l2 < 0:
+            raise InputError(f"bad AdaptConfig: {self}")

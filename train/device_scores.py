@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.checkpoint import load_checkpoint
 from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.errors import InputError
-from cdmpp.model import load_checkpoint
 
 from .baselines import TreeBaseline
 from .devices import (

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
+from cdmpp.checkpoint import load_checkpoint
 from cdmpp.device import DEVICE_FILE, DeviceDescriptor
 from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms
 from cdmpp.featurize.folder import featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
-from cdmpp.model import load_checkpoint
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.device_scores import evaluate_devices
 

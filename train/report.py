@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.model import WEIGHTS_FILE, ModelConfig
+from cdmpp.checkpoint import WEIGHTS_FILE
+from cdmpp.model import ModelConfig
 from cdmpp.predictor import DEFAULT_CHECKPOINT
 
 from .config import describe_loss

@@ -20,11 +20,12 @@ import numpy as np
 import torch
 
 from cdmpp import dataset as ds
+from cdmpp.checkpoint import save_checkpoint
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import FeaturizedPrograms
 from cdmpp.featurize.trace import model_inputs
-from cdmpp.model import ModelConfig, save_checkpoint
+from cdmpp.model import ModelConfig
 from cdmpp.predictor import LatencyPredictor
 
 from .baselines import FlopsBaseline, TreeBaseline

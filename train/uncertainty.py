@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.checkpoint import CONFIG_FILE, load_checkpoint
 from cdmpp.errors import CheckpointError, InputError
 from cdmpp.intervals import (  # noqa: F401  (the inference half of the intervals, re-exported for the calibration)
     ALPHAS,
@@ -39,7 +40,6 @@ from cdmpp.intervals import (  # noqa: F401  (the inference half of the interval
     mc_log_latency,
     mc_std,
 )
-from cdmpp.model import CONFIG_FILE, load_checkpoint
 from cdmpp.train.device_scores import own_split_corpus
 
 from .devices import dataset_label

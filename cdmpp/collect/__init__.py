@@ -33,6 +33,8 @@ Modules, one per concern:
 - :mod:`.remeasure`: import, remeasure and measuring given programs.
 """
 
+from cdmpp.collect.quiet import QuietGuard, quiet_runner
+
 from .config import (
     INPUT_FILL,
     SAMPLING_POLICY,
@@ -45,7 +47,7 @@ from .config import (
     RPCSettings,
 )
 from .loop import collect
-from .machine import STAGES, PooledBuilder, QuietGuard, StageClock, quiet_runner
+from .machine import STAGES, PooledBuilder, StageClock
 from .remeasure import import_database, measure_programs, remeasure
 from .sampling import extract_network_tasks, sample_schedules, sampling_threads
 from .timing import adaptive_run_evaluator, index_bounds, stops_early

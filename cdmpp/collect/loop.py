@@ -17,7 +17,7 @@ from ..device import DeviceDescriptor, DeviceUnavailableError, local_cpu, local_
 from ..held_out import held_out_keys
 from ..tasks import Task
 from .config import CollectConfig, CollectSummary, MachineBusyError
-from .machine import PooledBuilder, StageClock, build_tmpdir, log_note
+from .machine import PooledBuilder, StageClock, log_note, scratch_folder
 from .sampling import (
     make_tune_context,
     networks_tasks,
@@ -418,7 +418,7 @@ def collect(
     if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
         manifest["collections"][-1]["cuda_compile_mode"] = compile_mode
     ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
-    with build_tmpdir(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
+    with scratch_folder(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
         load_tensor_intrinsics(target)
         bench = make_bench(cfg, device, target, clock, tmp)
         run = _Collection(cfg, device, device_dir, store, manifest, bench, workloads, should_stop, progress, guide)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
-
-from .config import MachineBusyError, QuietConfig
 
 STAGES = (
     "task extraction",
@@ -84,143 +80,18 @@ class StageClock:
         return "\n".join(lines)
 
 
-class QuietGuard:
-    """Checks the CPU use of every process outside this one and its descendants.
-
-    Before a timing batch it waits until that load stays under the threshold over a
-    window; after the batch it measures the load over the batch, and the collector
-    times a disturbed batch again.  Load = the CPU seconds (user + system, ``psutil``)
-    that other processes used between two snapshots, per wall second, in cores; a
-    process started between the snapshots counts with all its CPU time.  The collector's
-    own build and run workers are its descendants and do not count.
-    """
-
-    def __init__(self, cfg: QuietConfig):
-        import psutil  # noqa: PLC0415  (keeps psutil off this module's import)
-
-        self.cfg = cfg
-        self._psutil = psutil
-        self._me = psutil.Process()
-        self.waited_s = 0.0
-        self.retimed = 0
-        self.batches: list[tuple[float, float, bool]] = []  # (unix time at the start, load in cores, kept)
-        self.last: tuple[float, dict[int, float]] | None = None  # the end of the last timed batch
-
-    def snapshot(self) -> tuple[float, dict[int, float]]:
-        """``(wall s, {pid: CPU s})`` of every process outside this process tree."""
-        mine = {self._me.pid}
-        try:
-            mine.update(c.pid for c in self._me.children(recursive=True))
-        except self._psutil.Error:
-            pass
-        cpu = {}
-        for p in self._psutil.process_iter(["cpu_times"]):
-            t = p.info.get("cpu_times")
-            if p.pid not in mine and t is not None:
-                cpu[p.pid] = t.user + t.system
-        return time.perf_counter(), cpu
-
-    @staticmethod
-    def cores_between(start: tuple[float, dict[int, float]], end: tuple[float, dict[int, float]]) -> float:
-        """Cores used by other processes between two snapshots."""
-        wall = max(end[0] - start[0], 1e-3)
-        return sum(max(0.0, s - start[1].get(pid, 0.0)) for pid, s in end[1].items()) / wall
-
-    def other_cores(self, since: tuple[float, dict[int, float]]) -> float:
-        """Cores used by other processes since the snapshot ``since``."""
-        return self.cores_between(since, self.snapshot())
-
-    def wait_quiet(self, report: Callable[[str], None] | None = None) -> float:
-        """Block until other processes used at most ``max_other_cores`` over ``settle_s``.
-
-        Returns:
-            The load of the last window, in cores.
-
-        Raises:
-            MachineBusyError: still busy after ``max_wait_s``.
-        """
-        if not self.cfg.enabled:
-            return 0.0
-        start = time.perf_counter()
-        while True:
-            snap = self.snapshot()
-            time.sleep(self.cfg.settle_s)
-            load = self.other_cores(snap)
-            if load <= self.cfg.max_other_cores:
-                break
-            waited = time.perf_counter() - start
-            if self.cfg.max_wait_s is not None and waited > self.cfg.max_wait_s:
-                raise MachineBusyError(
-                    f"other processes used {load:.2f} cores (limit {self.cfg.max_other_cores}) for {waited:.0f} s; "
-                    "stop them, or pass --allow-busy to time anyway"
-                )
-            if report is not None:
-                report(f"waiting for a quiet machine: other processes use {load:.2f} cores")
-        self.waited_s += time.perf_counter() - start - self.cfg.settle_s
-        return load
-
-    def run_quietly(self, fn: Callable[[], object], report: Callable[[str], None] | None = None, wait_stage=None):
-        """``fn()`` (a timing batch) on a quiet machine: wait for quiet, run, and run again
-        when other processes were busy during it.
-
-        The machine counts as quiet before a batch when other processes stayed under the
-        threshold since the last batch ended (no extra wait); otherwise this waits for a
-        quiet window.  Every run's start, load and outcome go to ``batches``.
-
-        Args:
-            fn: the batch; its return value is returned.
-            report: called with a line when waiting or running again.
-            wait_stage: a context manager factory timing the waits (``None``: not timed).
-
-        Raises:
-            MachineBusyError: as :meth:`wait_quiet`.
-        """
-        if not self.cfg.enabled:
-            return fn()
-        while True:
-            with wait_stage() if wait_stage is not None else contextlib.nullcontext():
-                if self.last is None or self.other_cores(self.last) > self.cfg.max_other_cores:
-                    self.wait_quiet(report)
-            start, started_at = self.snapshot(), time.time()
-            out = fn()
-            self.last = self.snapshot()
-            load = self.cores_between(start, self.last)
-            quiet = load <= self.cfg.max_other_cores
-            self.batches.append((started_at, load, quiet))
-            if quiet:
-                return out
-            self.retimed += 1
-            if report is not None:
-                report(f"a batch was timed while other processes used {load:.2f} cores: timing it again")
-
-    def to_json(self) -> dict:
-        return {
-            "enabled": self.cfg.enabled,
-            "max_other_cores": self.cfg.max_other_cores,
-            "waited_s": round(self.waited_s, 1),
-            "retimed_batches": self.retimed,
-            "batches": "[unix time at the start, CPU of other processes in cores, kept (1) or timed again (0)] per timing",
-            "timings": [[round(t, 1), round(load, 3), int(kept)] for t, load, kept in self.batches],
-        }
-
-
 @contextmanager
-def build_tmpdir(path: Path):
-    """Point ``TMPDIR`` (inherited by the build workers) at ``path`` and remove it afterwards."""
+def scratch_folder(path: Path):
+    """Create ``path`` for the build workers' artifacts (passed to :class:`PooledBuilder` as
+    ``tmp_dir``) and remove it afterwards."""
     path.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(path)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-        if old is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old
 
 
-def _timed_build(args: tuple, cpu_limit_s: float | None = None) -> tuple[str, float]:
+def _timed_build(args: tuple, cpu_limit_s: float | None = None, tmp_dir: str | None = None) -> tuple[str, float]:
     """In a build worker: MetaSchedule's build-and-export of one program; returns the
     artifact path and the CPU seconds it took.
 
@@ -228,9 +99,13 @@ def _timed_build(args: tuple, cpu_limit_s: float | None = None) -> tuple[str, fl
     worker's CPU time, and its signal (``SIGPROF``, default action) ends the worker when
     the limit passes, which also stops LLVM's native code generation (a Python-level
     handler could not run before LLVM returns).  A paused worker spends no CPU time, so
-    a pause never ends a build."""
+    a pause never ends a build.  ``tmp_dir``: where this worker writes its artifacts
+    (``tempfile.tempdir`` of the worker process; ``None``: the system's)."""
 
     from ..tvm_compat import build_worker_function  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+
+    if tmp_dir is not None:
+        tempfile.tempdir = tmp_dir
 
     if cpu_limit_s:
         signal.signal(signal.SIGPROF, signal.SIG_DFL)
@@ -258,7 +133,8 @@ class PooledBuilder:
     timing.  The build timeout counts each build's CPU time (:func:`_timed_build`), which
     a pause does not advance.  Results are MetaSchedule ``BuilderResult``s, as from
     ``LocalBuilder.build``.  ``f_export`` (``None``: MetaSchedule's tar archive, linked by
-    the runner) writes each artifact.
+    the runner) writes each artifact, into ``tmp_dir`` (``None``: the system's temporary
+    folder).
 
     Attributes:
         build_seconds: CPU seconds each finished build took in its worker, in order.
@@ -266,10 +142,10 @@ class PooledBuilder:
         paused_s: wall seconds the workers spent paused.
     """
 
-    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 400, f_export=None):
-
+    def __init__(self, max_workers: int, timeout_sec: float, f_build, recycle: int = 400, f_export=None,
+                 tmp_dir: Path | None = None):
         self.max_workers, self.timeout_sec, self.f_build, self.recycle = max_workers, timeout_sec, f_build, recycle
-        self.f_export = f_export
+        self.f_export, self.tmp_dir = f_export, tmp_dir
         self._threads = None
         self._local = threading.local()
         self._workers: list = []
@@ -300,7 +176,8 @@ class PooledBuilder:
                 self._cond.wait()
             if self._closed:
                 return ms.builder.BuilderResult(None, "build failed: the builder was closed")
-            w.send(_timed_build, (args, self.timeout_sec), timeout=max(300.0, 10 * self.timeout_sec))
+            w.send(_timed_build, (args, self.timeout_sec, None if self.tmp_dir is None else str(self.tmp_dir)),
+                   timeout=max(300.0, 10 * self.timeout_sec))
             sent, paused_before, pid = time.perf_counter(), self.paused_s, popen_worker_pid(w)
         try:
             path, secs = w.recv()
@@ -438,31 +315,6 @@ class PooledBuilder:
         thread whose worker :meth:`close` ended sees it die and ends it too)."""
         with self._kill_lock:
             worker.kill()
-
-
-def quiet_runner(inner, guard: QuietGuard, report: Callable[[str], None] | None = None):
-    """A MetaSchedule runner that times each batch of ``inner`` (for example a
-    ``LocalRunner``, which times a batch before ``run`` returns) on a quiet machine, as
-    the collector does: it waits for quiet before a batch, and times a batch again when
-    other processes were busy during it (:meth:`QuietGuard.run_quietly`).
-
-    Returns:
-        A ``ms.runner.PyRunner`` for ``ms.tune_tir`` / ``tune_relax``; ``guard`` keeps the
-        waits, the loads and the batches timed again.
-    """
-    from ..tvm_compat import derived_object, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    @derived_object
-    class QuietRunner(ms.runner.PyRunner):
-        def run(self, runner_inputs):  # pylint: disable=missing-function-docstring
-            def batch():
-                futures = inner.run(runner_inputs)
-                return [ms.runner.LocalRunnerFuture(None if r.run_secs is None else [float(x) for x in r.run_secs],
-                                                     r.error_msg) for r in (f.result() for f in futures)]
-
-            return guard.run_quietly(batch, report)
-
-    return QuietRunner()
 
 
 def log_note(message: str) -> None:

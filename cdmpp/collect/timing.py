@@ -14,9 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdmpp.collect.quiet import QuietGuard
+
 from ..device import DeviceDescriptor
 from .config import CollectConfig, MeasureConfig, QuietConfig
-from .machine import PooledBuilder, QuietGuard, StageClock, log_note
+from .machine import PooledBuilder, StageClock, log_note
 
 _INDEX_DTYPES = ("int32", "int64")
 
@@ -379,14 +381,15 @@ def measure_batch(bench: _Bench, fresh: list) -> list[tuple]:
 
 
 def local_bench(m: MeasureConfig, target, dev_type: str, quiet: QuietConfig | None, probe_file: Path | None = None,
-                 clock: StageClock | None = None) -> _Bench:
-    """A builder on all cores, a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is
-    ``None``, the quiet-machine guard."""
+                 clock: StageClock | None = None, tmp_dir: Path | None = None) -> _Bench:
+    """A builder on all cores (its artifacts in ``tmp_dir``; ``None``: the system's temporary
+    folder), a ``LocalRunner`` (one program at a time) and, unless ``quiet`` is ``None``, the
+    quiet-machine guard."""
     from ..tvm_compat import LocalRunner, build_for_measurement, export_shared_library  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     # linked into a shared library by the build workers, in parallel, not by the one runner
     builder = PooledBuilder(m.build_workers or os.cpu_count() or 1, m.build_timeout_s, build_for_measurement,
-                            f_export=export_shared_library if dev_type == "cpu" else None)
+                            f_export=export_shared_library if dev_type == "cpu" else None, tmp_dir=tmp_dir)
     runner = LocalRunner(timeout_sec=m.run_timeout_s, evaluator_config=m.evaluator_config(),
                          f_run_evaluator=run_evaluator(m))
     warm = None
@@ -401,7 +404,7 @@ def make_bench(cfg: CollectConfig, device: DeviceDescriptor, target, clock: Stag
     from ..tvm_compat import RPCConfig, RPCRunner  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     dev_type = "cuda" if device.kind == "gpu" else "cpu"
-    bench = local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock)
+    bench = local_bench(cfg.measure, target, dev_type, cfg.quiet, tmp / "runner-stages.tsv", clock, tmp)
     if cfg.rpc is not None:  # RPC boards are timed elsewhere: no guard on this host
         m, r = cfg.measure, cfg.rpc
         bench.runner = RPCRunner(

@@ -6,7 +6,7 @@ from three places, each entry naming its source:
 
 - :mod:`.classic`: the first 14 architectures, in plain torch (BERT from a ``transformers`` config);
 - :mod:`.hf`: architectures of the ``transformers`` package, built from their configs;
-- :mod:`.extra`: architectures that package lacks, in plain torch.
+- :mod:`.extra` and :mod:`.other`: architectures that package lacks, in plain torch.
 
 The ConvNeXt and GPT-2 families and LLaMA-style decoders (RMSNorm, SwiGLU, rotary
 embeddings: LLaMA, Mistral, Qwen2, Gemma) are reserved as unseen test networks and are
@@ -23,7 +23,7 @@ from torch import nn
 
 from cdmpp.errors import UnknownNetworkError
 
-from . import classic, extra, sweep
+from . import classic, extra, other, sweep
 from .hf import HF_ARCHS
 
 RESERVED_FAMILIES = ("convnext", "gpt2", "llama", "mistral", "qwen", "gemma")
@@ -81,7 +81,7 @@ class NetworkSpec:
 
 def _torch_archs() -> dict[str, tuple[str, Callable[[], nn.Module], str, str]]:
     """Plain-torch architectures: name -> (family, build, input kind, source)."""
-    c, e = classic, extra
+    c, e, o = classic, extra, other
     b, bb = c._Bottleneck, c._Basic
     own = {
         "resnet_18": ("resnet", lambda: c.ResNet(bb, [2, 2, 2, 2]), "img", c.ResNet),
@@ -108,12 +108,12 @@ def _torch_archs() -> dict[str, tuple[str, Callable[[], nn.Module], str, str]]:
         "unet": ("unet", e.UNet, "seg", e.UNet),
         "conv_autoencoder": ("autoencoder", e.ConvAutoencoder, "img", e.ConvAutoencoder),
         "diffusion_unet": ("diffusion", e.DiffusionUNet, "sd_latent", e.DiffusionUNet),
-        "mlp_mixer_b16": ("mlp_mixer", e.MLPMixer, "img", e.MLPMixer),
-        "dlrm": ("dlrm", e.DLRM, "ctr", e.DLRM),
-        "r2plus1d_18": ("video", e.R2Plus1D, "video", e.R2Plus1D),
-        "pointnet": ("pointnet", e.PointNet, "points", e.PointNet),
-        "wavenet": ("wavenet", e.WaveNet, "wave", e.WaveNet),
-        "lstm_lm": ("lstm", e.LSTMTagger, "seq35", e.LSTMTagger),
+        "mlp_mixer_b16": ("mlp_mixer", o.MLPMixer, "img", o.MLPMixer),
+        "dlrm": ("dlrm", o.DLRM, "ctr", o.DLRM),
+        "r2plus1d_18": ("video", o.R2Plus1D, "video", o.R2Plus1D),
+        "pointnet": ("pointnet", o.PointNet, "points", o.PointNet),
+        "wavenet": ("wavenet", o.WaveNet, "wave", o.WaveNet),
+        "lstm_lm": ("lstm", o.LSTMTagger, "seq35", o.LSTMTagger),
     }
     return {
         arch: (family, build, kind, src if isinstance(src, str) else f"{src.__module__}.{src.__qualname__}")

@@ -6,7 +6,8 @@ import torch
 
 from cdmpp.errors import InputError
 from cdmpp.model import LatencyTransformer, ModelConfig
-from cdmpp.train.adapt import AdaptConfig, program_embeddings, select_programs
+from cdmpp.train.config import AdaptConfig
+from cdmpp.train.shots import program_embeddings, select_programs
 
 
 def _model():

@@ -8,8 +8,8 @@ from cdmpp.featurize.loops import LOOP_DIM
 
 def test_train_and_predict_with_loop_tokens(tiny_collection, tmp_path):
     from cdmpp import dataset as ds
+    from cdmpp.checkpoint import load_checkpoint
     from cdmpp.cli import main
-    from cdmpp.model import load_checkpoint
     from cdmpp.predictor import LatencyPredictor
 
     _, summary = tiny_collection

@@ -3,8 +3,8 @@
 
 
 def test_train_with_the_lse_head(tiny_collection, tmp_path):
+    from cdmpp.checkpoint import load_checkpoint
     from cdmpp.cli import main
-    from cdmpp.model import load_checkpoint
 
     _, summary = tiny_collection
     out = tmp_path / "ckpt"

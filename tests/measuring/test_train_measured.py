@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from cdmpp.model import CheckpointError, ModelConfig, load_checkpoint, save_checkpoint
+from cdmpp.checkpoint import load_checkpoint, save_checkpoint
+from cdmpp.model import CheckpointError, ModelConfig
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.fit import fit_transformer
 from cdmpp.train.lightning import ProgramDataModule, TrainConfig

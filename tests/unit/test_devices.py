@@ -11,14 +11,8 @@ from support import AVX2
 AVX512 = "cpu-intel_xeon_processor-emeraldrapids-avx512"
 
 def test_descriptor_target_match_and_nearest_device():
-    from cdmpp.device import (
-        DESCRIPTOR_DIM,
-        DESCRIPTOR_FEATURES,
-        DeviceDescriptor,
-        descriptor_vector,
-        devices_for_target,
-        nearest_device,
-    )
+    from cdmpp.device import DESCRIPTOR_DIM, DESCRIPTOR_FEATURES, DeviceDescriptor, descriptor_vector
+    from cdmpp.device_choice import devices_for_target, nearest_device
 
     def dev(i, model, mcpu, isa, flags, mattr=None):
         t = {"kind": "llvm", "num-cores": 2, "mcpu": mcpu, **({"mattr": mattr} if mattr else {})}
@@ -45,7 +39,8 @@ def test_descriptor_target_match_and_nearest_device():
 def test_two_gpus_of_one_cuda_arch_a_tag_picks_the_model_else_a_warning_names_both():
     """The H100 and H200 are both sm_90: TVM's H100 tag (arch sm_90a) names the model,
     a bare arch matches both and the predictor warns which it chose."""
-    from cdmpp.device import DeviceDescriptor, devices_for_target
+    from cdmpp.device import DeviceDescriptor
+    from cdmpp.device_choice import devices_for_target
     from cdmpp.predictor import DeviceChoiceWarning, LatencyPredictor
 
     def gpu(i, model):
@@ -116,8 +111,8 @@ def test_checkpoint_knows_its_devices_and_predicts_for_the_chosen_one(device_che
 def test_a_new_device_row_learns_its_shots_and_leaves_the_others(head, request, two_device_dataset):
     """For a mean-pooled head and for the log-sum-exp head alike: the row is fitted
     through the model's own head, so its in-sample error falls."""
+    from cdmpp.checkpoint import load_checkpoint, save_checkpoint
     from cdmpp.device import DeviceDescriptor, descriptor_vector
-    from cdmpp.model import load_checkpoint, save_checkpoint
     from cdmpp.predictor import LatencyPredictor
     from cdmpp.train.adapt import fit_device_row, with_new_device
     from cdmpp.train.devices import load_corpus

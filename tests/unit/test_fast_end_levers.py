@@ -119,7 +119,8 @@ def test_a_roofline_model_never_predicts_below_its_bound_and_learns_a_new_device
 
 
 def test_roofline_and_tree_gnn_models_save_and_load(tmp_path):
-    from cdmpp.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
+    from cdmpp.checkpoint import load_checkpoint, save_checkpoint
+    from cdmpp.model import LatencyTransformer, ModelConfig
 
     torch.manual_seed(0)
     x, pos, mask = _tree_batch()
@@ -259,8 +260,9 @@ def test_cache_fit_features_compare_a_leaf_with_its_devices_caches_isa_and_cores
 
 
 def test_a_cache_fit_model_starts_as_the_plain_one_and_then_reads_the_devices_caches(tmp_path):
+    from cdmpp.checkpoint import load_checkpoint, save_checkpoint
     from cdmpp.device import DeviceDescriptor, device_caches
-    from cdmpp.model import LatencyTransformer, ModelConfig, load_checkpoint, save_checkpoint
+    from cdmpp.model import LatencyTransformer, ModelConfig
 
     torch.manual_seed(0)
     base = dict(d_model=16, n_heads=2, n_layers=1, ff_dim=32, trace_tokens=False, loop_tokens=False, num_devices=2)
