@@ -4,7 +4,10 @@ Each module measures something about the product and prints or writes figures; n
 of them is imported on the collection, training or inference paths.
 """
 
+import contextlib
 import csv
+import os
+import shutil
 from pathlib import Path
 
 from cdmpp import dataset as ds
@@ -44,3 +47,21 @@ def write_csv_and_markdown(rows: list[dict], out_dir: Path, stem: str, markdown:
         w.writerows(rows)
     md_path.write_text((f"{first_line}\n\n" if first_line else "") + markdown + "\n", encoding="utf-8")
     return csv_path, md_path
+
+
+@contextlib.contextmanager
+def tmpdir_env(path: Path):
+    """``TMPDIR`` of this process and the workers MetaSchedule's own ``LocalBuilder`` starts
+    (which take no folder argument) set to ``path`` for the run, then restored, and ``path``
+    removed."""
+    path.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old

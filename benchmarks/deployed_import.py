@@ -33,9 +33,10 @@ from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.estimate import relax_tasks
+from cdmpp.relax_import import fuse_relax
 from cdmpp.tuning.config import SearchConfig
 from cdmpp.tuning.tune import count_trials, first_round_trials, gather_safe_measurers
-from cdmpp.tvm_compat import Target, fuse_relax, load_tensor_intrinsics, ms, relax, structural_hash, tvm
+from cdmpp.tvm_compat import Target, load_tensor_intrinsics, ms, relax, structural_hash, tvm
 
 
 def weights_as_inputs_import(model, example_inputs: tuple):
@@ -47,7 +48,7 @@ def weights_as_inputs_import(model, example_inputs: tuple):
     import torch  # noqa: PLC0415  (keeps torch off this module's import)
     from tvm.relax.frontend.torch import from_exported_program  # noqa: PLC0415  (torch)
 
-    from cdmpp.tvm_compat import repair_bool_ops  # noqa: PLC0415  (tvm)
+    from cdmpp.relax_import import repair_bool_ops  # noqa: PLC0415  (tvm)
 
     with torch.no_grad():
         exported = torch.export.export(model.eval(), example_inputs)

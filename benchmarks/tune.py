@@ -13,11 +13,8 @@ NeurIPS 2021, section 6, uses the same search-curve comparison).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import render_table, write_csv_and_markdown
+from benchmarks import render_table, tmpdir_env, write_csv_and_markdown
 from benchmarks.unseen import unseen_networks, unseen_tasks
 from cdmpp import dataset as ds
 from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
@@ -166,7 +163,7 @@ def tuned_run(guard, work_dir: Path, tune) -> dict:
     """
 
     retimed, t0, start = guard.retimed, time.perf_counter(), guard.snapshot()
-    with _tmpdir_env(work_dir / "tmp"):
+    with tmpdir_env(work_dir / "tmp"):
         tune()
     ds.pack(work_dir)  # gzipped copies of the finished run's records, small enough to keep in git
     save_trial_walls(work_dir)
@@ -590,21 +587,3 @@ def write_tune_benchmark(rows: list[dict], out_dir: Path, first_line: str | None
 
     return write_csv_and_markdown(rows, out_dir, "tune_benchmark", format_tune_benchmark(rows, markdown=True),
                                   first_line)
-
-
-@contextlib.contextmanager
-def _tmpdir_env(path: Path):
-    """``TMPDIR`` of this process and the workers MetaSchedule's own ``LocalBuilder`` starts
-    (which take no folder argument) set to ``path`` for the run, then restored, and ``path``
-    removed."""
-    path.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(path)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-        if old is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old

@@ -47,7 +47,7 @@ class RelaxNetwork:
         Relax JSON file).  Computed on first use (it compiles the load-time function)."""
         if self.load_time is None:
             return []
-        from .tvm_compat import load_time_params  # noqa: PLC0415  (keeps tvm off this module's import)
+        from cdmpp.relax_import import load_time_params  # noqa: PLC0415  (keeps tvm off this module's import)
 
         return load_time_params(self.load_time, self.weights, self.target)
 
@@ -130,7 +130,7 @@ def relax_network(name: str, model, inputs: tuple, target) -> RelaxNetwork:
     Raises:
         InputError: the import failed.
     """
-    from .tvm_compat import fuse_relax, import_torch  # noqa: PLC0415  (keeps tvm off this module's import)
+    from cdmpp.relax_import import fuse_relax, import_torch  # noqa: PLC0415  (keeps tvm off this module's import)
 
     try:
         unfused, load_time, weights = import_torch(model, inputs)

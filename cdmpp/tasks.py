@@ -64,8 +64,10 @@ def zoo_tasks(network: str, target: Target | dict | str) -> list[Task]:
     Raises:
         UnknownNetworkError: not a zoo network.
     """
+    from cdmpp.relax_import import relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+
     from . import networks as zoo  # noqa: PLC0415  (keeps torch off this module's import)
-    from .tvm_compat import Target, relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from .tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     spec = zoo.get_network(network)
     target = target if isinstance(target, Target) else Target(target)

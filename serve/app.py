@@ -28,23 +28,15 @@ message naming the program and the problem.
 from __future__ import annotations
 
 import ipaddress
-import json
-import multiprocessing
-import threading
-import warnings
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cdmpp.errors import CdmppError, InputError, UnknownDeviceError
-from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
-from cdmpp.featurize import UnsupportedProgramError
+from cdmpp.errors import InputError
 from cdmpp.predictor import LatencyPredictor
+
+from .workers import WorkerPool, worker_estimate, worker_predict
 
 
 @dataclass
@@ -184,194 +176,6 @@ class DeviceInfo(BaseModel):
     target: dict
 
 
-class ProgramError(InputError):
-    """A program that cannot be read or featurized (HTTP 422)."""
-
-
-def parse_program(program: dict):
-    """A scheduled program from one :class:`Program` (as a dict), without evaluating any code
-    except for ``tvmscript``, which callers must have allowed: an IRModule, or for the
-    ``workload`` + ``trace`` form the ``Schedule`` that replayed the trace (so that a
-    checkpoint trained with trace tokens reads it).
-
-    Raises:
-        ProgramError: malformed JSON, a JSON that is no IRModule, or a trace that does not
-            replay on its workload.
-    """
-    from cdmpp.tvm_compat import IRModule, Schedule, apply_trace_json, load_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    if program.get("tvmscript") is not None:
-        from tvm.script import from_source  # noqa: PLC0415  (keeps tvm off this module's import)
-
-        try:
-            return from_source(program["tvmscript"])
-        except Exception as err:  # noqa: BLE001  the TVMScript parser raises several error types
-            raise ProgramError(f"malformed TVMScript: {str(err).strip()[:300]}") from err
-    text = program.get("mod") if program.get("mod") is not None else program.get("workload")
-    try:
-        mod = load_json(text)
-    except Exception as err:  # noqa: BLE001  TVM raises its own error types
-        raise ProgramError(f"malformed TVM JSON: {str(err).strip()[:300]}") from err
-    if not isinstance(mod, IRModule):
-        raise ProgramError(f"the JSON holds a {type(mod).__name__}, not an IRModule")
-    if program.get("trace") is None:
-        return mod
-    try:
-        sch = Schedule(mod)
-        apply_trace_json(program["trace"], sch)
-    except Exception as err:  # noqa: BLE001
-        raise ProgramError(f"the trace does not replay on the workload: {str(err).strip()[:300]}") from err
-    return sch
-
-
-_WORKER_PREDICTOR = None
-
-
-def _worker_init(checkpoint: str | None) -> None:
-    global _WORKER_PREDICTOR  # pylint: disable=global-statement  one predictor per worker process
-
-    _WORKER_PREDICTOR = LatencyPredictor.load(checkpoint)
-
-
-def _worker_predict(
-    programs: list[dict], target: dict | None, device: str | None = None, interval: bool = True
-) -> tuple[tuple, str | None] | tuple[int, str]:
-    """In the worker: parse, then predict through the predictor's core
-    (:meth:`LatencyPredictor.predict_each`); ``((latencies, lows, highs, problems), device
-    id)``, a program that cannot be featurized with ``None`` latencies and its reason, or
-    ``(status, message)`` for a bad request."""
-
-    from cdmpp.tvm_compat import Target  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dev = _WORKER_PREDICTOR.device_of(device, target)
-    except UnknownDeviceError as err:
-        return 422, f"device: {err}"
-    except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
-        return 422, f"target: not a TVM target: {str(err).strip()[:300]}"
-    if target is not None:
-        try:
-            target = Target(target)
-        except Exception as err:  # noqa: BLE001  TVM raises its own error types
-            return 422, f"target: not a TVM target: {str(err).strip()[:300]}"
-    mods = []
-    for i, p in enumerate(programs):
-        try:
-            mods.append(parse_program(p))
-        except ProgramError as err:
-            return 422, f"programs[{i}]: {err}"
-    dev_id = dev.device_id if dev is not None else None
-    try:
-        out = _WORKER_PREDICTOR.predict_each(mods, target, dev_id, [f"programs[{i}]" for i in range(len(mods))],
-                                             intervals=interval)
-    except (UnsupportedProgramError, ValueError) as err:
-        return 422, str(err)
-
-    def values(a):
-        return [float(v) if np.isfinite(v) else None for v in a]
-
-    problems = [f"programs[{i}]: {p}" if p else "" for i, p in enumerate(out.problems)]
-    if not interval:
-        return (values(out.latency_s), None, None, problems), dev_id
-    return (values(out.latency_s), values(out.low_s), values(out.high_s), problems), dev_id
-
-
-_WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), extracted once per worker
-
-
-def _worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
-    """In the worker: a whole-network estimate (see :mod:`cdmpp.estimate`), or ``(status, message)``."""
-
-    from cdmpp.tvm_compat import Target, load_json  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
-
-    pred = _WORKER_PREDICTOR
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dev = pred.device_of(req.get("device"), req.get("target"))
-        target = Target(req["target"]) if req.get("target") is not None else Target(dev.target)
-    except UnknownDeviceError as err:
-        return 422, f"device: {err}"
-    except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
-        return 422, f"target: not a TVM target: {str(err).strip()[:300]}"
-    try:
-        if req.get("network") is not None:
-            key = f"{req['network']}|{json.dumps(target.export(), sort_keys=True, default=str)}"
-            if key not in _WORKER_TASKS:
-                _WORKER_TASKS[key] = zoo_tasks(req["network"], target)
-            tasks = _WORKER_TASKS[key]
-        else:
-            try:
-                mod = load_json(req["relax"])
-            except Exception as err:  # noqa: BLE001  TVM raises its own error types
-                return 422, f"relax: malformed TVM JSON: {str(err).strip()[:300]}"
-            tasks = relax_tasks(mod, target)
-        db = req.get("database")
-        database = best_records(db["workloads"], db["records"]) if db else None
-        est = estimate_network(
-            pred, tasks, dev.device_id if dev is not None else None, target, database,
-            EstimateConfig(samples=int(req.get("samples", 32)), max_tasks=max_tasks),
-        )
-    except CdmppError as err:
-        return 422, str(err).strip("'\"")
-    out = est.to_json()
-    out["network"] = req.get("network") or "relax module"
-    return out
-
-
-class _Workers:
-    """A process pool that is replaced when a worker dies or a request runs out of time."""
-
-    def __init__(self, checkpoint: str | None, workers: int):
-
-        self._args = (checkpoint, workers)
-        self._ctx = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()
-        self._pool = self._new()
-
-    def _new(self) -> ProcessPoolExecutor:
-        checkpoint, workers = self._args
-        return ProcessPoolExecutor(workers, mp_context=self._ctx, initializer=_worker_init, initargs=(checkpoint,))
-
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._pool is broken:
-                for proc in list(getattr(broken, "_processes", {}).values()):
-                    proc.kill()
-                broken.shutdown(wait=False, cancel_futures=True)
-                self._pool = self._new()
-
-    def run(self, timeout_s: float, fn, *args):
-        """``fn(*args)`` in a worker; ``(status, message)`` when it crashed the worker or ran out of time."""
-        pool = self._pool
-        try:
-            return pool.submit(fn, *args).result(timeout=timeout_s)
-        except FutureTimeout:
-            self._replace(pool)
-            return 504, f"the request took longer than {timeout_s:g} s"
-        except BrokenProcessPool:
-            self._replace(pool)
-            return 500, "the worker process crashed on this request (a TVM crash on the input); it was replaced"
-
-    def shutdown(self, grace_s: float = 5.0) -> None:
-        """Stop the pool and its worker processes: ask them to exit, then terminate (and,
-        after ``grace_s`` seconds, kill) any still running, so that no worker holding a
-        loaded checkpoint outlives the server."""
-        pool = self._pool
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in procs:
-            proc.join(grace_s)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
-
-
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (an address or ``localhost``) is a loopback address."""
     if host == "localhost":
@@ -396,7 +200,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
     loaded = LatencyPredictor.load(checkpoint)  # fail before serving on a bad checkpoint
     meta = loaded.metadata
     known = [loaded.descriptor(d) for d in loaded.devices]
-    workers = _Workers(checkpoint, cfg.workers)
+    workers = WorkerPool(checkpoint, cfg.workers)
     app = FastAPI(title="cdmpp latency prediction")
     app.state.workers = workers
 
@@ -434,7 +238,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
                 422, f"device: unknown device {req.device!r}; this server knows {', '.join(d.device_id for d in known)}"
             )
         out = workers.run(
-            cfg.timeout_s, _worker_predict, [p.model_dump() for p in req.programs], req.target, req.device, req.interval
+            cfg.timeout_s, worker_predict, [p.model_dump() for p in req.programs], req.target, req.device, req.interval
         )
         if isinstance(out[0], int):
             raise HTTPException(out[0], out[1])
@@ -452,7 +256,7 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
 
             if req.network not in network_names():
                 raise HTTPException(422, f"network: unknown zoo network {req.network!r}; GET /networks lists them")
-        out = workers.run(cfg.estimate_timeout_s, _worker_estimate, req.model_dump(), cfg.max_tasks)
+        out = workers.run(cfg.estimate_timeout_s, worker_estimate, req.model_dump(), cfg.max_tasks)
         if isinstance(out, tuple):
             raise HTTPException(out[0], out[1])
         return EstimateResponse(**out)

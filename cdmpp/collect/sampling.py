@@ -28,7 +28,9 @@ def extract_network_tasks(network: str, target) -> list[Task]:
 def extract_spec_tasks(spec, target) -> list[Task]:
     """The MetaSchedule tuning tasks of a :class:`cdmpp.networks.NetworkSpec` (a zoo entry or
     a network outside the zoo), with weights and FLOPs, in extraction order."""
-    from ..tvm_compat import estimate_tir_flops, extract_tasks, relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from cdmpp.relax_import import relax_module_from_torch  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+
+    from ..tvm_compat import estimate_tir_flops, extract_tasks  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     network = spec.name
     mod = relax_module_from_torch(spec.build(), spec.example_inputs(), target)

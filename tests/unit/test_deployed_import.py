@@ -34,7 +34,8 @@ def _mlp():
 
 def test_a_linear_network_imports_with_no_parameter_transpose_in_main():
     from cdmpp.network_input import relax_network
-    from cdmpp.tvm_compat import LOAD_TIME_FUNCTION, Target, tirx
+    from cdmpp.relax_import import LOAD_TIME_FUNCTION
+    from cdmpp.tvm_compat import Target, tirx
 
     model, inputs = _mlp()
     net = relax_network("mlp", model, inputs, Target({"kind": "llvm", "num-cores": 2}))
@@ -54,7 +55,7 @@ def test_the_import_rewrites_bool_comparisons_and_cumsums_that_tvm_cannot_compil
     TVM 0.27 imports both as ``bool`` ops that its LLVM code generator rejects."""
     import torch
 
-    from cdmpp.tvm_compat import import_torch
+    from cdmpp.relax_import import import_torch
 
     class Mask(torch.nn.Module):
         def forward(self, x):

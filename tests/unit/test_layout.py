@@ -80,9 +80,9 @@ def test_no_module_imports_another_modules_private_name():
     assert not bad, bad
 
 
-def test_no_module_over_600_lines():
-    long = [f"{p.relative_to(ROOT)} ({n})" for p in _modules().values()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600]
+def test_no_product_module_over_450_lines_and_no_benchmark_over_600():
+    long = [f"{p.relative_to(ROOT)} ({n})" for m, p in _modules().items()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > (600 if m.startswith("benchmarks") else 450)]
     assert not long, long
 
 
@@ -176,7 +176,7 @@ def test_the_cli_reference_matches_the_parsers():
 LAYERS = (
     ("core", ("cdmpp", "cdmpp.errors", "cdmpp.records", "cdmpp.device", "cdmpp.tvm_compat", "cdmpp.dataset",
               "cdmpp.featurize", "cdmpp.encoder", "cdmpp.model", "cdmpp.tree_gnn", "cdmpp.cache_fit", "cdmpp.roofline",
-              "cdmpp.intervals", "cdmpp.device_choice", "cdmpp.predictor", "cdmpp.card", "cdmpp.checkpoint",
+              "cdmpp.intervals", "cdmpp.device_choice", "cdmpp.predictor", "cdmpp.card", "cdmpp.checkpoint", "cdmpp.relax_import",
               "cdmpp.inference")),
     ("networks and tasks", ("cdmpp.tasks", "cdmpp.held_out", "cdmpp.networks", "cdmpp.network_input",
                             "cdmpp.kernel_class")),

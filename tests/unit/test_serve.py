@@ -133,7 +133,8 @@ def test_estimate_bad_requests_name_the_field(client):
 def test_estimate_a_relax_module_sent_as_tvm_json(client):
     from cdmpp import networks as zoo
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.tvm_compat import Target, relax_module_from_torch, save_json
+    from cdmpp.relax_import import relax_module_from_torch
+    from cdmpp.tvm_compat import Target, save_json
 
     device = LatencyPredictor.load().devices[0]
     target = LatencyPredictor.load().descriptor(device).target

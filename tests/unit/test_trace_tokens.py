@@ -79,15 +79,15 @@ def test_a_trace_token_checkpoint_trains_on_a_corpus_and_reads_each_programs_own
     import tvm
 
     from cdmpp.featurize.trace import schedule_trace_json
-    from cdmpp.serve import app
+    from cdmpp.serve import workers as app
 
     monkeypatch.setattr(app, "_WORKER_PREDICTOR", None)  # the in-process worker's predictor, restored after
-    app._worker_init(str(out))
+    app.worker_init(str(out))
     body = [{"workload": tvm.ir.save_json(r.workload.mod), "trace": schedule_trace_json(r.trace)} for r in records]
-    (lat, _, _, problems), _ = app._worker_predict(body, None, device, interval=False)
+    (lat, _, _, problems), _ = app.worker_predict(body, None, device, interval=False)
     assert problems == [""] * len(body)
     np.testing.assert_allclose(lat, from_records, rtol=1e-5)
-    status, message = app._worker_predict([{"mod": tvm.ir.save_json(as_module(records[0]))}], None, device)
+    status, message = app.worker_predict([{"mod": tvm.ir.save_json(as_module(records[0]))}], None, device)
     assert status == 422 and "schedule trace" in message
     # without traces it says what it needs
     with pytest.raises(InputError, match="schedule trace"):
@@ -106,7 +106,7 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     from cdmpp.featurize import as_module
     from cdmpp.model import ModelConfig
     from cdmpp.predictor import LatencyPredictor
-    from cdmpp.serve import app
+    from cdmpp.serve import workers as app
     from cdmpp.train.config import TrainConfig, TrainData
     from cdmpp.train.device_scores import evaluate_devices
     from cdmpp.train.train import train
@@ -133,8 +133,8 @@ def test_a_trace_dropout_checkpoint_predicts_bare_primfuncs_and_scores_both_ways
     np.testing.assert_allclose(predictor.predict_trees(trees, device), without, rtol=1e-5)
     # the service's mod form, refused by a checkpoint that needs the trace, is served
     monkeypatch.setattr(app, "_WORKER_PREDICTOR", None)
-    app._worker_init(str(out))
-    (lat, _, _, _), _ = app._worker_predict([{"mod": tvm.ir.save_json(mods[0])}], None, device, interval=False)
+    app.worker_init(str(out))
+    (lat, _, _, _), _ = app.worker_predict([{"mod": tvm.ir.save_json(mods[0])}], None, device, interval=False)
     np.testing.assert_allclose(lat, without[:1], rtol=1e-5)
     # cdmpp evaluate scores the dataset with each program's trace, or as bare PrimFuncs
     rows, title = evaluate_devices(out, two_device_dataset, None, tmp_path / "cache", progress=False)
