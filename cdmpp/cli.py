@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from importlib.metadata import entry_points
@@ -59,6 +60,9 @@ def _run_train(args) -> int:
         cache_dir=Path(args.cache),
         featurize_workers=default_workers(),
     )
+    import torch  # noqa: PLC0415  (keeps torch off this module's import)
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))  # the command trains on every core; the library sets no threads
     result = train(data, Path(args.out), mcfg, tcfg, use_wandb=not args.no_wandb, resume=args.resume)
     print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
     if result.rows:  # one line; `cdmpp evaluate` prints the table

@@ -13,7 +13,7 @@ import numpy as np
 from cdmpp import dataset as ds
 from cdmpp.records import read_records, read_workload_keys, read_workload_lines
 
-from .ast import FEATURE_DIM, FEATURIZER_VERSION
+from .ast import FEATURE_DIM, FEATURIZER_VERSION, UnsupportedProgramError
 from .batch import FeaturizedPrograms, from_trees
 from .parallel import featurize_record_lines, featurize_records
 
@@ -131,8 +131,6 @@ def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: 
         DatasetError: a database file is missing, or the folder holds no measured record.
         UnsupportedProgramError: a program that cannot be featurized.
     """
-    from . import UnsupportedProgramError  # noqa: PLC0415  (the package imports this module)
-
     device_dir = Path(device_dir)
     files = ds.database_files(device_dir, required=False)
     manifest = ds.read_manifest(device_dir)

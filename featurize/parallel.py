@@ -21,7 +21,8 @@ from collections.abc import Iterator, Sequence
 
 from cdmpp.errors import InputError
 
-from .ast import ProgramAST
+from . import featurize_many
+from .ast import ProgramAST, UnsupportedProgramError
 
 CHUNK = 256
 """Records per chunk (one call of :func:`cdmpp.featurize.featurize_many`)."""
@@ -64,7 +65,6 @@ def featurize_records(records: Sequence, target, psf: bool = True, workers: int 
         UnsupportedProgramError: a record that cannot be featurized (naming its index).
         ValueError: ``workers`` or ``chunk`` below 1.
     """
-    from . import featurize_many  # noqa: PLC0415  (the package imports this module)
 
     if workers < 1 or chunk < 1:
         raise InputError(f"workers and chunk must be at least 1, got {workers} and {chunk}")
@@ -155,7 +155,6 @@ def _in_order(order: list[int], out: list[ProgramAST]) -> list[ProgramAST]:
 def _renumbered(featurize_many, records, target, psf: bool, indices: list[int]) -> list[ProgramAST]:
     """``featurize_many`` of one chunk, its errors naming the records' indices in the whole
     list (``indices``; "program k" of the error is the k-th of them)."""
-    from . import UnsupportedProgramError  # noqa: PLC0415  (the package imports this module)
 
     try:
         return featurize_many(list(records), target, psf=psf)
@@ -212,7 +211,6 @@ def _featurize_chunk(chunk: tuple[list, list], target: dict, psf: bool, indices:
     """A worker's part: rebuild the chunk's records from their JSON and featurize them."""
     from cdmpp.tvm_compat import Target, TuningRecord, Workload  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    from . import featurize_many  # noqa: PLC0415  (the package imports this module)
 
     workloads_json, records_json = chunk
     for w in workloads_json:
@@ -228,7 +226,6 @@ def _featurize_lines(chunk: tuple[list, list], target: dict, psf: bool, indices:
     once on its workload, the resulting ``Schedule`` featurized."""
     from cdmpp.tvm_compat import Target, Workload, schedule_from_json  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    from . import UnsupportedProgramError, featurize_many  # noqa: PLC0415  (the package imports this module)
 
     workloads_json, records_json = chunk
     for w in workloads_json:

@@ -150,7 +150,6 @@ def fit_transformer(
         raise InputError("cmd_weight > 0 needs target-domain programs (target=...) for the CMD term")
     target = np.asarray(target if train_config.cmd_weight > 0 else [], dtype=np.int64)
     L.seed_everything(train_config.seed, workers=True, verbose=False)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
     module = LatencyModule(model_config, train_config)
     module.model.pack_tokens = not padded_encoder
     if model_config.num_devices > 0:
