@@ -18,7 +18,7 @@ from .errors import InputError
 class RelaxNetwork:
     """A network in Relax, as it is deployed: a per-call ``main`` and, for a torch model,
     the computations on its weights alone in a function run once at load
-    (:func:`cdmpp.tvm_compat.import_torch`).
+    (:func:`cdmpp.relax_import.import_torch`).
 
     Attributes:
         name: how the user named it.
@@ -116,7 +116,7 @@ def load_relax(spec: str, target) -> RelaxNetwork:
 
 
 def relax_network(name: str, model, inputs: tuple, target) -> RelaxNetwork:
-    """A torch model in Relax as it is deployed (:func:`cdmpp.tvm_compat.import_torch`):
+    """A torch model in Relax as it is deployed (:func:`cdmpp.relax_import.import_torch`):
     the per-call function fused (the tuning tasks) and unfused (what ``compile_relax``
     takes), and the load-time function with the model's weights.  The one torch -> Relax
     path of collection, tuning, the estimate and the truth check.

@@ -133,7 +133,7 @@ class TrainConfig:
             mean in the batch, which splits log-latency into a task-level part (the MSE
             carries it) and a within-task part that this term weighs again.  Needs
             same-task programs in a batch (``task_group > 0``).  0 trains without it.
-        listmle_weight: weight of the within-task listwise term (:func:`~cdmpp.train.lightning.listmle_loss`):
+        listmle_weight: weight of the within-task listwise term (:func:`~cdmpp.train.losses.listmle_loss`):
             ListMLE over each task's programs in a batch, ordered fastest first, each
             place weighted ``1 / log2(2 + place)`` so that the fast end weighs most
             (Xia et al., ICML 2008; Lan et al., AAAI 2014, position-aware ListMLE),
@@ -171,7 +171,7 @@ class TrainConfig:
         length_pool: when > 0, training batches hold programs of similar token count:
             each epoch's shuffled programs are cut into pools of this many batches, each
             pool is sorted by token count and cut into batches, and the batches are
-            shuffled (:class:`~cdmpp.train.lightning.LengthPoolBatchSampler`), so that a
+            shuffled (:class:`~cdmpp.train.samplers.LengthPoolBatchSampler`), so that a
             batch pads less; validation runs sorted by token count.  0 shuffles programs
             freely.  Not with ``task_group``.  On the fit study's Zen 4 split it halves
             the training time and raises validation MAPE from 36.7% to 40.9% (RESULTS.md,
