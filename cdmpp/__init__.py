@@ -35,7 +35,7 @@ _LAZY = {
     "CheckpointError": "cdmpp.errors",
     "InputError": "cdmpp.errors",
     "UnknownNetworkError": "cdmpp.errors",
-    "DatasetError": "cdmpp.dataset",
+    "DatasetError": "cdmpp.errors",
     "DeviceUnavailableError": "cdmpp.errors",
     "MachineBusyError": "cdmpp.collect",
     "UnsupportedProgramError": "cdmpp.featurize.ast",

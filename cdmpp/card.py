@@ -20,6 +20,7 @@ from .dataset import (
 )
 from .device import vm_call_lines
 from .records import iter_json_lines, label
+from .schema import tasks_of
 
 
 def drift_line(device_dir: Path) -> str:
@@ -66,9 +67,9 @@ def _family_lines(db: DeviceDatabase) -> list[str]:
     family_of = {n: v.get("family") or n.split("-")[0] for n, v in m.get("networks", {}).items()}
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     fam_wl: dict[str, set[int]] = {}
-    for t in m.get("tasks", []):
-        if t.get("workload_key") in index_of:
-            fam_wl.setdefault(family_of.get(t["network"], t["network"]), set()).add(index_of[t["workload_key"]])
+    for t in tasks_of(m):
+        if t.workload_key in index_of:
+            fam_wl.setdefault(family_of.get(t.network, t.network), set()).add(index_of[t.workload_key])
     cold = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workloads))
     warm = np.bincount([p.workload_index for p in db.programs if p.warm_secs is not None], minlength=len(db.workloads))
     lines = ["", "| family | workloads measured | cold programs | warm programs |", "| --- | ---: | ---: | ---: |"]
@@ -144,8 +145,9 @@ def card(device_dir: Path) -> str:
         failures = sum(1 for _ in iter_json_lines(fpath))
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     nets: dict[str, list[int]] = {}
-    for t in m.get("tasks", []):
-        nets.setdefault(t["network"], []).append(index_of.get(t["workload_key"], -1))
+    tasks = tasks_of(m)
+    for t in tasks:
+        nets.setdefault(t.network, []).append(index_of.get(t.workload_key, -1))
     dev = m.get("device", {})
     lines = [
         f"# Dataset card: `{db.device_id}`",
@@ -170,14 +172,12 @@ def card(device_dir: Path) -> str:
         "| --- | ---: | ---: | ---: |",
     ]
     for net, idx in nets.items():
-        weight = sum(int(t["weight"]) for t in m["tasks"] if t["network"] == net)
+        weight = sum(t.weight for t in tasks if t.network == net)
         progs = int(sum(per_wl[i] for i in set(idx) if i >= 0))
         measured = sum(1 for i in idx if i >= 0 and per_wl[i] > 0)
         lines.append(f"| {net} | {measured} / {len(idx)} | {weight} | {progs} |")
     lines += ["", "| network | task | weight | FLOPs | programs |", "| --- | --- | ---: | ---: | ---: |"]
-    for t in m.get("tasks", []):
-        i = index_of.get(t["workload_key"], -1)
-        lines.append(
-            f"| {t['network']} | {t['task_name']} | {t['weight']} | {t['flops']:.3g} | {per_wl[i] if i >= 0 else 0} |"
-        )
+    for t in tasks:
+        i = index_of.get(t.workload_key, -1)
+        lines.append(f"| {t.network} | {t.task_name} | {t.weight} | {t.flops:.3g} | {per_wl[i] if i >= 0 else 0} |")
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from cdmpp.errors import CheckpointError
 from cdmpp.featurize.ast import FEATURIZER_VERSION
 
 from .model import LatencyTransformer, ModelConfig
+from .schema import CheckpointMeta, parse_checkpoint_meta
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -40,11 +41,13 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
     """Read a checkpoint written by :func:`save_checkpoint`.
 
     Returns:
-        ``(model in eval mode, metadata dict)``.
+        ``(model in eval mode, metadata dict)``, the metadata validated
+        (:class:`cdmpp.schema.CheckpointMeta`; :func:`checkpoint_meta` gives it typed).
 
     Raises:
         CheckpointError: a missing file, corrupt JSON or weights, weights that do
-            not fit the config, or features of another featurizer version.
+            not fit the config, features of another featurizer version, or malformed
+            metadata (the message names the file and the field).
     """
     from safetensors import SafetensorError  # noqa: PLC0415  (keeps safetensors off this module's import)
     from safetensors.torch import load_file  # noqa: PLC0415  (keeps safetensors off this module's import)
@@ -75,4 +78,14 @@ def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
         raise CheckpointError(f"weights in {folder / WEIGHTS_FILE} do not fit its config: {err}") from err
+    parse_checkpoint_meta(cfg.get("metadata", {}), folder / CONFIG_FILE)  # a malformed field is named here
     return model.eval(), cfg.get("metadata", {})
+
+
+def checkpoint_meta(metadata: dict, folder: Path | None = None) -> CheckpointMeta:
+    """The typed metadata of a checkpoint (from :func:`load_checkpoint`'s dict).
+
+    Raises:
+        CheckpointError: malformed metadata (the message names the file and the field).
+    """
+    return parse_checkpoint_meta(metadata, Path(folder or ".") / CONFIG_FILE)

@@ -25,6 +25,7 @@ from .collect import (
     remeasure,
 )
 from .errors import InputError
+from .schema import tasks_of
 
 
 def _print_folds(k: int, datasets: list[str] | None) -> int:
@@ -71,8 +72,9 @@ def _run_networks(args) -> int:
     if args.dataset:
         for d in ds.device_dirs(Path(args.dataset)):
             m = ds.read_manifest(d)
+            tasks = tasks_of(m)
             for n, info in m.get("networks", {}).items():
-                weight = sum(int(t["weight"]) for t in m.get("tasks", []) if t["network"] == n)
+                weight = sum(t.weight for t in tasks if t.network == n)
                 known.setdefault(n, (int(info["tasks"]), weight))
     target = None
     if args.count_tasks:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.errors import CdmppError
+from cdmpp.errors import DatasetError  # noqa: F401  (re-exported)
 from cdmpp.records import (  # noqa: F401  (BadLine, iter_json_lines, open_text, valid_run_secs: re-exported)
     BadLine,
     iter_json_lines,
@@ -40,6 +40,7 @@ from cdmpp.records import (  # noqa: F401  (BadLine, iter_json_lines, open_text,
     trace_key,
     valid_run_secs,
 )
+from cdmpp.schema import Manifest, TaskEntry, parse_manifest, tasks_of
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -54,10 +55,6 @@ def warm_device_id(device_id: str) -> str:
 FAILURE_FILE = "failures.jsonl"
 MANIFEST_FILE = "manifest.json"
 REMEASURE_FILE = "remeasured.jsonl"
-
-
-class DatasetError(CdmppError, ValueError):
-    """A dataset file is missing, empty or malformed."""
 
 
 def resolve(path: Path) -> Path | None:
@@ -139,9 +136,9 @@ class DeviceDatabase:
 
     def tasks_by_workload(self) -> dict[str, list[dict]]:
         """Manifest task entries grouped by workload key (a workload may occur in several networks)."""
-        out: dict[str, list[dict]] = {}
-        for task in self.manifest.get("tasks", []):
-            out.setdefault(task["workload_key"], []).append(task)
+        out: dict[str, list[TaskEntry]] = {}
+        for task in tasks_of(self.manifest):
+            out.setdefault(task.workload_key, []).append(task)
         return out
 
 
@@ -259,14 +256,31 @@ def load_device_dir(path: Path, records: bool = True, max_records: int | None = 
 
 
 def read_manifest(path: Path) -> dict:
-    """The device folder's manifest, or ``{}`` when it has none."""
+    """The device folder's manifest as JSON, validated (:class:`cdmpp.schema.Manifest`), or
+    ``{}`` when it has none; :func:`manifest_of` gives it typed.
+
+    Raises:
+        DatasetError: corrupt JSON, or a malformed manifest (the message names the file and
+            the field).
+    """
     m = Path(path) / MANIFEST_FILE
     if not m.exists():
         return {}
     try:
-        return json.loads(m.read_text(encoding="utf-8"))
+        data = json.loads(m.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise DatasetError(f"corrupt manifest {m}: {err}") from err
+    parse_manifest(data, m)
+    return data
+
+
+def manifest_of(path: Path) -> Manifest:
+    """The device folder's typed manifest (an empty one when it has none).
+
+    Raises:
+        DatasetError: corrupt JSON, or a malformed manifest (named file and field).
+    """
+    return parse_manifest(read_manifest(path), Path(path) / MANIFEST_FILE)
 
 
 def write_json_atomic(path: Path, obj: object) -> None:
@@ -356,10 +370,9 @@ def tuned_starts(manifest: dict) -> dict[str, int]:
     """Per workload key with a tuned phase, the count of its records (in file order)
     measured before that phase began (the smallest ``tuned_from`` of its tasks)."""
     starts: dict[str, int] = {}
-    for t in manifest.get("tasks", []):
-        if "tuned_from" in t:
-            start = int(t["tuned_from"])
-            starts[t["workload_key"]] = min(start, starts.get(t["workload_key"], start))
+    for t in tasks_of(manifest):
+        if t.tuned_from is not None:
+            starts[t.workload_key] = min(t.tuned_from, starts.get(t.workload_key, t.tuned_from))
     return starts
 
 

@@ -20,28 +20,32 @@ from __future__ import annotations
 
 import re
 import warnings
+from pathlib import Path
 
 from .dataset import WARM_SUFFIX, warm_device_id
 from .device import DESCRIPTOR_FEATURES, DeviceDescriptor, descriptor_vector, local_cpu, local_gpu, slug
 from .errors import UnknownDeviceError
+from .schema import parse_checkpoint_meta
 
 
 class DeviceChoiceWarning(UserWarning):
     """The predictor chose a device for the caller (from this machine's descriptor)."""
 
 
-def known_devices(metadata: dict) -> list[tuple[int, "DeviceDescriptor"]]:  # noqa: F821
+def known_devices(metadata: dict) -> list[tuple[int, DeviceDescriptor]]:
     """``(row, descriptor)`` of each device a checkpoint's metadata lists, in row order.
 
     A checkpoint trained on one device folder (no device table) lists that device
     with row 0.
-    """
 
-    if metadata.get("devices"):
-        return [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in metadata["devices"]]
-    dev = metadata.get("device")
-    if dev:
-        return [(0, DeviceDescriptor.from_json(dev))]
+    Raises:
+        CheckpointError: malformed metadata (the field named).
+    """
+    meta = parse_checkpoint_meta(metadata, Path("config.json"))
+    if meta.devices:
+        return [(d.row, DeviceDescriptor.from_json(d.descriptor)) for d in meta.devices]
+    if meta.device:
+        return [(0, DeviceDescriptor.from_json(meta.device))]
     return []
 
 

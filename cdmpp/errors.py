@@ -38,3 +38,7 @@ class DeviceUnavailableError(CdmppError, RuntimeError):
 
 class CheckpointError(CdmppError, ValueError):
     """A checkpoint folder is missing a file, or a file is corrupt or does not match."""
+
+
+class DatasetError(CdmppError, ValueError):
+    """A dataset file is missing, empty or malformed."""

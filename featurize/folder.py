@@ -12,6 +12,7 @@ import numpy as np
 
 from cdmpp import dataset as ds
 from cdmpp.records import read_records, read_workload_keys, read_workload_lines
+from cdmpp.schema import tasks_of
 
 from .ast import FEATURE_DIM, FEATURIZER_VERSION, UnsupportedProgramError
 from .batch import FeaturizedPrograms, from_trees
@@ -179,8 +180,8 @@ def _featurize_programs(db, cache_dir: Path | None, loops: bool, run) -> Featuri
     else:  # a bare JSONDatabase: the target its records were measured for
         target = db.programs[0].record.target if db.programs else None
     flops_of = {}
-    for t in db.manifest.get("tasks", []):
-        flops_of[t["workload_key"]] = float(t.get("flops", 0.0))
+    for t in tasks_of(db.manifest):
+        flops_of[t.workload_key] = t.flops
     done = len(prefix) if prefix is not None else 0
     trees = run(db.programs[done:], target)
 

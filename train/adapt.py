@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from cdmpp import dataset as ds
-from cdmpp.checkpoint import load_checkpoint, save_checkpoint
+from cdmpp.checkpoint import checkpoint_meta, load_checkpoint, save_checkpoint
 from cdmpp.collect import measure_programs
 from cdmpp.device import DeviceDescriptor, descriptor_vector, device_caches, local_cpu
 from cdmpp.device_choice import nearest_device
@@ -158,7 +158,7 @@ def new_device_row(model: LatencyTransformer, meta: dict, device, init: str) -> 
     exactly as that device.  ``"descriptor"``: the unknown-device row with the new
     device's own descriptor; also where no known device is of the new one's kind
     (a first GPU)."""
-    known = [(int(d["row"]), DeviceDescriptor.from_json(d["descriptor"])) for d in meta.get("devices", [])]
+    known = [(d.row, DeviceDescriptor.from_json(d.descriptor)) for d in checkpoint_meta(meta).devices]
     known = [(r, d) for r, d in known if d.kind == device.kind]  # a GPU never starts from a CPU's row
     if init == "nearest" and known:
         near = nearest_device(device, [d for _, d in known])
@@ -302,7 +302,7 @@ def _device_table_checkpoint(checkpoint: Path):
     """``(model, meta)`` of a checkpoint with a device table; InputError for one without."""
 
     model, meta = load_checkpoint(checkpoint)
-    if model.config.num_devices <= 0 or not meta.get("devices"):
+    if model.config.num_devices <= 0 or not checkpoint_meta(meta).devices:
         raise InputError(f"{checkpoint} has no device table: adapt needs a checkpoint trained over several devices")
     return model, meta
 
@@ -313,7 +313,7 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
     t0 = time.time()
     data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False, loops=model.config.loop_tokens),
                         [folder])
-    known = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
+    known = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
     if device.device_id in known:
         base, row, new = copy.deepcopy(model), known[device.device_id], False
     else:
@@ -409,7 +409,7 @@ def adapt_table(
         return summary(LatencyPredictor(m, {}).predict_featurized(data, rest, device_rows=row), true, groups, weights)
 
     rows = {"zero-shot, descriptor": score(by_desc)}
-    known = [DeviceDescriptor.from_json(d["descriptor"]) for d in meta.get("devices", [])]
+    known = [DeviceDescriptor.from_json(d.descriptor) for d in checkpoint_meta(meta).devices]
     known = [d for d in known if d.kind == device.kind]
     if known:
         rows[f"zero-shot, nearest device {nearest_device(device, known).device_id}"] = score(by_near)

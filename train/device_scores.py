@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
-from cdmpp.checkpoint import load_checkpoint
+from cdmpp.checkpoint import checkpoint_meta, load_checkpoint
 from cdmpp.device import DESCRIPTOR_DIM, DeviceDescriptor, descriptor_vector
 from cdmpp.errors import InputError
 
@@ -44,7 +44,7 @@ def checkpoint_corpus(
     Raises:
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
-    row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
+    row_of = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
     names = {d.name for d in corpus_dirs(root)}
     unknown = tuple(sorted(n for n in names if n not in row_of or n in skip))
     if len(unknown) == len(names):
@@ -86,7 +86,8 @@ def _within_task(meta: dict) -> bool:
 def trained_devices(meta: dict) -> list[str]:
     """The device ids a device-table checkpoint trained on, in row order: its table less
     the devices ``cdmpp adapt`` added afterwards."""
-    return [d["device_id"] for d in meta.get("devices", []) if "adapted" not in d or d.get("train_programs")]
+    return [d.device_id for d in checkpoint_meta(meta).devices
+            if "adapted" not in (d.model_extra or {}) or d.train_programs]
 
 
 def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
@@ -119,7 +120,7 @@ def own_split_corpus(
     """
     trained = trained_devices(meta)
     corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress,
-                                     skip=[d["device_id"] for d in meta["devices"] if d["device_id"] not in trained])
+                                     skip=[d.device_id for d in checkpoint_meta(meta).devices if d.device_id not in trained])
     missing = [d for d in trained if d not in {dev.device_id for dev in corpus.devices}]
     if missing:
         raise InputError(f"{dataset_label(root)} lacks {', '.join(missing)}, which this checkpoint trained on: its "
@@ -161,9 +162,9 @@ def evaluate_devices(
     """
 
     model, meta = load_checkpoint(Path(checkpoint))
-    if not meta.get("devices"):
+    if not checkpoint_meta(meta).devices:
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
-    row_of = {d["device_id"]: int(d["row"]) for d in meta["devices"]}
+    row_of = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
     part = holdout if holdout in ("validation", "training") else None
     net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
     within = holdout == "auto" and _within_task(meta)
@@ -179,8 +180,8 @@ def evaluate_devices(
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
     panels: dict = {}
     table = np.zeros((max(row_of.values()) + 1, DESCRIPTOR_DIM), np.float32)
-    for d in meta["devices"]:
-        table[int(d["row"])] = descriptor_vector(DeviceDescriptor.from_json(d["descriptor"]))
+    for d in checkpoint_meta(meta).devices:
+        table[d.row] = descriptor_vector(DeviceDescriptor.from_json(d.descriptor))
     rows = score_remapped(model, tree, corpus, index, net, model_rows, table, panels)
     what = (f"{part} programs (the checkpoint's split)" if part else "within-task test programs (the checkpoint's split)"
             if within else f"held-out network {net}" if net else "every program")

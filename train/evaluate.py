@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
-from cdmpp.checkpoint import load_checkpoint
+from cdmpp.checkpoint import checkpoint_meta, load_checkpoint
 from cdmpp.device import DEVICE_FILE, DeviceDescriptor
 from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms
@@ -23,6 +23,7 @@ from cdmpp.featurize.folder import featurize_database
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 from cdmpp.predictor import LatencyPredictor
+from cdmpp.schema import tasks_of
 from cdmpp.train.device_scores import evaluate_devices
 
 from .baselines import FlopsBaseline, TreeBaseline
@@ -173,7 +174,7 @@ def evaluate(checkpoint: Path, datasets: list[Path] | None = None, workload_db: 
     if not datasets and (workload_db is None or record_db is None):
         raise InputError("give dataset folders, or a JSONDatabase (a work dir, or a workload and a record file)")
     meta = load_checkpoint(Path(checkpoint))[1]
-    known = {d["device_id"] for d in meta.get("devices", [])}
+    known = {d.device_id for d in checkpoint_meta(meta).devices}
     if datasets and any(d.name in known for root in datasets for d in ds.device_dirs(root)):
         root = datasets if len(datasets) > 1 else datasets[0]
         rows, title = evaluate_devices(Path(checkpoint), root, opt.holdout, opt.cache_dir, opt.progress, opt.plot,
@@ -211,7 +212,7 @@ def database_device(meta: dict, paths: list[Path], device: str | None) -> tuple[
     """
     from cdmpp.device import local_cpu  # noqa: PLC0415  (keeps the CPU probe off this module's import)
 
-    known = [d["device_id"] for d in meta.get("devices", [])]
+    known = [d.device_id for d in checkpoint_meta(meta).devices]
     if device is None:
         named = {part for p in paths for part in Path(p).resolve().parts if part in known}
         if len(named) == 1:
@@ -394,8 +395,8 @@ def network_program_counts(db) -> dict[str, int]:
     nets: dict[str, int] = {}
     index_of = {k: i for i, k in enumerate(db.workload_keys)}
     counts = np.bincount([p.workload_index for p in db.programs], minlength=len(db.workload_keys))
-    for t in db.manifest.get("tasks", []):
-        i = index_of.get(t["workload_key"])
+    for t in tasks_of(db.manifest):
+        i = index_of.get(t.workload_key)
         if i is not None:
-            nets[t["network"]] = nets.get(t["network"], 0) + int(counts[i])
+            nets[t.network] = nets.get(t.network, 0) + int(counts[i])
     return nets

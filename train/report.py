@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.checkpoint import WEIGHTS_FILE
+from cdmpp.checkpoint import WEIGHTS_FILE, checkpoint_meta
 from cdmpp.model import ModelConfig
 from cdmpp.predictor import DEFAULT_CHECKPOINT
+from cdmpp.schema import tasks_of
 
 from .config import describe_loss
 from .folds import fold_networks, parse_fold
@@ -127,13 +128,13 @@ def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], networ
     index_of = {k: i for i, k in enumerate(workload_keys)}
     members = {network}
     if parse_fold(network) is not None:  # a leave-family-out fold: the task weights of its networks
-        members = set(fold_networks({t["network"] for m in manifests.values() for t in m.get("tasks", [])}, network))
+        members = set(fold_networks({t.network for m in manifests.values() for t in tasks_of(m)}, network))
     out: dict[int, float] = {}
     for dev_id, manifest in manifests.items():
-        for t in manifest.get("tasks", []):
-            i = index_of.get(f"{dev_id}:{t['workload_key']}" if qualified else t["workload_key"])
-            if i is not None and (network is None or t["network"] in members):
-                out[i] = out.get(i, 0.0) + float(t["weight"])
+        for t in tasks_of(manifest):
+            i = index_of.get(f"{dev_id}:{t.workload_key}" if qualified else t.workload_key)
+            if i is not None and (network is None or t.network in members):
+                out[i] = out.get(i, 0.0) + float(t.weight)
     return out
 
 
@@ -304,11 +305,11 @@ def _one_device_data(meta: dict, program_counts: Mapping[str, int]) -> list[str]
 def _device_data(meta: dict) -> list[str]:
     lines = ["## Devices", "", "| row | device | model | cores | ISA | target | programs | in training |",
              "| ---: | --- | --- | ---: | --- | --- | ---: | ---: |"]
-    for d in meta["devices"]:
-        desc = d["descriptor"]
+    for d in checkpoint_meta(meta).devices:
+        desc = d.descriptor
         lines.append(
-            f"| {d['row']} | `{d['device_id']}` | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
-            f"{desc.get('isa', '?')} | `{json.dumps(desc.get('target', {}))}` | {d['programs']} | {d['train_programs']} |"
+            f"| {d.row} | `{d.device_id}` | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
+            f"{desc.get('isa', '?')} | `{json.dumps(desc.get('target', {}))}` | {d.programs} | {d.train_programs} |"
         )
     if meta.get("split", "network") == "network":
         split = (
@@ -378,9 +379,9 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
     (largest median absolute log error), with the median ratio predicted / measured."""
     names: dict[str, str] = {}
     for m in corpus.manifests.values():
-        for t in m.get("tasks", []):
-            if network is None or parse_fold(network) or t["network"] == network:
-                names.setdefault(t["workload_key"], t["task_name"])
+        for t in tasks_of(m):
+            if network is None or parse_fold(network) or t.network == network:
+                names.setdefault(t.workload_key, t.task_name)
     out = []
     for row, dev in enumerate(corpus.devices, start=1):
         if dev.device_id not in panels:

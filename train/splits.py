@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdmpp.errors import InputError
+from cdmpp.schema import tasks_of
 
 from .folds import holdout_keys, never_trained
 
@@ -29,8 +30,8 @@ class Split:
 def networks_of(manifest: dict) -> dict[str, set[str]]:
     """Workload keys of each network in a dataset manifest."""
     out: dict[str, set[str]] = {}
-    for t in manifest.get("tasks", []):
-        out.setdefault(t["network"], set()).add(t["workload_key"])
+    for t in tasks_of(manifest):
+        out.setdefault(t.network, set()).add(t.workload_key)
     return out
 
 

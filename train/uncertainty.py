@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.checkpoint import CONFIG_FILE, load_checkpoint
+from cdmpp.checkpoint import CONFIG_FILE, checkpoint_meta, load_checkpoint
 from cdmpp.errors import CheckpointError, InputError
 from cdmpp.intervals import (  # noqa: F401  (the inference half of the intervals, re-exported for the calibration)
     ALPHAS,
@@ -136,7 +136,7 @@ def calibrate_checkpoint(
         raise InputError(f"unknown interval method {method!r}; choose from {METHODS}")
     cfg = cfg or IntervalConfig()
     model, meta = load_checkpoint(Path(checkpoint))
-    if not meta.get("devices"):
+    if not checkpoint_meta(meta).devices:
         raise CheckpointError(f"{checkpoint} has no device table; calibrate a checkpoint of cdmpp train -d DATASET")
     corpus, rows, split = own_split_corpus(meta, root, cache_dir, progress)
     out = {}

@@ -254,7 +254,7 @@ def _chosen_programs(src, index: list[int], store: DatasetStore, manifest: dict)
                 store.measured_program_keys(wl) if store.done.get(key) else set()
             )
         for t in src_tasks.get(src.workload_keys[p.workload_index], []):
-            tasks.setdefault((t["network"], t["task_name"]), {**t, "workload_key": key})
+            tasks.setdefault((t.network, t.task_name), {**t.model_dump(exclude_none=True), "workload_key": key})
         mod = program_from_record(p.record)
         pk = program_hash_key(mod)
         if pk in seen[key]:
@@ -309,8 +309,8 @@ def _time_chosen(bench, todo: list, src, store: DatasetStore, target, counts: di
                 secs, stage, err = timed[pk]
                 record = TuningRecord(p.record.trace, wl, secs, target, p.record.args_info)
                 if secs is None:
-                    t = next(iter(src_tasks.get(src.workload_keys[p.workload_index], [])), {})
-                    task = Task(t.get("task_name", key), 1, None, network=t.get("network", "?"), workload_key=key)
+                    t = next(iter(src_tasks.get(src.workload_keys[p.workload_index], [])), None)
+                    task = Task(t.task_name if t else key, 1, None, network=t.network if t else "?", workload_key=key)
                     store.add_failure(task, pk, stage, err, record)
                     counts["failed"] += 1
                     continue

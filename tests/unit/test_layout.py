@@ -177,7 +177,7 @@ LAYERS = (
     ("core", ("cdmpp", "cdmpp.errors", "cdmpp.records", "cdmpp.device", "cdmpp.tvm_compat", "cdmpp.dataset",
               "cdmpp.featurize", "cdmpp.encoder", "cdmpp.model", "cdmpp.tree_gnn", "cdmpp.cache_fit", "cdmpp.roofline",
               "cdmpp.intervals", "cdmpp.device_choice", "cdmpp.predictor", "cdmpp.card", "cdmpp.checkpoint", "cdmpp.relax_import",
-              "cdmpp.inference")),
+              "cdmpp.inference", "cdmpp.schema")),
     ("networks and tasks", ("cdmpp.tasks", "cdmpp.held_out", "cdmpp.networks", "cdmpp.network_input",
                             "cdmpp.kernel_class")),
     ("collect", ("cdmpp.collect",)),

@@ -1,0 +1,171 @@
+"""Typed records of what cdmpp writes beside its tensors: a device folder's manifest and its
+task entries, and a checkpoint's metadata.  Each is read and validated here, once
+(:func:`parse_manifest`, :func:`parse_checkpoint_meta`); a malformed one gets an error that
+names the file and the field.
+
+The models keep fields they do not declare (``extra="allow"``), so a folder or a checkpoint
+written by a later cdmpp still reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import CheckpointError, DatasetError
+
+
+class TaskEntry(BaseModel):
+    """One MetaSchedule tuning task of a network, as a device folder's manifest lists it.
+
+    Attributes:
+        network: the zoo entry (``resnet_50-b1``, ``sweep-8x512x768``).
+        task_name: MetaSchedule's task name.
+        workload_key: the workload's structural hash (the workload file's key).
+        weight: task weight, calls per inference.
+        flops: floating-point operations of one call.
+        random_programs: records of the task sampled at random before its evolutionary phase.
+        tuned_from: where its tuned phase's records begin (their count before it).
+        space_exhausted_at: the program count at which its design space ran out.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    network: str
+    task_name: str
+    workload_key: str
+    weight: int
+    flops: float = 0.0
+    random_programs: int | None = None
+    tuned_from: int | None = None
+    space_exhausted_at: int | None = None
+
+
+class Manifest(BaseModel):
+    """A device folder's ``manifest.json``.
+
+    Attributes:
+        format: the dataset format's name and version.
+        device: the measuring device's descriptor (:class:`cdmpp.device.DeviceDescriptor` as JSON).
+        tvm_version: the TVM that sampled and timed the programs.
+        measurement: the timing protocol of the first collection (each collection's own is in ``collections``).
+        label: how a latency label is made from the repeats.
+        inputs: how the programs' inputs were filled.
+        sampling: the sampling policy.
+        collections: one entry per ``cdmpp collect`` run.
+        networks: per network, its task count and input.
+        tasks: every task of every network, in collection order.
+        held_out: the held-out test networks' workload keys the collections left out.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    format: str = ""
+    device: dict[str, Any] = {}
+    tvm_version: str = ""
+    measurement: dict[str, Any] = {}
+    label: str = ""
+    inputs: str = ""
+    sampling: dict[str, Any] = {}
+    collections: list[dict[str, Any]] = []
+    networks: dict[str, dict[str, Any]] = {}
+    tasks: list[TaskEntry] = []
+    held_out: dict[str, Any] = {}
+
+
+class DeviceRow(BaseModel):
+    """One row of a checkpoint's device table.
+
+    Attributes:
+        row: the row (1-based; 0 is the unknown device's).
+        device_id: the device id (``<id>+warm`` for a device's warm protocol).
+        descriptor: its :class:`cdmpp.device.DeviceDescriptor` as JSON.
+        folder: the device folder it was trained on.
+        programs, train_programs: the folder's programs, and those in training.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    row: int
+    device_id: str
+    descriptor: dict[str, Any]
+    folder: str | None = None
+    programs: int | None = None
+    train_programs: int | None = None
+
+
+class CheckpointMeta(BaseModel):
+    """A checkpoint's metadata (``config.json``'s ``metadata``).
+
+    Attributes:
+        devices: the device table, one :class:`DeviceRow` per device (empty for a
+            checkpoint trained on one device folder, whose ``device`` is then set).
+        device: the one device of a checkpoint without a device table.
+        holdout: the network or fold held out of training (``None``: none).
+        split: how training and validation programs were drawn.
+        interval, interval_without_trace: the 10-90% interval's calibrations.
+        validation_metrics, validation_metrics_without_trace, heldout_metrics: the
+            rows of the model card.
+        train_config: the training settings.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    dataset: str | None = None
+    devices: list[DeviceRow] = []
+    device: dict[str, Any] | None = None
+    holdout: str | None = None
+    split: str | None = None
+    train_config: dict[str, Any] = {}
+    tree_inputs: str | None = None
+    interval: dict[str, Any] | None = None
+    interval_without_trace: dict[str, Any] | None = None
+    validation_metrics: dict[str, Any] = {}
+    validation_metrics_without_trace: dict[str, Any] = {}
+    heldout_metrics: dict[str, Any] = {}
+
+
+def tasks_of(manifest: dict | Manifest) -> list[TaskEntry]:
+    """The typed task entries of a manifest (its JSON dict, validated, or a :class:`Manifest`).
+
+    Raises:
+        DatasetError: a malformed task entry (the field named).
+    """
+    if isinstance(manifest, Manifest):
+        return manifest.tasks
+    try:
+        return [TaskEntry.model_validate(t) for t in manifest.get("tasks", [])]
+    except ValidationError as err:
+        raise DatasetError(f"malformed manifest task entry: {_field_error(err)}") from None
+
+
+def _field_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"field {where}: {first['msg']}" + (f" ({len(err.errors())} problems)" if len(err.errors()) > 1 else "")
+
+
+def parse_manifest(data: object, path: Path) -> Manifest:
+    """The typed manifest of ``path`` from its parsed JSON.
+
+    Raises:
+        DatasetError: a malformed manifest; the message names the file and the field.
+    """
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as err:
+        raise DatasetError(f"malformed manifest {path}: {_field_error(err)}") from None
+
+
+def parse_checkpoint_meta(data: object, path: Path) -> CheckpointMeta:
+    """The typed metadata of the checkpoint config ``path`` from its parsed JSON.
+
+    Raises:
+        CheckpointError: malformed metadata; the message names the file and the field.
+    """
+    try:
+        return CheckpointMeta.model_validate(data)
+    except ValidationError as err:
+        raise CheckpointError(f"malformed checkpoint metadata in {path}: {_field_error(err)}") from None
