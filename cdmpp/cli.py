@@ -215,16 +215,6 @@ def _add_learning_parsers(sub) -> None:
         help="with a dataset of several device folders (one model over every device): leave these devices out "
         "(leave-one-device-out)",
     )
-    s.add_argument(
-        "--train-share",
-        type=float,
-        default=None,
-        help="train on this share of each training task's programs (at least one per task; validation and test "
-        "untouched): the data-scaling curve",
-    )
-    s.add_argument("--max-repeat-cv", type=float, default=None,
-                   help="leave training programs whose timing repeats vary by more than this (std / mean) out of "
-                   "training (several device folders)")
     add_model_arguments(s)
     s.set_defaults(func=_run_train)
 
