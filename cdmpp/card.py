@@ -148,12 +148,12 @@ def card(device_dir: Path) -> str:
     tasks = tasks_of(m)
     for t in tasks:
         nets.setdefault(t.network, []).append(index_of.get(t.workload_key, -1))
-    dev = m.get("device", {})
+    device_json = m.get("device", {})
     lines = [
         f"# Dataset card: `{db.device_id}`",
         "",
-        f"- Device: {dev.get('model', '?')}, {dev.get('cores', '?')} cores, ISA {dev.get('isa', '?')}; "
-        f"TVM target `{json.dumps(dev.get('target', {}))}`",
+        f"- Device: {device_json.get('model', '?')}, {device_json.get('cores', '?')} cores, ISA {device_json.get('isa', '?')}; "
+        f"TVM target `{json.dumps(device_json.get('target', {}))}`",
         f"- TVM {m.get('tvm_version', '?')}; measurement {json.dumps(m.get('measurement', {}))}",
         f"- Sampling: {m.get('sampling', {}).get('policy', '?')}; seed {m.get('sampling', {}).get('seed', '?')}"
         + _evolutionary_share(m.get("sampling", {})),

@@ -67,7 +67,7 @@ def _run_train(args) -> int:
     print(f"checkpoint written to {args.out} (model card: {Path(args.out) / 'README.md'})")
     if result.rows:  # one line; `cdmpp evaluate` prints the table
         per_model = result.rows if not result.by_device else {
-            f"{model} on {dev}": row for dev, rows in result.rows.items() for model, row in rows.items()}
+            f"{model} on {device_id}": row for device_id, rows in result.rows.items() for model, row in rows.items()}
         mape = ", ".join(f"{model} {row['mape']:.1%}" for model, row in per_model.items())
         print(f"test programs' MAPE: {mape}; the table: cdmpp evaluate -c {args.out} -d {' '.join(args.dataset)}")
     return 0

@@ -242,8 +242,8 @@ def local_gpu(index: int = 0, num_cores: int | None = None) -> DeviceDescriptor:
     import tvm  # noqa: PLC0415  (keeps tvm off this module's import)
 
     try:
-        dev = tvm.cuda(index)
-        present = bool(dev.exist)
+        tvm_device = tvm.cuda(index)
+        present = bool(tvm_device.exist)
     except Exception:  # noqa: BLE001  a TVM without the CUDA runtime raises its own error types
         present = False
     if not present:
@@ -252,12 +252,12 @@ def local_gpu(index: int = 0, num_cores: int | None = None) -> DeviceDescriptor:
             "and built here (cdmpp.device.gpu_from_tag), but timing them needs the GPU"
         )
     limits = {
-        "max_threads_per_block": dev.max_threads_per_block,
-        "max_shared_memory_per_block": dev.max_shared_memory_per_block,
-        "thread_warp_size": dev.warp_size,
+        "max_threads_per_block": tvm_device.max_threads_per_block,
+        "max_shared_memory_per_block": tvm_device.max_shared_memory_per_block,
+        "thread_warp_size": tvm_device.warp_size,
     }
-    name = str(dev.device_name)
-    return _gpu_descriptor(name, name, "sm_" + str(dev.compute_version).replace(".", ""), limits, num_cores)
+    name = str(tvm_device.device_name)
+    return _gpu_descriptor(name, name, "sm_" + str(tvm_device.compute_version).replace(".", ""), limits, num_cores)
 
 
 def gpu_from_tag(tag: str = "nvidia/nvidia-h100", num_cores: int | None = None) -> DeviceDescriptor:

@@ -230,19 +230,19 @@ def devices_for_target(target, known: list[DeviceDescriptor]) -> list[DeviceDesc
     t = target_dict(target)
     kind = str(t.get("kind", ""))
     out = []
-    for dev in known:
-        d = dev.target or {}
+    for descriptor in known:
+        d = descriptor.target or {}
         if str(d.get("kind", "")) != kind:
             continue
         if kind == "cuda":
             if t.get("arch") and _arch_base(t.get("arch")) == _arch_base(d.get("arch")):
-                out.append(dev)
+                out.append(descriptor)
         elif t.get("mcpu") and str(t.get("mcpu")) == str(d.get("mcpu")) and _avx512_off(t) == _avx512_off(d):
-            out.append(dev)
+            out.append(descriptor)
     model = _tag_model(target)
     if model:
         wanted = slug(model)
-        named = [dev for dev in out if wanted in slug(f"{dev.device_id} {dev.model}")]
+        named = [descriptor for descriptor in out if wanted in slug(f"{descriptor.device_id} {descriptor.model}")]
         out = named or out
     return out
 

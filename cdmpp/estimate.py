@@ -251,14 +251,14 @@ def estimate_network(
     cfg = cfg or EstimateConfig()
     if len(tasks) > cfg.max_tasks:
         raise InputError(f"the network has {len(tasks)} tasks, more than the limit of {cfg.max_tasks}")
-    dev = predictor.device_of(device, target)
-    dev_id = dev.device_id if dev is not None else None
-    tgt = target if target is not None else (dev.target if dev is not None else None)
+    descriptor = predictor.device_of(device, target)
+    device_id = descriptor.device_id if descriptor is not None else None
+    tgt = target if target is not None else (descriptor.target if descriptor is not None else None)
     if tgt is None:
         raise InputError("target: the checkpoint records no device; give a target")
     tgt = tgt if isinstance(tgt, Target) else Target(tgt)
     database = database or {}
-    out = NetworkEstimate(device=dev_id, warm_device=predictor.warm_device(dev_id))
+    out = NetworkEstimate(device=device_id, warm_device=predictor.warm_device(device_id))
     for task in tasks:
         key = str(structural_hash(task.mod))
         hit = database.get(key)
@@ -276,7 +276,7 @@ def estimate_network(
             detail = f"the best-predicted of {len(candidates)} schedules sampled from the design space (not tuned)"
         # the prediction core; a checkpoint trained with trace tokens reads each schedule's trace
         names = [f"task {task.name}, schedule {j}" for j in range(len(candidates))]
-        chosen = predictor.predict_each(candidates, tgt, dev_id, names, intervals=len(candidates) == 1,
+        chosen = predictor.predict_each(candidates, tgt, device_id, names, intervals=len(candidates) == 1,
                                         keep_inputs=True)
         if not np.isfinite(chosen.latency_s).any():
             why = next((p for p in chosen.problems if p), "no prediction")
@@ -284,7 +284,7 @@ def estimate_network(
         i = int(np.nanargmin(chosen.latency_s))
         program = FeaturizedProgram(chosen.trees[i], None if chosen.traces is None else chosen.traces[i])
         if len(candidates) > 1:  # the interval of the chosen schedule alone, from its features
-            chosen, i = predictor.predict_each([program], tgt, dev_id, on_error="raise"), 0
+            chosen, i = predictor.predict_each([program], tgt, device_id, on_error="raise"), 0
         lat, low, high = (float(v[i]) for v in (chosen.latency_s, chosen.low_s, chosen.high_s))
         warm = (float(predictor.predict_each([program], tgt, out.warm_device, intervals=False,
                                              on_error="raise").latency_s[0])
@@ -300,8 +300,8 @@ def estimate_network(
         out.measured_warm_total_s = float(sum(t.weight * t.measured_warm_s for t in out.tasks))
     if out.warm_device is not None:
         out.warm_total_s = float(sum(t.weight * t.warm_s for t in out.tasks))
-    if dev is not None and dev.vm_call_s > 0:
-        out.between_kernels_s = dev.vm_entry_s + dev.vm_call_s * sum(t.weight for t in out.tasks)
+    if descriptor is not None and descriptor.vm_call_s > 0:
+        out.between_kernels_s = descriptor.vm_entry_s + descriptor.vm_call_s * sum(t.weight for t in out.tasks)
     return out
 
 

@@ -50,7 +50,7 @@ def predict_latency_array(
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
     if device_row is None:
         device_row = data.device_row[index] if getattr(data, "device_row", None) is not None else 0
-    dev = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
+    device_rows = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
     model.eval()
     if len(index) == 0:
         return np.zeros(0, dtype=np.float64)
@@ -58,7 +58,7 @@ def predict_latency_array(
     order = np.argsort(data.ptr[index + 1] - data.ptr[index], kind="stable")
     step = min(batch_size, BUCKET_PROGRAMS)
     out = torch.cat([
-        model.predict_log_latency(*dense_programs(data, index[order[s : s + step]]), dev[order[s : s + step]])
+        model.predict_log_latency(*dense_programs(data, index[order[s : s + step]]), device_rows[order[s : s + step]])
         for s in range(0, len(index), step)
     ]).double().numpy()
     log_latency = np.empty_like(out)

@@ -166,11 +166,11 @@ def accuracy_line(programs: list[PredictedProgram]) -> str | None:
 def _run_predict(args) -> int:
 
     predictor = LatencyPredictor.load(args.checkpoint)
-    programs, dev = predict_programs(predictor, Path(args.work_dir), args.device)
+    programs, device_id = predict_programs(predictor, Path(args.work_dir), args.device)
     if args.output:
         with open(args.output, "w", newline="", encoding="utf-8") as f:
             write_csv(programs, f)
-        print(f"{len(programs)} programs predicted for device {dev}: {args.output}")
+        print(f"{len(programs)} programs predicted for device {device_id}: {args.output}")
     else:
         write_csv(programs, sys.stdout)
     bad = [p for p in programs if p.problem]
@@ -189,13 +189,13 @@ def _run_estimate(args) -> int:
     predictor = LatencyPredictor.load(args.checkpoint)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        dev = predictor.device_of(args.device, json.loads(args.target) if args.target else None)
-    if dev is None and not args.target:
+        descriptor = predictor.device_of(args.device, json.loads(args.target) if args.target else None)
+    if descriptor is None and not args.target:
         raise InputError("--target: the checkpoint records no device; give --target")
-    target = Target(json.loads(args.target)) if args.target else Target(dev.target)
+    target = Target(json.loads(args.target)) if args.target else Target(descriptor.target)
     tasks, name = load_network(args.network, target)
     database = work_dir_best(Path(args.database)) if args.database else None
-    est = estimate_network(predictor, tasks, getattr(dev, "device_id", None), target, database, EstimateConfig(samples=args.samples))
+    est = estimate_network(predictor, tasks, getattr(descriptor, "device_id", None), target, database, EstimateConfig(samples=args.samples))
     print(f"network {name}")
     print(format_estimate(est))
     if est.measured_total_s is not None:

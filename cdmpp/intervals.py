@@ -63,21 +63,21 @@ def mc_log_latency(model, data, index=None, device_row=None, cfg: IntervalConfig
     index = np.arange(len(data)) if index is None else np.asarray(index, dtype=np.int64)
     if device_row is None:
         device_row = data.device_row[index] if getattr(data, "device_row", None) is not None else 0
-    dev = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
+    device_rows = torch.as_tensor(np.broadcast_to(np.asarray(device_row, dtype=np.int64), index.shape).copy())
     gen_state = torch.random.get_rng_state()
     point, passes = [], []
     try:
         model.eval()
         for s in range(0, len(index), batch_size):
             x, pos, mask = dense_programs(data, index[s : s + batch_size])
-            point.append(model.predict_log_latency(x, pos, mask, dev[s : s + batch_size]).double())
+            point.append(model.predict_log_latency(x, pos, mask, device_rows[s : s + batch_size]).double())
         model.train()  # dropout on; the model has no batch norm, so nothing else changes
         for k, i in enumerate(index):
             # one program at a time, its passes as one batch, the seed set anew: a program's
             # interval never depends on which other programs share the call
             torch.manual_seed(cfg.seed)
             x, pos, mask = dense_programs(data, np.full(cfg.passes, i))
-            passes.append(model.predict_log_latency(x, pos, mask, dev[k].repeat(cfg.passes)).double())
+            passes.append(model.predict_log_latency(x, pos, mask, device_rows[k].repeat(cfg.passes)).double())
     finally:
         model.eval()
         torch.random.set_rng_state(gen_state)

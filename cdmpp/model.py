@@ -321,12 +321,12 @@ class LatencyTransformer(nn.Module):
         statements' times.  Otherwise the head reads the pooled embedding.  A
         ``roofline`` model also needs the raw token rows ``x`` ``(B, L, F)``.
         """
-        dev = None
+        device_vectors = None
         if self.config.num_devices > 0:
             if device_row is None:
                 device_row = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
-            dev = self.device_vector(device_row, embedding_row)
-        return self.output_for_vectors(h, mask, dev, self.roofline_bound(x, mask, device_row, embedding_row))
+            device_vectors = self.device_vector(device_row, embedding_row)
+        return self.output_for_vectors(h, mask, device_vectors, self.roofline_bound(x, mask, device_row, embedding_row))
 
     def roofline_bound(self, x: torch.Tensor | None, mask: torch.Tensor, device_row=None,
                        embedding_row=None) -> torch.Tensor | None:
@@ -349,23 +349,23 @@ class LatencyTransformer(nn.Module):
         return self.roofline(x, mask, self.device_descriptor[device_row],
                              device_row if embedding_row is None else embedding_row)
 
-    def output_for_vectors(self, h: torch.Tensor, mask: torch.Tensor, dev: torch.Tensor | None,
+    def output_for_vectors(self, h: torch.Tensor, mask: torch.Tensor, device_vectors: torch.Tensor | None,
                            bound: torch.Tensor | None = None) -> torch.Tensor:
-        """:meth:`output` for given device vectors ``dev``, float32 ``(B, device_dim)``
+        """:meth:`output` for given device vectors ``device_vectors``, float32 ``(B, device_dim)``
         (``None`` for a model without devices), and roofline bounds ``bound`` (natural log
         of seconds, ``(B,)``; ``None`` without ``roofline``): what ``cdmpp adapt``
         differentiates to fit one device's row."""
         if self.config.pooling != "lse":
             pooled = self.pool(h, mask)
-            if dev is not None:
-                pooled = torch.cat([pooled, dev.to(pooled.dtype)], dim=-1)
+            if device_vectors is not None:
+                pooled = torch.cat([pooled, device_vectors.to(pooled.dtype)], dim=-1)
             out = self.head(pooled).squeeze(-1)
             if bound is None:
                 return out
             total = out.float() * self.label_std + self.label_mean
         else:
-            if dev is not None:
-                h = torch.cat([h, dev.to(h.dtype).unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
+            if device_vectors is not None:
+                h = torch.cat([h, device_vectors.to(h.dtype).unsqueeze(1).expand(-1, h.shape[1], -1)], dim=-1)
             terms = self.head(h).squeeze(-1).float() * self.label_std + self.label_mean
             total = torch.logsumexp(terms.masked_fill(~mask, float("-inf")), dim=1)
         if bound is not None:  # the bound times 1 + e^z: never below it

@@ -235,8 +235,8 @@ class LatencyPredictor:
             InputError: :attr:`reads_traces`, not ``trace_optional`` and no ``traces``, or
                 ``traces`` of another shape.
         """
-        dev = self.device_of(device)
-        row = self.table.row(dev.device_id) if dev is not None else 0
+        descriptor = self.device_of(device)
+        row = self.table.row(descriptor.device_id) if descriptor is not None else 0
         if len(trees) == 0:
             return np.zeros(0, dtype=np.float64)
         return self.predict_featurized(self._leaves(trees, traces), device_rows=row)
@@ -280,8 +280,8 @@ class LatencyPredictor:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
         from cdmpp.intervals import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
 
-        dev = self.device_of(device)
-        row = self.table.row(dev.device_id) if dev is not None else 0
+        descriptor = self.device_of(device)
+        row = self.table.row(descriptor.device_id) if descriptor is not None else 0
         n = len(trees)
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
@@ -334,9 +334,9 @@ class LatencyPredictor:
         if on_error not in ON_ERROR:
             raise InputError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         programs = list(programs) if isinstance(programs, (list, tuple)) else [programs]
-        dev = self.device_of(device, target)
-        dev_id = dev.device_id if dev is not None else None
-        feat_target = target if target is not None else (dev.target if dev is not None else None)
+        descriptor = self.device_of(device, target)
+        device_id = descriptor.device_id if descriptor is not None else None
+        feat_target = target if target is not None else (descriptor.target if descriptor is not None else None)
         n = len(programs)
         raw = [i for i, p in enumerate(programs) if not isinstance(p, FeaturizedProgram)]
         trees: list = [p.tree if isinstance(p, FeaturizedProgram) else None for p in programs]
@@ -353,17 +353,17 @@ class LatencyPredictor:
                 for i, t, w in zip(raw, got, why):
                     trees[i], problems[i] = t, w
         ok = [i for i, t in enumerate(trees) if t is not None]
-        out = Predictions(*(np.full(n, np.nan) for _ in range(3)), problems, dev_id)
+        out = Predictions(*(np.full(n, np.nan) for _ in range(3)), problems, device_id)
         if on_error == "zero":
             out.latency_s[[i for i in range(n) if trees[i] is None]] = np.inf
         traces = self._traces_of(programs, ok, raw, raw_traces)
         if ok:
             ok_trees = [trees[i] for i in ok]
             if intervals:
-                point, low, high = self.predict_trees_interval(ok_trees, dev_id, traces)
+                point, low, high = self.predict_trees_interval(ok_trees, device_id, traces)
                 out.low_s[ok], out.high_s[ok] = low, high
             else:
-                point = self.predict_trees(ok_trees, dev_id, traces)
+                point = self.predict_trees(ok_trees, device_id, traces)
             out.latency_s[ok] = point
         if keep_inputs:
             out.trees = list(trees)

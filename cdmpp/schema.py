@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from .errors import CheckpointError, DatasetError
 
@@ -84,16 +84,24 @@ class DeviceRow(BaseModel):
         descriptor: its :class:`cdmpp.device.DeviceDescriptor` as JSON.
         folder: the device folder it was trained on.
         programs, train_programs: the folder's programs, and those in training.
+
+    A row that names no ``device_id`` takes its descriptor's.
     """
 
     model_config = ConfigDict(extra="allow")
 
     row: int
-    device_id: str
-    descriptor: dict[str, Any]
+    device_id: str = ""
+    descriptor: dict[str, Any] = {}
     folder: str | None = None
     programs: int | None = None
     train_programs: int | None = None
+
+    @model_validator(mode="after")
+    def _id_from_descriptor(self) -> DeviceRow:
+        if not self.device_id:
+            self.device_id = str(self.descriptor.get("device_id", ""))
+        return self
 
 
 class CheckpointMeta(BaseModel):

@@ -242,8 +242,8 @@ def create_app(checkpoint: str | None = None, config: ServeConfig | None = None)
         )
         if isinstance(out[0], int):
             raise HTTPException(out[0], out[1])
-        (lat, low, high, problems), dev = out
-        return PredictResponse(latency_s=lat, low_s=low, high_s=high, device=dev, problems=problems)
+        (lat, low, high, problems), device_id = out
+        return PredictResponse(latency_s=lat, low_s=low, high_s=high, device=device_id, problems=problems)
 
     @app.post("/estimate", response_model=EstimateResponse)
     def estimate(req: EstimateRequest) -> EstimateResponse:

@@ -85,7 +85,7 @@ def worker_predict(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dev = _WORKER_PREDICTOR.device_of(device, target)
+            descriptor = _WORKER_PREDICTOR.device_of(device, target)
     except UnknownDeviceError as err:
         return 422, f"device: {err}"
     except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
@@ -101,9 +101,9 @@ def worker_predict(
             mods.append(parse_program(p))
         except ProgramError as err:
             return 422, f"programs[{i}]: {err}"
-    dev_id = dev.device_id if dev is not None else None
+    device_id = descriptor.device_id if descriptor is not None else None
     try:
-        out = _WORKER_PREDICTOR.predict_each(mods, target, dev_id, [f"programs[{i}]" for i in range(len(mods))],
+        out = _WORKER_PREDICTOR.predict_each(mods, target, device_id, [f"programs[{i}]" for i in range(len(mods))],
                                              intervals=interval)
     except (UnsupportedProgramError, ValueError) as err:
         return 422, str(err)
@@ -113,8 +113,8 @@ def worker_predict(
 
     problems = [f"programs[{i}]: {p}" if p else "" for i, p in enumerate(out.problems)]
     if not interval:
-        return (values(out.latency_s), None, None, problems), dev_id
-    return (values(out.latency_s), values(out.low_s), values(out.high_s), problems), dev_id
+        return (values(out.latency_s), None, None, problems), device_id
+    return (values(out.latency_s), values(out.low_s), values(out.high_s), problems), device_id
 
 
 _WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), extracted once per worker
@@ -129,8 +129,8 @@ def worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dev = pred.device_of(req.get("device"), req.get("target"))
-        target = Target(req["target"]) if req.get("target") is not None else Target(dev.target)
+            descriptor = pred.device_of(req.get("device"), req.get("target"))
+        target = Target(req["target"]) if req.get("target") is not None else Target(descriptor.target)
     except UnknownDeviceError as err:
         return 422, f"device: {err}"
     except Exception as err:  # noqa: BLE001  a malformed target dict raises TVM's own error types
@@ -150,7 +150,7 @@ def worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
         db = req.get("database")
         database = best_records(db["workloads"], db["records"]) if db else None
         est = estimate_network(
-            pred, tasks, dev.device_id if dev is not None else None, target, database,
+            pred, tasks, descriptor.device_id if descriptor is not None else None, target, database,
             EstimateConfig(samples=int(req.get("samples", 32)), max_tasks=max_tasks),
         )
     except CdmppError as err:

@@ -289,10 +289,10 @@ def adapt_measured(
     db = ds.load_device_dir(Path(device_dir))
     if not db.programs:
         raise ds.DatasetError(f"{device_dir}: no measured program to adapt on")
-    dev = db.manifest.get("device")
-    if not dev or not dev.get("device_id"):
+    device_json = db.manifest.get("device")
+    if not device_json or not device_json.get("device_id"):
         raise InputError(f"{device_dir}/manifest.json names no device: not a device folder written by cdmpp")
-    device = DeviceDescriptor.from_json(dev)
+    device = DeviceDescriptor.from_json(device_json)
     how = f"`cdmpp adapt --measured-dir` read all {len(db.programs)} programs measured on the device (`{device_dir}`)"
     return _fit_and_save(model, meta, Path(checkpoint), device, db, Path(device_dir), Path(out), config, cache_dir,
                          {}, Path(device_dir), how)

@@ -121,7 +121,7 @@ def own_split_corpus(
     trained = trained_devices(meta)
     corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress,
                                      skip=[d.device_id for d in checkpoint_meta(meta).devices if d.device_id not in trained])
-    missing = [d for d in trained if d not in {dev.device_id for dev in corpus.devices}]
+    missing = [d for d in trained if d not in {descriptor.device_id for descriptor in corpus.devices}]
     if missing:
         raise InputError(f"{dataset_label(root)} lacks {', '.join(missing)}, which this checkpoint trained on: its "
                          f"split is drawn over every device it trained on, so give every dataset folder it "

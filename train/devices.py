@@ -108,9 +108,9 @@ def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
         bool ``(P,)``, True for a tuned-phase program.
     """
     out = np.zeros(len(corpus.data), dtype=bool)
-    for row, dev in enumerate(corpus.devices, start=1):
-        starts = ds.tuned_starts(corpus.manifests[dev.device_id])
-        if not starts or dev.device_id.endswith(ds.WARM_SUFFIX):  # a warm row: its cold twin's, below
+    for row, descriptor in enumerate(corpus.devices, start=1):
+        starts = ds.tuned_starts(corpus.manifests[descriptor.device_id])
+        if not starts or descriptor.device_id.endswith(ds.WARM_SUFFIX):  # a warm row: its cold twin's, below
             continue
         idx = np.flatnonzero(corpus.data.device_row == row)
         keys = corpus.raw_keys[idx]
@@ -125,10 +125,10 @@ def device_of_manifest(manifest: dict, folder: Path) -> DeviceDescriptor:
     Raises:
         DatasetError: the manifest records no device.
     """
-    dev = manifest.get("device")
-    if not dev:
+    device_json = manifest.get("device")
+    if not device_json:
         raise ds.DatasetError(f"{folder}: the manifest records no device; every pooled folder needs one")
-    return DeviceDescriptor.from_json(dev)
+    return DeviceDescriptor.from_json(device_json)
 
 
 def _roots(roots: Path | Sequence[Path]) -> list[Path]:
@@ -202,15 +202,15 @@ def load_corpus(
         if len(data) == 0:
             continue
         cvs.append(np.asarray([a.std() / a.mean() for a in secs], dtype=np.float64))
-        dev = device_of_manifest(manifest, folder)
+        descriptor = device_of_manifest(manifest, folder)
         row = len(devices) + 1
-        devices.append(dev)
-        manifests[dev.device_id], folders[dev.device_id] = manifest, folder
+        devices.append(descriptor)
+        manifests[descriptor.device_id], folders[descriptor.device_id] = manifest, folder
         raw.append(np.asarray(data.workload_keys)[data.workload])
         parts.append(
             dataclasses.replace(
                 data,
-                workload_keys=[f"{dev.device_id}:{k}" for k in data.workload_keys],
+                workload_keys=[f"{descriptor.device_id}:{k}" for k in data.workload_keys],
                 device_row=np.full(len(data), row, dtype=np.int64),
             )
         )
@@ -221,7 +221,7 @@ def load_corpus(
             # the warm protocol: a device row of its own (same descriptor, its own embedding), its programs
             # the folder's programs timed warm, with their warm labels
             keep = np.flatnonzero([w is not None for w in warm])
-            wdev = dataclasses.replace(dev, device_id=ds.warm_device_id(dev.device_id))
+            wdev = dataclasses.replace(descriptor, device_id=ds.warm_device_id(descriptor.device_id))
             devices.append(wdev)
             manifests[wdev.device_id], folders[wdev.device_id] = manifest, folder
             sub = data.subset(keep)
@@ -389,7 +389,7 @@ def score_remapped(model, tree, corpus, index, network, model_rows, table, panel
     """
     weights = device_task_weights(corpus, network)
     out = {}
-    for row, dev in enumerate(corpus.devices, start=1):
+    for row, descriptor in enumerate(corpus.devices, start=1):
         sel = index[corpus.data.device_row[index] == row]
         if sel.size == 0:
             continue
@@ -397,9 +397,9 @@ def score_remapped(model, tree, corpus, index, network, model_rows, table, panel
         pred = LatencyPredictor(model, {}).predict_featurized(corpus.data, sel, device_rows=model_rows[sel])
         rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
         if panels is not None:
-            panels[dev.device_id] = (pred, true, groups)
+            panels[descriptor.device_id] = (pred, true, groups)
         if tree is not None:
             x = np.concatenate([corpus.data.psf_sum[sel], table[model_rows[sel]]], axis=1)
             rows["xgboost PerStoreFeature"] = summary(tree.predict(x), true, groups, weights)
-        out[dev.device_id] = rows
+        out[descriptor.device_id] = rows
     return out

@@ -107,7 +107,7 @@ class ProgramDataModule(L.LightningDataModule):
         x, pos, mask = self._leaves(idx)
         y = torch.from_numpy(np.log(self.data.latency[idx]).astype(np.float32))
         workload = torch.from_numpy(np.asarray(self.data.workload[idx], dtype=np.int64))
-        dev = self.data.device_row[idx] if self.data.device_row is not None else np.zeros(len(idx), np.int64)
+        device_rows = self.data.device_row[idx] if self.data.device_row is not None else np.zeros(len(idx), np.int64)
         return {
             "x": x,
             "pos": pos,
@@ -115,7 +115,7 @@ class ProgramDataModule(L.LightningDataModule):
             "y": y,
             "index": torch.from_numpy(idx),
             "workload": workload,
-            "device_row": torch.from_numpy(np.asarray(dev, dtype=np.int64)),
+            "device_row": torch.from_numpy(np.asarray(device_rows, dtype=np.int64)),
         }
 
     def collate_train(self, indices: list[int]) -> dict:

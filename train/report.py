@@ -104,9 +104,9 @@ def device_rows_markdown(by_device: Mapping[str, Mapping[str, dict]], label: str
         f"| {label} | model | " + " | ".join(CELLS[c][0] for c in DEVICE_COLUMNS) + " |",
         "| --- | --- | " + " | ".join("---:" for _ in DEVICE_COLUMNS) + " |",
     ]
-    for dev, rows in by_device.items():
+    for device_id, rows in by_device.items():
         for name, r in rows.items():
-            lines.append(f"| {dev} | {name} | " + " | ".join(CELLS[c][1](r) for c in DEVICE_COLUMNS) + " |")
+            lines.append(f"| {device_id} | {name} | " + " | ".join(CELLS[c][1](r) for c in DEVICE_COLUMNS) + " |")
     return lines
 
 
@@ -130,9 +130,9 @@ def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], networ
     if parse_fold(network) is not None:  # a leave-family-out fold: the task weights of its networks
         members = set(fold_networks({t.network for m in manifests.values() for t in tasks_of(m)}, network))
     out: dict[int, float] = {}
-    for dev_id, manifest in manifests.items():
+    for device_id, manifest in manifests.items():
         for t in tasks_of(manifest):
-            i = index_of.get(f"{dev_id}:{t.workload_key}" if qualified else t.workload_key)
+            i = index_of.get(f"{device_id}:{t.workload_key}" if qualified else t.workload_key)
             if i is not None and (network is None or t.network in members):
                 out[i] = out.get(i, 0.0) + float(t.weight)
     return out
@@ -383,11 +383,11 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
             if network is None or parse_fold(network) or t.network == network:
                 names.setdefault(t.workload_key, t.task_name)
     out = []
-    for row, dev in enumerate(corpus.devices, start=1):
-        if dev.device_id not in panels:
+    for row, descriptor in enumerate(corpus.devices, start=1):
+        if descriptor.device_id not in panels:
             continue
         sel = index[corpus.data.device_row[index] == row]
-        pred, true, _ = panels[dev.device_id]
+        pred, true, _ = panels[descriptor.device_id]
         ratio = np.log(pred / true)
         keys = corpus.raw_keys[sel]
         scored = []
@@ -395,5 +395,5 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
             r = ratio[keys == key]
             scored.append((float(np.median(np.abs(r))), key, int(r.size), float(np.exp(np.median(r)))))
         for err, key, n, med in sorted(scored, reverse=True)[:k]:
-            out.append(f"- {dev.device_id}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
+            out.append(f"- {descriptor.device_id}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
     return out

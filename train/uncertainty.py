@@ -200,10 +200,10 @@ def format_coverage(report: dict[str, dict[str, dict]], calibration: dict) -> st
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for split, part in report.items():
-        for dev, methods in part.items():
+        for device_id, methods in part.items():
             for m, r in methods.items():
                 lines.append(
-                    f"| {split} | {dev} | {m} | {r['programs']} | {100 * r['coverage']:.1f}% | {100 * r['below']:.1f}% | "
+                    f"| {split} | {device_id} | {m} | {r['programs']} | {100 * r['coverage']:.1f}% | {100 * r['below']:.1f}% | "
                     f"{100 * r['above']:.1f}% | {r['median_width_ratio']:.2f} | "
                     + " / ".join(f"{100 * c:.0f}%" for c in r.get("by_std_thirds", [])) + " |"
                 )

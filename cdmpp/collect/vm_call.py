@@ -61,12 +61,12 @@ def measure_vm_call(target, calls: int = 257, repeat: int = 30) -> tuple[float, 
 
     if calls < 2 or repeat < 1:
         raise ValueError(f"calls must be >= 2 and repeat >= 1, got {calls} and {repeat}")
-    dev = tvm.cpu()
-    x = tvm.runtime.tensor(np.zeros(ELEMENTS, dtype="float32"), dev)
+    tvm_device = tvm.cpu()
+    x = tvm.runtime.tensor(np.zeros(ELEMENTS, dtype="float32"), tvm_device)
     medians = []
     for n in (1, calls):
-        vm = relax.VirtualMachine(tvm.compile(_chain_module(n), target), dev)
+        vm = relax.VirtualMachine(tvm.compile(_chain_module(n), target), tvm_device)
         vm["main"](x)  # warm-up
-        medians.append(float(np.median(vm.time_evaluator("main", dev, number=10, repeat=repeat)(x).results)))
+        medians.append(float(np.median(vm.time_evaluator("main", tvm_device, number=10, repeat=repeat)(x).results)))
     per_call = max((medians[1] - medians[0]) / (calls - 1), 0.0)
     return per_call, max(medians[0] - per_call, 0.0)

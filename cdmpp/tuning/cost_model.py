@@ -250,9 +250,9 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         return scores
 
     def _choose_device(self, target) -> None:
-        dev = self.predictor.device_of(self.device, target)
-        if dev is not None:
-            self.device_id = dev.device_id
+        descriptor = self.predictor.device_of(self.device, target)
+        if descriptor is not None:
+            self.device_id = descriptor.device_id
         logger.info("cdmpp cost model: scoring with checkpoint %s for device %s; tuning target %s",
                     self.checkpoint or "(shipped)", self.device_id or "(unrecorded)", target)
 

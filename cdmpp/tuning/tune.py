@@ -309,8 +309,8 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
                 watcher.join()
     result.new_trials = count_trials(work_dir) - kept
     predictor = LatencyPredictor.load(cfg.checkpoint)
-    dev = getattr(predictor.device_of(device, target), "device_id", None)
-    result.tasks = task_rows(tasks, work_dir, predictor, target, dev)
+    device_id = getattr(predictor.device_of(device, target), "device_id", None)
+    result.tasks = task_rows(tasks, work_dir, predictor, target, device_id)
     write_tasks(result.tasks, work_dir / TASKS_FILE)
     if result.interrupted:
         log(f"interrupted: {count_trials(work_dir)} trials kept in {work_dir}; the same command resumes")
