@@ -379,9 +379,11 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
     (largest median absolute log error), with the median ratio predicted / measured."""
     names: dict[str, str] = {}
     for m in corpus.manifests.values():
-        for t in tasks_of(m):
+        for t in tasks_of(m):  # the held-out network's own name of a workload first, else the first seen
             if network is None or parse_fold(network) or t.network == network:
                 names.setdefault(t.workload_key, t.task_name)
+        for t in tasks_of(m):
+            names.setdefault(t.workload_key, f"{t.network} {t.task_name}")
     out = []
     for row, descriptor in enumerate(corpus.devices, start=1):
         if descriptor.device_id not in panels:
