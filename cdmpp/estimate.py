@@ -223,10 +223,37 @@ def _scheduled(mod, trace):
     return sch
 
 
+class SampledSchedules:
+    """The best-predicted sampled schedule of each task an estimate has seen, featurized,
+    to reuse across estimates in one process (the HTTP service's worker keeps one).
+
+    Keyed by the task's workload (structural hash), the device, the target, the sample
+    count and seed; the values are :class:`cdmpp.predictor.FeaturizedProgram`, so a later
+    estimate of a task predicts its interval without sampling or featurizing it again.
+    ``max_entries`` bounds it (the oldest entry goes first).
+    """
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self._entries: dict[tuple, tuple[FeaturizedProgram, int]] = {}
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple) -> tuple[FeaturizedProgram, int] | None:
+        found = self._entries.get(key)
+        self.hits, self.misses = self.hits + (found is not None), self.misses + (found is None)
+        return found
+
+    def put(self, key: tuple, program: FeaturizedProgram, sampled: int) -> None:
+        if len(self._entries) >= self.max_entries:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[key] = (program, sampled)
+
+
 def estimate_network(
     predictor: LatencyPredictor, tasks: list[Task], device: str | None = None, target: TargetLike | None = None,
     database: dict | None = None,
     cfg: EstimateConfig | None = None,
+    sampled: SampledSchedules | None = None,
 ) -> NetworkEstimate:
     """Estimate a network's latency on one device from its tasks.
 
@@ -238,6 +265,9 @@ def estimate_network(
         target: a TVM target (dict or ``Target``) for sampling and featurizing;
             default the device's.
         database: ``{structural hash: (workload, best record)}`` from :func:`best_records`.
+        cfg: samples per task, seed and the task limit.
+        sampled: a :class:`SampledSchedules` that keeps each task's chosen sampled schedule
+            for later estimates in this process (``None``: sample every time).
 
     Returns:
         A :class:`NetworkEstimate`; latencies in seconds.
@@ -271,9 +301,12 @@ def estimate_network(
             source, measured, measured_warm = "database", best.measured_s, best.warm_s
             detail = f"the fastest of the database's {best.records} measured records of this workload"
         else:
-            candidates = sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
+            cache_key = (key, device_id, str(tgt), cfg.samples, cfg.seed)
+            kept = sampled.get(cache_key) if sampled is not None else None
+            candidates = [kept[0]] if kept is not None else sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
             source = "sampled"
-            detail = f"the best-predicted of {len(candidates)} schedules sampled from the design space (not tuned)"
+            count = kept[1] if kept is not None else len(candidates)
+            detail = f"the best-predicted of {count} schedules sampled from the design space (not tuned)"
         # the prediction core; a checkpoint trained with trace tokens reads each schedule's trace
         names = [f"task {task.name}, schedule {j}" for j in range(len(candidates))]
         chosen = predictor.predict_each(candidates, tgt, device_id, names, intervals=len(candidates) == 1,
@@ -283,6 +316,8 @@ def estimate_network(
             raise InputError(f"task {task.name}: none of its {len(candidates)} schedules can be featurized ({why})")
         i = int(np.nanargmin(chosen.latency_s))
         program = FeaturizedProgram(chosen.trees[i], None if chosen.traces is None else chosen.traces[i])
+        if hit is None and sampled is not None and kept is None:
+            sampled.put(cache_key, program, len(candidates))
         if len(candidates) > 1:  # the interval of the chosen schedule alone, from its features
             chosen, i = predictor.predict_each([program], tgt, device_id, on_error="raise"), 0
         lat, low, high = (float(v[i]) for v in (chosen.latency_s, chosen.low_s, chosen.high_s))

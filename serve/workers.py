@@ -14,7 +14,7 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 
 from cdmpp.errors import CdmppError, InputError, UnknownDeviceError
-from cdmpp.estimate import EstimateConfig, best_records, estimate_network, relax_tasks, zoo_tasks
+from cdmpp.estimate import EstimateConfig, SampledSchedules, best_records, estimate_network, relax_tasks, zoo_tasks
 from cdmpp.featurize import UnsupportedProgramError
 from cdmpp.predictor import LatencyPredictor
 
@@ -118,6 +118,7 @@ def worker_predict(
 
 
 _WORKER_TASKS: dict[str, list] = {}  # zoo network tasks per (network, target), extracted once per worker
+_WORKER_SAMPLED = SampledSchedules()  # each task's chosen sampled schedule, featurized once per worker
 
 
 def worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
@@ -151,7 +152,7 @@ def worker_estimate(req: dict, max_tasks: int) -> dict | tuple[int, str]:
         database = best_records(db["workloads"], db["records"]) if db else None
         est = estimate_network(
             pred, tasks, descriptor.device_id if descriptor is not None else None, target, database,
-            EstimateConfig(samples=int(req.get("samples", 32)), max_tasks=max_tasks),
+            EstimateConfig(samples=int(req.get("samples", 32)), max_tasks=max_tasks), _WORKER_SAMPLED,
         )
     except CdmppError as err:
         return 422, str(err).strip("'\"")

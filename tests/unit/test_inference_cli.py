@@ -64,6 +64,24 @@ def test_estimate_a_pytorch_network_outside_the_zoo_and_its_relax_json(tmp_path,
     assert sorted(t.name for t in tasks) == sorted(t["task"] for t in est["tasks"])
 
     assert main(["estimate", f"{tmp_path / 'net.py'}:not_a_model", "--device", device]) == 2
+
+    # a second estimate in the same process reuses each task's chosen sampled schedule, featurized
+    import cdmpp.estimate as estimate_mod
+
+    kept = estimate_mod.SampledSchedules()
+    first = estimate_mod.estimate_network(pred, tasks, device, target, cfg=estimate_mod.EstimateConfig(samples=2),
+                                          sampled=kept)
+    calls = []
+    real = estimate_mod.sample_schedules
+    estimate_mod.sample_schedules = lambda *a, **k: calls.append(a) or real(*a, **k)
+    try:
+        again = estimate_mod.estimate_network(pred, tasks, device, target, cfg=estimate_mod.EstimateConfig(samples=2),
+                                              sampled=kept)
+    finally:
+        estimate_mod.sample_schedules = real
+    assert calls == [] and kept.hits == len(tasks)
+    assert again.total_s == pytest.approx(first.total_s, rel=1e-5)
+    assert [t.detail for t in again.tasks] == [t.detail for t in first.tasks]
     assert "must return (torch.nn.Module" in capsys.readouterr().err
     assert main(["estimate", str(tmp_path / "missing.json"), "--device", device]) == 2
     assert "no such file" in capsys.readouterr().err
