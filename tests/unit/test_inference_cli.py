@@ -81,7 +81,7 @@ def test_estimate_a_pytorch_network_outside_the_zoo_and_its_relax_json(tmp_path,
         estimate_mod.sample_schedules = real
     assert calls == [] and kept.hits == len(tasks)
     assert again.total_s == pytest.approx(first.total_s, rel=1e-5)
-    assert [t.detail for t in again.tasks] == [t.detail for t in first.tasks]
+    assert [t.source_detail for t in again.tasks] == [t.source_detail for t in first.tasks]
     assert "must return (torch.nn.Module" in capsys.readouterr().err
     assert main(["estimate", str(tmp_path / "missing.json"), "--device", device]) == 2
     assert "no such file" in capsys.readouterr().err
