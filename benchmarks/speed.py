@@ -194,6 +194,65 @@ def predict_call_seconds(
     }
 
 
+def estimate_seconds(network: str, device: str | None, checkpoint: str | None, samples: int = 32) -> dict[str, float]:
+    """Wall seconds of ``cdmpp estimate NETWORK`` (no database), stage by stage, in this process,
+    then the whole command once more as a fresh process (its imports included).
+
+    Stages: ``imports`` (the command's modules, measured in a fresh interpreter), ``load
+    checkpoint``, ``torch -> Relax import`` (:func:`cdmpp.network_input.load_relax`),
+    ``task extraction``, ``sampling schedules``, ``featurize and predict`` (the prediction
+    core on every task's samples and the chosen schedule's interval and warm row), and
+    ``cdmpp estimate, end to end`` (the command in a new process).
+    """
+    import subprocess  # noqa: PLC0415  (only this bench)
+
+    import cdmpp.estimate as estimate_mod  # noqa: PLC0415  (timed here, after the imports stage)
+    from cdmpp.network_input import load_relax  # noqa: PLC0415  (timed here, after the imports stage)
+    from cdmpp.tasks import relax_tasks  # noqa: PLC0415  (timed here, after the imports stage)
+
+    out: dict[str, float] = {}
+    code = "import time; t = time.perf_counter(); import cdmpp.cli, cdmpp.inference_cli; print(time.perf_counter() - t)"
+    out["imports"] = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                          check=True).stdout.strip())
+    t0 = time.perf_counter()
+    predictor = LatencyPredictor.load(checkpoint)
+    out["load checkpoint"] = time.perf_counter() - t0
+    descriptor = predictor.device_of(device)
+    target = Target(descriptor.target) if descriptor is not None else Target("llvm")
+    t0 = time.perf_counter()
+    net = load_relax(network, target)
+    out["torch -> Relax import"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tasks = relax_tasks(net.mod, target)
+    out["task extraction"] = time.perf_counter() - t0
+    sampling = [0.0]
+    real = estimate_mod.sample_schedules
+
+    def timed_sampling(*a, **k):
+        t = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            sampling[0] += time.perf_counter() - t
+
+    estimate_mod.sample_schedules = timed_sampling
+    try:
+        t0 = time.perf_counter()
+        estimate_mod.estimate_network(predictor, tasks, device, target, cfg=estimate_mod.EstimateConfig(samples=samples))
+        whole = time.perf_counter() - t0
+    finally:
+        estimate_mod.sample_schedules = real
+    out["sampling schedules"] = sampling[0]
+    out["featurize and predict"] = whole - sampling[0]
+    cmd = [sys.executable, "-m", "cdmpp.cli", "estimate", network, "--samples", str(samples)]
+    cmd += ["--device", device] if device else []
+    cmd += ["-c", checkpoint] if checkpoint else []
+    t0 = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    out["cdmpp estimate, end to end"] = time.perf_counter() - t0
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``cdmpp bench speed``."""
     p.add_argument("-d", "--dataset", default="datasets/slice", help="dataset or device folder of the candidates")
@@ -203,6 +262,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", default=None,
                    help="candidates: new schedules of a task of this network (zoo or outside it, e.g. convnext_tiny-b1)")
     p.add_argument("--task", default=None, help="with --network: the task (name or prefix; default: its largest)")
+    p.add_argument("--estimate", default=None, metavar="NETWORK",
+                   help="also time `cdmpp estimate NETWORK` stage by stage (a zoo name or module.py:function)")
+    p.add_argument("--device", default=None, help="with --estimate: the device id to estimate for")
     p.add_argument("--output", default=None, help="also write the timings (seconds per call) as JSON here")
 
 
@@ -221,17 +283,24 @@ def main(args: argparse.Namespace) -> int:
     xgb, new = secs["XGBModel.predict (TVM)"], secs["CdmppCostModel.predict, new candidates"]
     print(f"plugin / XGBModel: {new / xgb:.2f}x on new candidates, "
           f"{secs['CdmppCostModel.predict, seen candidates'] / xgb:.2f}x on seen ones")
+    estimate = estimate_seconds(args.estimate, args.device, args.checkpoint) if args.estimate else None
+    if estimate:
+        print(f"\ncdmpp estimate {args.estimate} (no database), by stage:")
+        for name, sec in estimate.items():
+            print(f"{name:<42}{sec:>12.2f} s")
     if args.output:
-
         cpu = local_cpu()
         line = checkpoint_line(Path(args.checkpoint) if args.checkpoint else None)
         record = {"candidates": n, "where": where, "repeats": args.repeats, "cpu": cpu.model,
                   "device_id": cpu.device_id, "cores": os.cpu_count(), "checkpoint": line,
-                  "seconds_per_call": secs}
+                  "seconds_per_call": secs, **({"estimate": args.estimate, "estimate_seconds": estimate} if estimate else {})}
         body = [[name, f"{s * 1e3:.1f}", f"{s * 1e6 / n:.1f}"] for name, s in secs.items()]
         table = (f"{line}\n\nOne predict call on {n} candidates ({where}; {cpu.model}, `{cpu.device_id}`, "
                  f"{os.cpu_count()} cores, best of {args.repeats}):\n\n"
                  + render_table(["stage", "ms / call", "us / candidate"], body, markdown=True, left=1)
                  + f"\n\nplugin / XGBModel: {new / xgb:.2f}x on new candidates")
+        if estimate:
+            table += (f"\n\n`cdmpp estimate {args.estimate}` (no database), by stage:\n\n"
+                      + render_table(["stage", "s"], [[k, f"{v:.2f}"] for k, v in estimate.items()], markdown=True, left=1))
         write_result(Path(args.output), record, table)
     return 0
