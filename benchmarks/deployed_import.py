@@ -4,7 +4,7 @@ against the same network imported as it is deployed, on this CPU.
 With the weights as inputs of ``main`` (``from_exported_program(keep_params_as_input=True)``
 then ``detach_params``, the import cdmpp used before), every computation on the weights
 alone (each ``nn.Linear`` weight's transpose, a bias reshape, a folded batch norm) runs
-at every call.  cdmpp's import (:func:`cdmpp.tvm_compat.import_torch`) lifts them into a
+at every call.  cdmpp's import (:func:`cdmpp.relax_import.import_torch`) lifts them into a
 function run once at load.  For one network this bench
 
 1. lists both imports' tasks, and the tasks the deployed import no longer runs per call;

@@ -22,9 +22,9 @@ class TaskEntry(BaseModel):
 
     Attributes:
         network: the zoo entry (``resnet_50-b1``, ``sweep-8x512x768``).
-        task_name: MetaSchedule's task name.
         workload_key: the workload's structural hash (the workload file's key).
-        weight: task weight, calls per inference.
+        task_name: MetaSchedule's task name (``""``: not recorded).
+        weight: task weight, calls per inference (1 when not recorded).
         flops: floating-point operations of one call.
         random_programs: records of the task sampled at random before its evolutionary phase.
         tuned_from: where its tuned phase's records begin (their count before it).
@@ -34,9 +34,9 @@ class TaskEntry(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     network: str
-    task_name: str
     workload_key: str
-    weight: int
+    task_name: str = ""
+    weight: int = 1
     flops: float = 0.0
     random_programs: int | None = None
     tuned_from: int | None = None

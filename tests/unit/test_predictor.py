@@ -44,7 +44,7 @@ def test_unsupported_input_is_a_clear_error():
 
 
 def test_corrupt_checkpoint_path(tmp_path):
-    from cdmpp.model import CheckpointError
+    from cdmpp.errors import CheckpointError
 
     with pytest.raises(CheckpointError):
         cdmpp.LatencyPredictor.load(tmp_path)
