@@ -26,6 +26,7 @@ BENCHES = {
     "epoch-time": ("epoch_time", "seconds per training epoch over a whole dataset, per precision"),
     "featurize-rate": ("featurize_rate", "featurized programs per second, in one process and on a pool"),
     "fit-study": ("fit_study", "what limits the model: fit, validation, fast end, noise, per lever"),
+    "import-graph": ("import_graph", "draw the imports between the package's layers (docs/plots/import-layers.png)"),
     "cli-reference": ("cli_reference", "write docs/cli.md, every option of every command, from the parsers"),
     "table": ("table", "train and score every model (transformer, ablations, trees, MLP, FLOPs) on the same "
               "leave-one-network-out and random splits"),

@@ -1,46 +1,21 @@
 """The code's layout and the docs' links: checks that read files, and run nothing heavy."""
 
-import ast
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.import_graph import LAYERS, imports, layer_of, modules  # the layers the picture draws
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"cdmpp": "cdmpp", "cdmpp.featurize": "featurize", "cdmpp.train": "train", "cdmpp.serve": "serve",
-            "benchmarks": "benchmarks"}
 
 
 def _modules() -> dict[str, Path]:
-    out = {}
-    for pkg, folder in PACKAGES.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            if pkg == "cdmpp" and parts and parts[0] in ("featurize", "train", "serve"):
-                continue
-            out[".".join([pkg, *parts])] = path
-    return out
+    return modules()
 
 
-def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, list[str], int]]:
-    """``(imported module, names, line)`` of every import statement, at any depth."""
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out += [(a.name, [], node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                base = node.module or ""
-            else:
-                parts = name.split(".")
-                if path.name != "__init__.py":
-                    parts = parts[:-1]
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            out.append((base, [a.name for a in node.names], node.lineno))
-    return out
+def _imports(name: str, path: Path, _modules_unused=None) -> list[tuple[str, list[str], int]]:
+    return imports(name, path)
 
 
 def test_no_import_circle():
@@ -173,30 +148,8 @@ def test_the_cli_reference_matches_the_parsers():
         "docs/cli.md is stale: run `cdmpp bench cli-reference -o docs/cli.md`"
 
 
-LAYERS = (
-    ("core", ("cdmpp", "cdmpp.errors", "cdmpp.records", "cdmpp.device", "cdmpp.tvm_compat", "cdmpp.dataset",
-              "cdmpp.featurize", "cdmpp.encoder", "cdmpp.model", "cdmpp.tree_gnn", "cdmpp.cache_fit", "cdmpp.roofline",
-              "cdmpp.intervals", "cdmpp.device_choice", "cdmpp.predictor", "cdmpp.card", "cdmpp.checkpoint", "cdmpp.relax_import",
-              "cdmpp.inference", "cdmpp.schema")),
-    ("networks and tasks", ("cdmpp.tasks", "cdmpp.held_out", "cdmpp.networks", "cdmpp.network_input",
-                            "cdmpp.kernel_class")),
-    ("collect", ("cdmpp.collect",)),
-    ("estimate and tune", ("cdmpp.estimate", "cdmpp.tuning")),
-    ("train", ("cdmpp.train",)),
-    ("serve", ("cdmpp.serve",)),
-    ("cli", ("cdmpp.cli", "cdmpp.data_cli", "cdmpp.inference_cli", "cdmpp.recipe_args")),
-    ("benchmarks", ("benchmarks",)),
-)
-"""The layers, lowest first: a module imports nothing of a layer above its own."""
-
-
 def _layer(module: str) -> int | None:
-    best = None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
-                best = (i, len(p))
-    return None if best is None else best[0]
+    return layer_of(module)
 
 
 def test_no_module_imports_a_layer_above_its_own():
