@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cdmpp.device import PROTOCOLS, WARM_SUFFIX, warm_device_id  # noqa: F401  (re-exported)
 from cdmpp.errors import DatasetError  # noqa: F401  (re-exported)
 from cdmpp.records import (  # noqa: F401  (BadLine, iter_json_lines, open_text, valid_run_secs: re-exported)
     BadLine,
@@ -45,13 +46,6 @@ from cdmpp.schema import Manifest, TaskEntry, parse_manifest, tasks_of
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 WARM_RECORD_FILE = "database_tuning_record_warm.json"
-PROTOCOLS = ("cold", "warm")  #: timing protocols, by record file: RECORD_FILE, WARM_RECORD_FILE
-WARM_SUFFIX = "+warm"  #: a device id with it names that device's warm protocol (a row of a model's device table)
-
-
-def warm_device_id(device_id: str) -> str:
-    """The id of a device's warm protocol: ``"cpu-...-avx512+warm"``."""
-    return device_id + WARM_SUFFIX
 FAILURE_FILE = "failures.jsonl"
 MANIFEST_FILE = "manifest.json"
 REMEASURE_FILE = "remeasured.jsonl"

@@ -43,6 +43,10 @@ class DeviceDescriptor:
         vm_call_s: seconds the Relax VM spends per kernel call outside the kernel, and
         vm_entry_s: seconds per inference outside any call, both measured at collection
             (:func:`cdmpp.collect.vm_call.measure_vm_call`); 0 where not measured.
+        protocol: the timing protocol behind the labels of this row of a model's device
+            table: ``"cold"`` (a cache flush before each repeat) or ``"warm"`` (back to
+            back, as a kernel runs inside a network).  A model has a row per device and
+            protocol; the warm row's id is :func:`warm_device_id` of the device's.
     """
 
     device_id: str
@@ -55,23 +59,43 @@ class DeviceDescriptor:
     caches: tuple[int, ...] = field(default_factory=tuple)
     vm_call_s: float = 0.0
     vm_entry_s: float = 0.0
+    protocol: str = "cold"
+
+    def __post_init__(self):
+        if self.protocol not in PROTOCOLS:
+            raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
 
     def to_json(self) -> dict:
-        """A JSON-able dict (``isa_flags`` and ``caches`` as lists; ``caches``, ``vm_call_s``
-        and ``vm_entry_s`` left out when empty or 0)."""
+        """A JSON-able dict (``isa_flags`` and ``caches`` as lists; ``caches``, ``vm_call_s``,
+        ``vm_entry_s`` and a ``"cold"`` protocol left out)."""
         out = asdict(self)
         out["isa_flags"] = list(self.isa_flags)
         out["caches"] = list(self.caches)
         for key in ("caches", "vm_call_s", "vm_entry_s"):
             if not out[key]:
                 del out[key]
+        if self.protocol == "cold":
+            del out["protocol"]
         return out
 
     @staticmethod
     def from_json(obj: dict) -> "DeviceDescriptor":
-        """Inverse of :meth:`to_json` (a descriptor written before ``caches`` has none)."""
+        """Inverse of :meth:`to_json` (a descriptor written before ``caches`` has none; one
+        written before ``protocol`` is a warm row when its id ends with the warm suffix)."""
+        protocol = obj.get("protocol") or ("warm" if str(obj.get("device_id", "")).endswith(WARM_SUFFIX) else "cold")
         return DeviceDescriptor(**{**obj, "isa_flags": tuple(obj.get("isa_flags", ())),
-                                   "caches": tuple(int(c) for c in obj.get("caches", ()))})
+                                   "caches": tuple(int(c) for c in obj.get("caches", ())), "protocol": protocol})
+
+
+PROTOCOLS = ("cold", "warm")
+"""The timing protocols, by record file: the dataset's tuning records and its warm ones."""
+WARM_SUFFIX = "+warm"
+"""What :func:`warm_device_id` adds to a device's id to name its warm row of a device table."""
+
+
+def warm_device_id(device_id: str) -> str:
+    """The id of a device's warm-protocol row of a model's device table: ``"cpu-...-avx512+warm"``."""
+    return device_id + WARM_SUFFIX
 
 
 def vm_call_lines(manifest: dict) -> list[str]:

@@ -22,7 +22,7 @@ import re
 import warnings
 from pathlib import Path
 
-from .dataset import WARM_SUFFIX, warm_device_id
+from .dataset import warm_device_id
 from .device import DESCRIPTOR_FEATURES, DeviceDescriptor, descriptor_vector, local_cpu, local_gpu, slug
 from .errors import UnknownDeviceError
 from .schema import parse_checkpoint_meta
@@ -116,7 +116,7 @@ class DeviceTable:
             return self.descriptor(device)
         if not self.known:
             raise UnknownDeviceError("this checkpoint records no device")
-        known = [d for _, d in self.known if not d.device_id.endswith(WARM_SUFFIX)]  # a protocol row is asked by id
+        known = [d for _, d in self.known if d.protocol == "cold"]  # a warm row is asked for by its id
         kind = "cpu"
         if target is not None:
             matches = devices_for_target(target, known)

@@ -50,7 +50,8 @@ def checkpoint_corpus(
     if len(unknown) == len(names):
         raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(row_of)})")
     # the warm protocol's rows only for a checkpoint that learned some
-    corpus = load_corpus(root, cache_dir, unknown, progress, protocols=any(d.endswith(ds.WARM_SUFFIX) for d in row_of))
+    warm = any(DeviceDescriptor.from_json(d.descriptor).protocol == "warm" for d in checkpoint_meta(meta).devices)
+    corpus = load_corpus(root, cache_dir, unknown, progress, protocols=warm)
     new = [d.device_id for d in corpus.devices if d.device_id not in row_of]
     if new:
         raise InputError(f"{', '.join(new)}: warm timings this checkpoint did not learn (they were added to the folder "

@@ -79,7 +79,7 @@ class DeviceCorpus:
             return dataclasses.replace(self, data=model_inputs(config, self.data, folders, traces))
         # a warm row's programs are its device's programs again: their traces are read once, from the cold rows
         cold = np.flatnonzero(self.twin == np.arange(len(self.twin)))
-        folders = [self.folders[d.device_id] for d in self.devices if not d.device_id.endswith(ds.WARM_SUFFIX)]
+        folders = [self.folders[d.device_id] for d in self.devices if d.protocol == "cold"]
         matrix = np.zeros((len(self.twin), TRACE_DIM), dtype=np.float32)
         matrix[cold] = folder_traces(folders, self.data.latency[cold])
         data = model_inputs(dataclasses.replace(config, trace_tokens=False, trace_optional=False), self.data)  # its loops
@@ -110,7 +110,7 @@ def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
     out = np.zeros(len(corpus.data), dtype=bool)
     for row, descriptor in enumerate(corpus.devices, start=1):
         starts = ds.tuned_starts(corpus.manifests[descriptor.device_id])
-        if not starts or descriptor.device_id.endswith(ds.WARM_SUFFIX):  # a warm row: its cold twin's, below
+        if not starts or descriptor.protocol == "warm":  # a warm row: its cold twin's, below
             continue
         idx = np.flatnonzero(corpus.data.device_row == row)
         keys = corpus.raw_keys[idx]
@@ -164,10 +164,10 @@ def load_corpus(
     program's loop tokens when ``loops``: a cache entry without them is featurized again).
 
     A folder with warm timings (:data:`cdmpp.dataset.WARM_RECORD_FILE`) gives, with
-    ``protocols``, a second device right after its own: ``"<device_id>+warm"``
-    (:func:`cdmpp.dataset.warm_device_id`), the same descriptor and programs, labelled
-    with their warm latencies, so that a model learns both protocols, the protocol
-    being its device row.
+    ``protocols``, a second device right after its own: the same descriptor with
+    ``protocol="warm"`` (its row's id :func:`cdmpp.device.warm_device_id`) and the same
+    programs, labelled with their warm latencies, so that a model learns both protocols,
+    the protocol being its device row.
 
     Args:
         root: a dataset folder holding device folders, or several such folders
@@ -221,7 +221,7 @@ def load_corpus(
             # the warm protocol: a device row of its own (same descriptor, its own embedding), its programs
             # the folder's programs timed warm, with their warm labels
             keep = np.flatnonzero([w is not None for w in warm])
-            wdev = dataclasses.replace(descriptor, device_id=ds.warm_device_id(descriptor.device_id))
+            wdev = dataclasses.replace(descriptor, device_id=ds.warm_device_id(descriptor.device_id), protocol="warm")
             devices.append(wdev)
             manifests[wdev.device_id], folders[wdev.device_id] = manifest, folder
             sub = data.subset(keep)

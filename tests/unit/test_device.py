@@ -51,3 +51,21 @@ def test_local_gpu_names_what_is_missing():
         return
     with pytest.raises(DeviceUnavailableError, match="no CUDA GPU 0 visible"):
         local_gpu()
+
+
+def test_the_timing_protocol_is_a_field_of_the_descriptor():
+    """A warm row's protocol is a field (left out of the JSON when cold); a descriptor written
+    before the field reads as warm when its id names the warm row, and a bad protocol is refused."""
+    import pytest
+
+    from cdmpp.device import DeviceDescriptor, warm_device_id
+    from cdmpp.errors import InputError
+
+    cold = DeviceDescriptor("cpu-x", "cpu", "X", 2, "avx2")
+    assert cold.protocol == "cold" and "protocol" not in cold.to_json()
+    warm = DeviceDescriptor(warm_device_id("cpu-x"), "cpu", "X", 2, "avx2", protocol="warm")
+    assert DeviceDescriptor.from_json(warm.to_json()) == warm
+    legacy = {k: v for k, v in warm.to_json().items() if k != "protocol"}
+    assert DeviceDescriptor.from_json(legacy).protocol == "warm"
+    with pytest.raises(InputError, match="protocol must be one of cold, warm"):
+        DeviceDescriptor("cpu-x", "cpu", "X", 2, "avx2", protocol="hot")
