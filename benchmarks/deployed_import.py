@@ -111,12 +111,12 @@ def run_deployed_import(network: str, work_dir: Path, trials: int, trials_per_it
 
 def _torch_model(network: str):
     """A fresh ``torch.nn.Module`` of ``network`` (as :func:`benchmarks.truth_check.load_network` names it)."""
-    from benchmarks.unseen import unseen_network, unseen_networks  # noqa: PLC0415  (torch)
+    from benchmarks.held_out import held_out_network, held_out_networks  # noqa: PLC0415  (torch)
     from cdmpp import networks as zoo  # noqa: PLC0415  (torch)
     from cdmpp.network_input import user_model  # noqa: PLC0415  (torch)
 
-    if network in unseen_networks():
-        return unseen_network(network).build()
+    if network in held_out_networks():
+        return held_out_network(network).build()
     if ".py:" in network:
         return user_model(network)[0]
     return zoo.get_network(network).build()

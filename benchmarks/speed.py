@@ -32,7 +32,7 @@ their tuning records is not timed: in a tuning loop the candidates arrive built.
 
 With ``--network NET`` the candidates are instead new schedules of one task of ``NET``
 (its largest by weight x FLOPs, or ``--task``): a zoo network or one outside the zoo
-(:mod:`benchmarks.unseen`), its tasks extracted for this CPU and the schedules sampled
+(:mod:`benchmarks.held_out`), its tasks extracted for this CPU and the schedules sampled
 at random from the task's design space (:func:`cdmpp.collect.sample_schedules`, not
 timed and not measured), as the tuner's candidates of a large task arrive.  XGBModel is
 still fitted on measured programs of ``-d``.
@@ -50,8 +50,8 @@ import numpy as np
 import torch
 
 from benchmarks import render_table, write_result
+from benchmarks.held_out import network_tasks
 from benchmarks.tune import pick_tasks
-from benchmarks.unseen import network_tasks
 from cdmpp import dataset as ds
 from cdmpp.collect.sampling import sample_schedules
 from cdmpp.device import local_cpu
@@ -92,7 +92,7 @@ def task_candidates(network: str, task: str | None, target, count: int, seed: in
 
     Args:
         network: a zoo network (:func:`cdmpp.networks.network_names`) or one outside the zoo
-            (:func:`benchmarks.unseen.unseen_networks`).
+            (:func:`benchmarks.held_out.held_out_networks`).
         task: a task name or its prefix before an ``_``; ``None`` takes the network's largest
             task by weight x FLOPs.
         target: TVM ``Target`` the tasks are extracted and sampled for.

@@ -38,8 +38,8 @@ import tvm
 from tvm import relax
 
 from benchmarks import render_table
+from benchmarks.held_out import held_out_network, held_out_networks
 from benchmarks.retime import retime_records
-from benchmarks.unseen import unseen_network, unseen_networks
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
@@ -180,14 +180,14 @@ def compile_time_and_profile(database, unfused, params: list, example_inputs: tu
 
 def load_network(name: str, target) -> RelaxNetwork:
     """A network as :func:`cdmpp.network_input.load_relax` takes it, or a held-out test
-    network by name (:func:`benchmarks.unseen.unseen_networks`: ``llama_1024-b1s128``, ...),
+    network by name (:func:`benchmarks.held_out.held_out_networks`: ``llama_1024-b1s128``, ...),
     which the product's loaders refuse and the benchmarks measure.
 
     Raises:
         InputError, UnknownNetworkError: as :func:`cdmpp.network_input.load_relax`.
     """
-    if name in unseen_networks():
-        spec = unseen_network(name)
+    if name in held_out_networks():
+        spec = held_out_network(name)
         return relax_network(name, spec.build(), spec.example_inputs(), target)
     return load_relax(name, target)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import render_table, tmpdir_env, write_csv_and_markdown
-from benchmarks.unseen import unseen_networks, unseen_tasks
+from benchmarks.held_out import held_out_networks, held_out_tasks_of
 from cdmpp import dataset as ds
 from cdmpp.collect import MeasureConfig, QuietConfig, QuietGuard, quiet_runner
 from cdmpp.device import local_cpu, record_device
@@ -301,11 +301,11 @@ def pick_tasks(ranked: list[Task], network: str, count: int, names: tuple[str, .
 
 
 def _network_tasks(db: ds.DeviceDatabase, network: str, count: int, names: tuple[str, ...], target):
-    """:func:`choose_tasks`, or for a network outside the zoo (:mod:`benchmarks.unseen`) its
+    """:func:`choose_tasks`, or for a network outside the zoo (:mod:`benchmarks.held_out`) its
     tasks extracted for ``target``."""
 
-    if network in unseen_networks():
-        return pick_tasks(unseen_tasks(network, target), network, count, names)
+    if network in held_out_networks():
+        return pick_tasks(held_out_tasks_of(network, target), network, count, names)
     return choose_tasks(db, network, count, names)
 
 

@@ -1,7 +1,7 @@
 """``cdmpp bench tune --whole-network``: a whole network tuned with each cost model, then timed end to end.
 
 MetaSchedule's ``tune_relax`` tunes every task of a network (a zoo network or one outside
-the zoo, :mod:`benchmarks.unseen`) with one global trial
+the zoo, :mod:`benchmarks.held_out`) with one global trial
 budget (its gradient task scheduler divides it), once per cost model, on this CPU;
 the network is then compiled with each tuning database and timed in the Relax VM.
 The records are kept as one JSONDatabase per cost model and seed, like the per-task
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import render_table
-from benchmarks.unseen import network_spec
+from benchmarks.held_out import network_spec
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
@@ -56,7 +56,7 @@ class NetworkTuneConfig:
 
     Attributes:
         network: a zoo network name (``cdmpp.networks.network_names``) or one outside the zoo
-            (:func:`benchmarks.unseen.unseen_networks`).
+            (:func:`benchmarks.held_out.held_out_networks`).
         trials: the global trial budget shared by all of the network's tasks (MetaSchedule's
             gradient task scheduler divides it).
         trials_per_iter: trials measured per search iteration of a task.
@@ -252,7 +252,7 @@ def network_curve_panels(out_dir: Path, network: str,
     if weights_file.exists():
         weights = json.loads(weights_file.read_text(encoding="utf-8"))
     else:
-        from benchmarks.unseen import network_tasks  # noqa: PLC0415  (only on the branch that needs it)
+        from benchmarks.held_out import network_tasks  # noqa: PLC0415  (only on the branch that needs it)
 
         weights = {str(structural_hash(mod)): weight
                    for _, weight, mod, _ in network_tasks(network, Target(local_cpu().target))}

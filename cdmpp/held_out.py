@@ -1,6 +1,6 @@
 """The held-out test networks and their workloads.
 
-Three networks outside the zoo (:mod:`cdmpp.networks.unseen`) are the strict test of the
+Three networks outside the zoo (:mod:`cdmpp.networks.held_out`) are the strict test of the
 model on networks it never saw.  No workload of theirs may be trained on, even where a
 zoo network shares it (a layer norm or a dense layer of the same shape): the collector
 leaves such tasks out of new collections, and every training split leaves their

@@ -161,12 +161,12 @@ def held_out_workloads(networks: tuple[str, ...], target, manifest: dict) -> dic
     """Workload keys (structural hashes) of the held-out test networks' tasks for ``target``.
 
     Read from the manifest's ``held_out`` entry when it lists every network for this
-    target, else extracted (:mod:`cdmpp.networks.unseen`; some 30 s on 2 cores).
+    target, else extracted (:mod:`cdmpp.networks.held_out`; some 30 s on 2 cores).
 
     Returns:
         ``{network: [workload key, ...]}``; the caller stores it in the manifest as ``held_out``.
     """
-    from ..networks.unseen import network_spec  # noqa: PLC0415  (keeps torch and transformers off this module's import)
+    from ..networks.held_out import network_spec  # noqa: PLC0415  (keeps torch and transformers off this module's import)
 
     cached = manifest.get("held_out", {})
     target_key = str(target)

@@ -9,8 +9,8 @@ from three places, each entry naming its source:
 - :mod:`.extra` and :mod:`.other`: architectures that package lacks, in plain torch.
 
 The ConvNeXt and GPT-2 families and LLaMA-style decoders (RMSNorm, SwiGLU, rotary
-embeddings: LLaMA, Mistral, Qwen2, Gemma) are reserved as unseen test networks and are
-not in the zoo (:mod:`.unseen` defines the test networks).
+embeddings: LLaMA, Mistral, Qwen2, Gemma) are reserved as held-out test networks and are
+not in the zoo (:mod:`.held_out` defines the test networks).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def get_network(name: str) -> NetworkSpec:
 
     Raises:
         UnknownNetworkError: the name is not in the zoo (the message lists the valid names),
-            names a reserved unseen-test family (ConvNeXt, GPT-2, LLaMA-style decoders), or
+            names a reserved held-out test family (ConvNeXt, GPT-2, LLaMA-style decoders), or
             is a malformed sweep name.
     """
     if name.startswith(sweep.PREFIX):
@@ -169,6 +169,6 @@ def get_network(name: str) -> NetworkSpec:
     zoo = _zoo()
     if name not in zoo:
         if any(name.lower().startswith(f) for f in RESERVED_FAMILIES):
-            raise UnknownNetworkError(f"network {name!r} belongs to a family reserved for unseen-network tests")
+            raise UnknownNetworkError(f"network {name!r} belongs to a family reserved for the held-out test networks")
         raise UnknownNetworkError(f"unknown network {name!r}; the zoo has: {', '.join(zoo)}")
     return zoo[name]

@@ -66,13 +66,13 @@ def test_the_shipped_held_out_keys_are_those_of_a_fresh_extraction():
     keeps those of the import with the weights as per-call inputs (its weight transposes)."""
     import json
 
-    from benchmarks.unseen import unseen_tasks
+    from benchmarks.held_out import held_out_tasks_of
     from cdmpp.collect.store import program_hash_key
     from cdmpp.held_out import HELD_OUT_FILE
     from cdmpp.tvm_compat import Target
 
     shipped = json.loads(HELD_OUT_FILE.read_text())["workloads"]["llvm"]["llama_1024-b1s128"]
-    fresh = {program_hash_key(t.mod) for t in unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm"}))}
+    fresh = {program_hash_key(t.mod) for t in held_out_tasks_of("llama_1024-b1s128", Target({"kind": "llvm"}))}
     assert fresh < set(shipped) and len(set(shipped) - fresh) == 3  # the 3 transposes of its dense layers' weights
 
 

@@ -1,6 +1,6 @@
-"""The held-out test networks' tasks, for the benchmarks' unseen-network tests.
+"""The held-out test networks' tasks, for the benchmarks' tests on networks never seen.
 
-The networks themselves are the product's (:mod:`cdmpp.networks.unseen`); this module
+The networks themselves are the product's (:mod:`cdmpp.networks.held_out`); this module
 extracts and ranks their tuning tasks for ``cdmpp bench tune``, ``speed`` and
 ``tune --whole-network``.
 """
@@ -11,17 +11,17 @@ import dataclasses
 
 from cdmpp.collect.sampling import extract_spec_tasks
 from cdmpp.networks import NetworkSpec
-from cdmpp.networks.unseen import network_spec, unseen_network, unseen_networks
+from cdmpp.networks.held_out import held_out_network, held_out_networks, network_spec
 from cdmpp.tasks import Task
 
-__all__ = ["network_spec", "network_tasks", "unseen_network", "unseen_networks", "unseen_tasks"]
+__all__ = ["network_spec", "network_tasks", "held_out_network", "held_out_networks", "held_out_tasks_of"]
 
 
-def unseen_tasks(name: str, target) -> list[Task]:
+def held_out_tasks_of(name: str, target) -> list[Task]:
     """The MetaSchedule tuning tasks of a network outside the zoo, largest first.
 
     Args:
-        name: one of :func:`unseen_networks`.
+        name: one of :func:`held_out_networks`.
         target: TVM ``Target`` the tasks are extracted for.
 
     Returns:
@@ -31,11 +31,11 @@ def unseen_tasks(name: str, target) -> list[Task]:
     Raises:
         UnknownNetworkError: ``name`` is not a network outside the zoo.
     """
-    return _ranked(unseen_network(name), target)
+    return _ranked(held_out_network(name), target)
 
 
 def network_tasks(name: str, target) -> list[Task]:
-    """:func:`unseen_tasks` of a network outside the zoo or of a zoo network
+    """:func:`held_out_tasks_of` of a network outside the zoo or of a zoo network
     (:func:`cdmpp.networks.get_network`), extracted for ``target``.
 
     Raises:

@@ -3,27 +3,27 @@
 import pytest
 import torch
 
+from benchmarks.held_out import held_out_network, held_out_networks, held_out_tasks_of
 from benchmarks.tune import pick_tasks
-from benchmarks.unseen import unseen_network, unseen_networks, unseen_tasks
 from cdmpp.errors import InputError, UnknownNetworkError
 from cdmpp.networks import get_network, network_names
 
 
-def test_unseen_networks_are_outside_the_zoo_and_a_bad_name_is_refused():
-    assert not set(unseen_networks()) & set(network_names())
-    for name in unseen_networks():
+def test_held_out_networks_are_outside_the_zoo_and_a_bad_name_is_refused():
+    assert not set(held_out_networks()) & set(network_names())
+    for name in held_out_networks():
         with pytest.raises(UnknownNetworkError, match="reserved"):
             get_network(name)
     with pytest.raises(UnknownNetworkError, match="convnext_tiny-b1"):
-        unseen_network("resnet_50-b1")
-    out = unseen_network("convnext_tiny-b1").build()(torch.randn(1, 3, 224, 224))
+        held_out_network("resnet_50-b1")
+    out = held_out_network("convnext_tiny-b1").build()(torch.randn(1, 3, 224, 224))
     assert out.shape == (1, 1000)
 
 
 def test_convnext_tasks_are_ranked_by_weight_times_flops_and_picked_by_prefix():
     from cdmpp.tvm_compat import Target
 
-    ranked = unseen_tasks("convnext_tiny-b1", Target({"kind": "llvm", "num-cores": 1}))
+    ranked = held_out_tasks_of("convnext_tiny-b1", Target({"kind": "llvm", "num-cores": 1}))
     assert [t.rank for t in ranked] == list(range(len(ranked)))
     # stage 3 holds 9 of ConvNeXt-T's 18 blocks: its MLP matmuls and depthwise conv occur 9 times
     assert ranked[0].weight == 9 and ranked[0].name.startswith("fused_matmul")
@@ -39,7 +39,7 @@ def test_convnext_tasks_are_ranked_by_weight_times_flops_and_picked_by_prefix():
 def test_the_llama_style_decoder_has_two_large_dense_layers_and_its_own_attention():
     from cdmpp.tvm_compat import Target
 
-    ranked = unseen_tasks("llama_1024-b1s128", Target({"kind": "llvm", "num-cores": 1}))
+    ranked = held_out_tasks_of("llama_1024-b1s128", Target({"kind": "llvm", "num-cores": 1}))
     weights = {t.name: t.weight for t in ranked}
     # 8 blocks: gate and up (128x1024 -> 2816) twice per block, down (128x2816 -> 1024) once
     assert ranked[0].name == "matmul2" and weights["matmul2"] == 16.0 and weights["matmul3"] == 8.0

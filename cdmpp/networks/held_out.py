@@ -1,4 +1,4 @@
-"""The held-out test networks: networks outside the zoo, the strict test of unseen networks.
+"""The held-out test networks: networks outside the zoo, the strict test of networks never seen.
 
 The zoo (:mod:`cdmpp.networks`) reserves the ConvNeXt and GPT-2 families and LLaMA-style
 decoders: no workload of these networks is trained on (:mod:`cdmpp.held_out`).  This
@@ -143,7 +143,7 @@ class LlamaStyle(nn.Module):
         return self.norm(x)
 
 
-def unseen_networks() -> dict[str, NetworkSpec]:
+def held_out_networks() -> dict[str, NetworkSpec]:
     """The networks outside the zoo, by name (``"convnext_tiny-b1"``, ``"gpt2_small-b1s128"``,
     ``"llama_1024-b1s128"``)."""
     return {
@@ -153,25 +153,25 @@ def unseen_networks() -> dict[str, NetworkSpec]:
     }
 
 
-def unseen_network(name: str) -> NetworkSpec:
+def held_out_network(name: str) -> NetworkSpec:
     """One network outside the zoo.
 
     Raises:
-        UnknownNetworkError: ``name`` is not one of :func:`unseen_networks` (the message
+        UnknownNetworkError: ``name`` is not one of :func:`held_out_networks` (the message
             lists them).
     """
-    nets = unseen_networks()
+    nets = held_out_networks()
     if name not in nets:
         raise UnknownNetworkError(f"{name!r} is not a network outside the zoo; those are: {', '.join(nets)}")
     return nets[name]
 
 
 def network_spec(name: str) -> NetworkSpec:
-    """A network outside the zoo (:func:`unseen_networks`) or a zoo network
+    """A network outside the zoo (:func:`held_out_networks`) or a zoo network
     (:func:`cdmpp.networks.get_network`), by name.
 
     Raises:
         UnknownNetworkError: neither.
     """
-    nets = unseen_networks()
+    nets = held_out_networks()
     return nets[name] if name in nets else get_network(name)
