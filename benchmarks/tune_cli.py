@@ -154,7 +154,7 @@ def _run_tune_benchmark(args) -> int:
                 walls, _ = with_reference(walls, tuning_walls(Path(args.reference), args.trials), name=yardstick)
             print(ratio_summary(curves, yardstick=yardstick, at=at, markdown=False, walls=walls))
             plugins = [m for m in args.cost_models if m != "xgb"] or ["cdmpp"]
-            _write_heldout_table(Path(args.output), Path(args.reference), args.every, plugins, _plugin_line(args),
+            _write_held_out_table(Path(args.output), Path(args.reference), args.every, plugins, _plugin_line(args),
                                  args.retime, args.retime_rounds)
         if args.plot:
             from cdmpp.train.plots import plot_tuning_curves  # noqa: PLC0415  (only on the branch that needs it)
@@ -167,20 +167,20 @@ def _run_tune_benchmark(args) -> int:
     return 0
 
 
-def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",),
+def _write_held_out_table(out_dir: Path, reference: Path, every: int, plugins: Sequence[str] = ("cdmpp",),
                          first_line: str | None = None, retime: bool = False, rounds: int = 1) -> None:
-    """Print the held-out table (:func:`benchmarks.tune_table.heldout_table`) of each of
+    """Print the held-out table (:func:`benchmarks.tune_table.held_out_table`) of each of
     ``plugins`` and write them (``tune_heldout.md``, one table per cost model, below
     ``first_line`` when given) and every run's best-so-far every ``every`` trials
     (``tune_curves.csv``, the reference's runs included) into ``out_dir``.  With
     ``retime``, the compared records are timed again first
-    (:func:`benchmarks.tune_table.retime_heldout`, ``rounds`` times each, median kept;
+    (:func:`benchmarks.tune_table.retime_held_out`, ``rounds`` times each, median kept;
     ``tune_retimed.csv``) and the tables are computed from those timings."""
-    from .tune_table import curve_rows, heldout_table, retime_heldout  # noqa: PLC0415  (only on the branch that needs it)
+    from .tune_table import curve_rows, held_out_table, retime_held_out  # noqa: PLC0415  (only on the branch that needs it)
 
     retimed = None
     if retime:
-        retimed, timed = retime_heldout(out_dir, reference, plugins, rounds=rounds)
+        retimed, timed = retime_held_out(out_dir, reference, plugins, rounds=rounds)
         columns = ["task", "cost_model", "seed", "trials", "recorded_s", "retimed_s"]
         columns += [f"round{i}_s" for i in range(1, rounds + 1)] if rounds > 1 else []
         with open(out_dir / "tune_retimed.csv", "w", newline="", encoding="utf-8") as f:
@@ -202,7 +202,7 @@ def _write_heldout_table(out_dir: Path, reference: Path, every: int, plugins: Se
         timed_how = "one after the other in one run" if rounds == 1 else f"in {rounds} rounds in one run, median kept"
         first_line = (f"{first_line}\n\n" if first_line else "") + (
             f"Every ratio is of records built and timed again {timed_how} (tune_retimed.csv).")
-    tables = [heldout_table(out_dir, reference, plugin=p, retimed=retimed)[0] for p in plugins]
+    tables = [held_out_table(out_dir, reference, plugin=p, retimed=retimed)[0] for p in plugins]
     table = "\n\n".join(tables)
     print(table)
     (out_dir / "tune_heldout.md").write_text((f"{first_line}\n\n" if first_line else "") + table + "\n",

@@ -8,7 +8,7 @@ goals name (32 / 256, 64 / 512, 128 / 512; and 64 / 256, 128 / 256 against a
 3 seeds and XGBoost's 2 are each averaged first.  The wall time per trial of both,
 to the same trial count, is set beside it.  Every latency is a measured one: from the
 runs' tuning records, or, with ``--retime``, each compared record built and timed again
-in one run (:func:`retime_heldout`), for runs measured on different days.
+in one run (:func:`retime_held_out`), for runs measured on different days.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from .tune import (
 )
 
 PAIRS = ((32, 256), (64, 512), (128, 512), (64, 256), (128, 256))
-"""``(plugin trials, XGBoost trials)`` compared in :func:`heldout_table` (a column no task
+"""``(plugin trials, XGBoost trials)`` compared in :func:`held_out_table` (a column no task
 reaches, e.g. 512 against a 256-trial reference, is left out)."""
 
 Retimed = dict[tuple[str, str, int, int], float]
 """``{(task key, cost model, seed, trials): seconds}``: each run's best record after
-``trials`` trials, timed again in one run (:func:`retime_heldout`)."""
+``trials`` trials, timed again in one run (:func:`retime_held_out`)."""
 
 
 def curve_rows(out_dirs: list[Path], every: int = 16) -> list[dict]:
@@ -70,11 +70,11 @@ def _mean_best(runs: dict[int, np.ndarray], k: int, retimed: dict[tuple[int, int
     return float(np.mean(vals)) if vals else None
 
 
-def retime_heldout(
+def retime_held_out(
     out_dir: Path, reference: Path, plugins: Sequence[str] = ("cdmpp",), yardstick: str = "xgb",
     pairs: tuple[tuple[int, int], ...] = PAIRS, rounds: int = 1,
 ) -> tuple[Retimed, list[dict]]:
-    """Each run's best record after the trial counts :func:`heldout_table` compares, built
+    """Each run's best record after the trial counts :func:`held_out_table` compares, built
     and timed again now, one after the other (:func:`benchmarks.retime.retime_records`):
     the plugin's runs and the reference's, measured in different runs, compared in one.
     The records are timed task by task, both cost models' together, so a change of the
@@ -88,7 +88,7 @@ def retime_heldout(
             timing of a best record can differ from the next by 1.5x.
 
     Returns:
-        ``(retimed, rows)``: :data:`Retimed` for :func:`heldout_table`, and one row per
+        ``(retimed, rows)``: :data:`Retimed` for :func:`held_out_table`, and one row per
         timed record: ``task``, ``cost_model``, ``seed``, ``trials``, ``recorded_s`` (its
         latency as its run measured it), ``retimed_s`` (now, the median over the rounds
         it ran in; ``None`` when it failed to build or run in every round), all seconds,
@@ -137,7 +137,7 @@ def retime_heldout(
     return retimed, rows
 
 
-def heldout_table(
+def held_out_table(
     out_dir: Path, reference: Path, plugin: str = "cdmpp", yardstick: str = "xgb",
     pairs: tuple[tuple[int, int], ...] = PAIRS, markdown: bool = True, retimed: Retimed | None = None,
 ) -> tuple[str, dict[str, float | None]]:
@@ -149,7 +149,7 @@ def heldout_table(
     Args:
         out_dir: a ``cdmpp bench tune`` output with ``plugin``'s runs.
         reference: one with ``yardstick``'s runs of the same tasks (may be ``out_dir``).
-        retimed: the ratios of ``pairs`` from these latencies (:func:`retime_heldout`)
+        retimed: the ratios of ``pairs`` from these latencies (:func:`retime_held_out`)
             instead of the recorded ones; a pair without a retimed record is left out.
 
     Returns:

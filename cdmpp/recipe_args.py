@@ -199,8 +199,8 @@ FLAGS = (
         "train",
         "cmd_domain",
         dict(
-            choices=["heldout", "validation"],
-            help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (heldout, the default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
+            choices=["holdout", "validation"],
+            help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (holdout, the default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
         ),
     ),
     _Flag(

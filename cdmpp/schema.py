@@ -114,8 +114,8 @@ class CheckpointMeta(BaseModel):
         holdout: the network or fold held out of training (``None``: none).
         split: how training and validation programs were drawn.
         interval, interval_without_trace: the 10-90% interval's calibrations.
-        validation_metrics, validation_metrics_without_trace, heldout_metrics: the
-            rows of the model card.
+        validation_metrics, validation_metrics_without_trace, holdout_metrics: the
+            rows of the model card (``heldout_metrics`` in checkpoints written before).
         train_config: the training settings.
     """
 
@@ -132,7 +132,7 @@ class CheckpointMeta(BaseModel):
     interval_without_trace: dict[str, Any] | None = None
     validation_metrics: dict[str, Any] = {}
     validation_metrics_without_trace: dict[str, Any] = {}
-    heldout_metrics: dict[str, Any] = {}
+    holdout_metrics: dict[str, Any] = {}
 
 
 def tasks_of(manifest: dict | Manifest) -> list[TaskEntry]:

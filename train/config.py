@@ -119,7 +119,7 @@ class TrainConfig:
             EuroSys 2024, section 5: CMD-based regularisation).  0 trains without it;
             it needs target programs (``fit_transformer(target=...)``).
         cmd_domain: which unlabelled programs the trainers (``cdmpp train``) give the
-            CMD term when no CMD target device is named: ``"heldout"``, the held-out
+            CMD term when no CMD target device is named: ``"holdout"``, the held-out
             network's programs (the method), or ``"validation"``, the validation
             workloads' programs, so that the weight can be chosen on validation
             workloads under the same conditions the held-out network meets.
@@ -187,7 +187,7 @@ class TrainConfig:
     rank_margin: float = 0.05
     task_group: int = 0
     cmd_weight: float = 0.0
-    cmd_domain: str = "heldout"
+    cmd_domain: str = "holdout"
     cmd_moments: int = 5
     device_dropout: float = 0.1
     train_share: float = 1.0
@@ -211,8 +211,10 @@ class TrainConfig:
             raise InputError(f"device_dropout must be in [0, 1), got {self.device_dropout}")
         if not 0 <= self.trace_dropout < 1:
             raise InputError(f"trace_dropout must be in [0, 1), got {self.trace_dropout}")
+        if self.cmd_domain == "heldout":  # the name before "holdout", in older checkpoints' train_config
+            self.cmd_domain = "holdout"
         if self.cmd_domain not in CMD_DOMAINS:
-            raise InputError(f"cmd_domain must be 'heldout' or 'validation', got {self.cmd_domain!r}")
+            raise InputError(f"cmd_domain must be 'holdout' or 'validation', got {self.cmd_domain!r}")
         if self.cmd_moments < 1:
             raise InputError(f"cmd_moments must be >= 1, got {self.cmd_moments}")
         if self.within_weight < 0 or self.huber_delta < 0 or self.max_repeat_cv < 0:
@@ -255,7 +257,7 @@ def resolve_precision(precision: str) -> str:
     return "bf16-mixed" if "avx512_bf16" in host_cpu_info()[1] else "32-true"
 
 
-CMD_DOMAINS = {"heldout": "a held-out network", "validation": "validation workloads"}
+CMD_DOMAINS = {"holdout": "a held-out network", "validation": "validation workloads"}
 """What each ``TrainConfig.cmd_domain`` names, for error messages."""
 
 

@@ -277,7 +277,7 @@ def _cmd_clause(meta: dict) -> str:
         return ""
     target_device = meta.get("cmd_target_device")
     domain = (f"all programs of device `{target_device}`" if target_device
-              else f"{cfg.get('cmd_domain', 'heldout').replace('heldout', 'held-out')} programs")
+              else f"{cfg.get('cmd_domain', 'holdout').replace('heldout', 'holdout').replace('holdout', 'held-out')} programs")
     return f" plus {cfg['cmd_weight']} x CMD between the embeddings of training programs and {domain} (features only)"
 
 
@@ -340,7 +340,7 @@ def _device_data(meta: dict) -> list[str]:
 
 def _metric_sections(meta: dict, several: bool) -> list[str]:
     lines = []
-    val, test = meta.get("validation_metrics"), meta.get("heldout_metrics")
+    val, test = meta.get("validation_metrics"), meta.get("holdout_metrics", meta.get("heldout_metrics"))
     if several:
         if val:
             lines += ["", "## Validation workloads (every device)", "", *device_rows_markdown(val)]

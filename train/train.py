@@ -226,7 +226,7 @@ def _train_one_device(data: TrainData, out: Path, model_config, train_config, us
         "loss_by_epoch": history,
         "flops_baseline_throughput": flops.throughput_,
         "flops_baseline_floor": flops.floor_,
-        "heldout_metrics": rows,
+        "holdout_metrics": rows,
         "validation_metrics": val_rows,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -378,7 +378,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
         "trained_on": training_machine(),
         "loss_by_epoch": history,
         "tree_inputs": "psf_sum+descriptor",
-        "heldout_metrics": rows,
+        "holdout_metrics": rows,
         "validation_metrics": val_rows,
         "validation_metrics_without_trace": no_trace_rows,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -198,16 +198,16 @@ def test_runs_are_paired_by_seed_number_not_by_position(tmp_path):
     assert rows[("cdmpp", "10", "1")][0] == "0.500"  # 5.0 against seed 10's 10.0, not seed 2's 2.0
     assert not any(k[0] == "cdmpp" and k[1] == "2" for k in rows)
 
-def test_the_heldout_table_has_one_table_per_plugin_variant_from_the_kept_records(tmp_path):
+def test_the_held_out_table_has_one_table_per_plugin_variant_from_the_kept_records(tmp_path):
     """The search settings' published means, read back from the records in git."""
     import shutil
     from pathlib import Path
 
-    from benchmarks.tune_cli import _write_heldout_table
+    from benchmarks.tune_cli import _write_held_out_table
 
     root = Path(__file__).resolve().parents[2] / "datasets/tuning/cpu-amd_epyc-znver4-avx512"
     out = shutil.copytree(root / "heldout6-search-64", tmp_path / "search")
-    _write_heldout_table(out, root / "heldout6-xgb-512", 16, ["cdmpp-wide", "cdmpp-explore"])
+    _write_held_out_table(out, root / "heldout6-xgb-512", 16, ["cdmpp-wide", "cdmpp-explore"])
     text = (out / "tune_heldout.md").read_text()
     tables = [t for t in text.split("\n\n") if t.strip()]
     assert len(tables) == 2 and "cdmpp-wide 64 / xgb 512" in tables[0] and "cdmpp-explore 64 / xgb 512" in tables[1]
@@ -215,14 +215,14 @@ def test_the_heldout_table_has_one_table_per_plugin_variant_from_the_kept_record
     assert [m[3].strip() for m in means] == ["1.20", "1.32"]  # after 32 trials over XGBoost's 256-trial best
     assert [m[4].strip() for m in means] == ["1.21", "1.27"]  # after 64 over its 512
 
-def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_device(tmp_path, monkeypatch, capsys):
+def test_retimed_held_out_table_compares_records_timed_again_and_refuses_another_device(tmp_path, monkeypatch, capsys):
     """Runs of two days compared from one run's timings: the kept rocketlake records, each
     compared best record "timed again" at one latency, give every ratio 1.00."""
     import shutil
     from pathlib import Path
 
     from benchmarks import tune_table
-    from benchmarks.tune_cli import _write_heldout_table
+    from benchmarks.tune_cli import _write_held_out_table
     from cdmpp.device import DeviceDescriptor
     from cdmpp.errors import InputError
 
@@ -234,9 +234,9 @@ def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_
     timed = []
     monkeypatch.setattr(tune_table, "retime_records", lambda records, target: timed.append(records) or
                         {k: 1e-3 for k in records})
-    recorded, _ = tune_table.heldout_table(out, here / "heldout8-xgb-256")
+    recorded, _ = tune_table.held_out_table(out, here / "heldout8-xgb-256")
     assert "cdmpp 32 / xgb 256" in recorded and "cdmpp 64 / xgb 512" not in recorded  # no 512-trial reference
-    _write_heldout_table(out, here / "heldout8-xgb-256", 16, ["cdmpp"], None, retime=True)
+    _write_held_out_table(out, here / "heldout8-xgb-256", 16, ["cdmpp"], None, retime=True)
     text = (out / "tune_heldout.md").read_text()
     mean = text.splitlines()[-1].split("|")
     assert mean[3:6] == [" 1.00 "] * 3 and mean[3:6] != recorded.splitlines()[-1].split("|")[3:6]
@@ -252,10 +252,10 @@ def test_retimed_heldout_table_compares_records_timed_again_and_refuses_another_
     bare = shutil.copytree(root / "cpu-amd_epyc-znver4-avx512/heldout6-xgb-512", tmp_path / "bare",
                            ignore=shutil.ignore_patterns("device.json"))
     with pytest.raises(InputError, match="no device.json"):  # an output that names no device
-        tune_table.retime_heldout(out, bare)
+        tune_table.retime_held_out(out, bare)
     (out / "device.json").write_text(json.dumps({**device.to_json(), "device_id": "cpu-other"}))
     with pytest.raises(InputError, match="holds tuning runs of cpu-other"):
-        tune_table.retime_heldout(out, here / "heldout8-xgb-256")
+        tune_table.retime_held_out(out, here / "heldout8-xgb-256")
 
 def test_retime_rounds_keep_each_records_median_and_every_round(tmp_path, monkeypatch, capsys):
     """Three rounds of timings: the plugin's records time at 1, 5 and 2 ms, XGBoost's at
@@ -265,7 +265,7 @@ def test_retime_rounds_keep_each_records_median_and_every_round(tmp_path, monkey
     from pathlib import Path
 
     from benchmarks import tune_table
-    from benchmarks.tune_cli import _write_heldout_table
+    from benchmarks.tune_cli import _write_held_out_table
     from cdmpp.device import DeviceDescriptor
     from cdmpp.errors import InputError
 
@@ -282,7 +282,7 @@ def test_retime_rounds_keep_each_records_median_and_every_round(tmp_path, monkey
         return {k: (2e-3 if "/xgb/" in k[0] else ms) for k in records}
 
     monkeypatch.setattr(tune_table, "retime_records", timed_again)
-    _write_heldout_table(out, here / "heldout8-xgb-256", 16, ["cdmpp"], None, retime=True, rounds=3)
+    _write_held_out_table(out, here / "heldout8-xgb-256", 16, ["cdmpp"], None, retime=True, rounds=3)
     assert len(calls) == 3 and len(set(calls)) == 1  # every record in every round
     mean = (out / "tune_heldout.md").read_text().splitlines()[-1].split("|")
     assert mean[3:6] == [" 1.00 "] * 3
@@ -292,7 +292,7 @@ def test_retime_rounds_keep_each_records_median_and_every_round(tmp_path, monkey
     assert [float(x) for x in plugin_row[5:]] == [2e-3, 1e-3, 5e-3, 2e-3]
     assert "slowest / fastest of a record's 3 rounds: median 5.00, largest 5.00" in capsys.readouterr().out  # 24 of 32 rows are the plugin's
     with pytest.raises(InputError, match="rounds=0"):
-        tune_table.retime_heldout(out, here / "heldout8-xgb-256", rounds=0)
+        tune_table.retime_held_out(out, here / "heldout8-xgb-256", rounds=0)
 
 def test_a_summary_names_the_checkpoint_each_plugin_run_was_tuned_with(tmp_path):
     """A summary written later, with another checkpoint given, names the checkpoint its

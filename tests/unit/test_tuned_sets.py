@@ -99,11 +99,11 @@ def test_a_tuned_set_of_a_device_the_checkpoint_does_not_know_is_read_from_its_d
         record_device(out, dataclasses.replace(other, device_id="cpu-other-x-avx2"))
 
 
-def test_heldout_table_divides_seed_means_and_curves_come_every_k_trials():
+def test_held_out_table_divides_seed_means_and_curves_come_every_k_trials():
     from benchmarks.tune import tuning_curves
-    from benchmarks.tune_table import curve_rows, heldout_table
+    from benchmarks.tune_table import curve_rows, held_out_table
 
-    table, means = heldout_table(CONVNEXT, CONVNEXT, pairs=((32, 256), (64, 256)), markdown=True)
+    table, means = held_out_table(CONVNEXT, CONVNEXT, pairs=((32, 256), (64, 256)), markdown=True)
     curves = tuning_curves(CONVNEXT)
     ratios = []
     for models in curves.values():
