@@ -21,6 +21,7 @@ from .device import (
 )
 from .device_choice import DeviceChoiceWarning, DeviceTable, known_devices  # noqa: F401  (re-exported)
 from .errors import InputError
+from .schema import parse_checkpoint_meta
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
     from tvm.ir import IRModule
@@ -72,6 +73,7 @@ class LatencyPredictor:
     def __init__(self, model, metadata: dict):
         self.model = model
         self.metadata = metadata
+        self.meta = parse_checkpoint_meta(metadata, Path("config.json"))  # typed: read and validated once
         self.table = DeviceTable(metadata)
 
     @classmethod
@@ -286,13 +288,13 @@ class LatencyPredictor:
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
         data = self._leaves(trees, traces)
-        calibration = self.metadata.get("interval")
+        calibration = self.meta.interval
         passes = int(calibration["passes"]) if calibration else IntervalConfig().passes
         point, samples = mc_log_latency(self.model, data, device_row=row, cfg=IntervalConfig(passes=passes))
         low, high = interval(point, samples, calibration)
         bare = self._without_trace(n, traces)
-        if bare.any() and self.metadata.get("interval_without_trace"):  # programs seen by their leaves alone
-            low_b, high_b = interval(point, samples, self.metadata["interval_without_trace"])
+        if bare.any() and self.meta.interval_without_trace:  # programs seen by their leaves alone
+            low_b, high_b = interval(point, samples, self.meta.interval_without_trace)
             low, high = np.where(bare, low_b, low), np.where(bare, high_b, high)
         return np.exp(point), low, high
 

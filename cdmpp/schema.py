@@ -112,7 +112,11 @@ class CheckpointMeta(BaseModel):
             checkpoint trained on one device folder, whose ``device`` is then set).
         device: the one device of a checkpoint without a device table.
         holdout: the network or fold held out of training (``None``: none).
-        split: how training and validation programs were drawn.
+        split: how training and validation programs were drawn, ``split_filters`` what
+            they left out, ``excludes_test_networks`` whether the held-out test networks'
+            workloads were left out; ``train_programs``, ``val_programs`` and
+            ``test_programs`` the counts drawn.
+        cmd_target_device: the device whose programs the CMD term aligned with, if any.
         interval, interval_without_trace: the 10-90% interval's calibrations.
         validation_metrics, validation_metrics_without_trace, holdout_metrics: the
             rows of the model card (``heldout_metrics`` in checkpoints written before).
@@ -126,6 +130,12 @@ class CheckpointMeta(BaseModel):
     device: dict[str, Any] | None = None
     holdout: str | None = None
     split: str | None = None
+    split_filters: dict[str, Any] | None = None
+    excludes_test_networks: bool = False
+    train_programs: int | None = None
+    val_programs: int | None = None
+    test_programs: int | None = None
+    cmd_target_device: str | None = None
     train_config: dict[str, Any] = {}
     tree_inputs: str | None = None
     interval: dict[str, Any] | None = None

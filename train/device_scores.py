@@ -68,9 +68,10 @@ def _check_same_split(meta: dict, split: Split, root: Path) -> None:
     would then hold workloads the checkpoint trained on.  The check compares the split's
     sizes with those the checkpoint recorded (``train_programs``, ``val_programs``); a
     split with filters (``split_filters``) or of another kind is not checked."""
-    if meta.get("split_filters") or not (meta.get("split") in ("network", None) or _within_task(meta)):
+    typed = checkpoint_meta(meta)
+    if typed.split_filters or not (typed.split in ("network", None) or _within_task(meta)):
         return
-    want = (meta.get("train_programs"), meta.get("val_programs"))
+    want = (typed.train_programs, typed.val_programs)
     got = (int(len(split.train)), int(len(split.val)))
     if None not in want and tuple(want) != got:
         raise InputError(f"{root} no longer gives this checkpoint's split: it trained on {want[0]} programs and "
@@ -81,7 +82,7 @@ def _check_same_split(meta: dict, split: Split, root: Path) -> None:
 
 def _within_task(meta: dict) -> bool:
     """Whether a device-table checkpoint was trained on TenSet's within-task split."""
-    return str(meta.get("split") or "").startswith("within tasks")
+    return str(checkpoint_meta(meta).split or "").startswith("within tasks")
 
 
 def trained_devices(meta: dict) -> list[str]:
@@ -95,11 +96,12 @@ def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
     """The split a device-table checkpoint trained on, drawn again from ``corpus``
     (``InputError`` when the dataset no longer gives it: :func:`_check_same_split`)."""
     if _within_task(meta):  # the recorded split names its task-size floor: "within tasks of >= N programs"
-        floor = re.search(r">= (\d+) programs", str(meta["split"]))
+        floor = re.search(r">= (\d+) programs", str(checkpoint_meta(meta).split))
         split = split_within_tasks(corpus, min_programs=int(floor.group(1)) if floor else 20,
-                                   seed=int(meta.get("train_config", {}).get("seed", 0)))
+                                   seed=int(checkpoint_meta(meta).train_config.get("seed", 0)))
     else:
-        split = split_corpus(corpus, meta.get("holdout"), exclude_test_networks=bool(meta.get("excludes_test_networks")))
+        typed = checkpoint_meta(meta)
+        split = split_corpus(corpus, typed.holdout, exclude_test_networks=typed.excludes_test_networks)
     _check_same_split(meta, split, root)
     return split
 
@@ -167,7 +169,7 @@ def evaluate_devices(
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
     row_of = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
     part = holdout if holdout in ("validation", "training") else None
-    net = meta.get("holdout") if holdout == "auto" else (None if part else holdout)
+    net = checkpoint_meta(meta).holdout if holdout == "auto" else (None if part else holdout)
     within = holdout == "auto" and _within_task(meta)
     if part or within:  # its validation workloads, the programs it trained on, or its within-task test programs
         corpus, model_rows, split = own_split_corpus(meta, root, cache_dir, progress)
@@ -177,7 +179,7 @@ def evaluate_devices(
         index = split_corpus(corpus, net).test if net else np.arange(len(corpus.data))
     corpus = corpus.for_model(model.config, traces)
     tree = None
-    if (Path(checkpoint) / BASELINE_FILE).exists() and meta.get("tree_inputs") == "psf_sum+descriptor":
+    if (Path(checkpoint) / BASELINE_FILE).exists() and checkpoint_meta(meta).tree_inputs == "psf_sum+descriptor":
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
     panels: dict = {}
     table = np.zeros((max(row_of.values()) + 1, DESCRIPTOR_DIM), np.float32)

@@ -102,7 +102,7 @@ def evaluate_checkpoint(
         db, data = load_featurized(dataset, cache_dir, progress, loops=model.config.loop_tokens)
         data = model_inputs(model.config, data, ds.device_dirs(dataset)[:1], traces)  # with the records' traces
         data, note = _for_device(predictor, db, data)
-        net = meta.get("holdout") if holdout == "auto" else holdout
+        net = checkpoint_meta(meta).holdout if holdout == "auto" else holdout
         weights = task_weights({db.device_id: db.manifest}, data.workload_keys, net)
         if net is None:
             index = np.arange(len(data))
