@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from cdmpp.checkpoint import load_checkpoint, save_checkpoint
-from cdmpp.model import CheckpointError, ModelConfig
+from cdmpp.errors import CheckpointError
+from cdmpp.model import ModelConfig
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.fit import fit_transformer
 from cdmpp.train.lightning import ProgramDataModule, TrainConfig
