@@ -7,8 +7,10 @@ heavy import waits until a subcommand runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import dataset as ds
@@ -106,6 +108,116 @@ def _run_networks(args) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class _Flag:
+    """One option of ``cdmpp collect`` and the config field it sets (``config``: ``"collect"``,
+    ``"measure"`` or ``"quiet"``); ``invert``: a store-true flag that sets the field False."""
+
+    flag: str
+    config: str
+    field: str
+    options: dict
+    invert: bool = False
+
+
+COLLECT_FLAGS = (
+    _Flag("--programs-per-task", "collect", "programs_per_task", dict(type=int)),
+    _Flag("--no-warm", "measure", "warm", dict(action="store_true", help="time each program cold only (default: cold, "
+          "then warm: without the cache flush, as inside a network; the warm timings go to their own tuning-record "
+          "file)"), invert=True),
+    _Flag("--warm-min-repeat-ms", "measure", "warm_min_repeat_ms", dict(type=int, metavar="MS", help="each warm repeat "
+          "runs the kernel back to back until it lasts MS ms (1: a kernel under 100 us gets at least 10 runs per "
+          "repeat; 0: one run per repeat)")),
+    _Flag("--batch-size", "collect", "batch_size", dict(type=int)),
+    _Flag("--seed", "collect", "seed", dict(type=int)),
+    _Flag("--repeat", "measure", "repeat", dict(type=int)),
+    _Flag("--adaptive-repeats", "measure", "adaptive_repeats", dict(type=int, metavar="K", help="stop after K repeats "
+          "when they agree within 2%% and their median is at least 2 ms (0: always --repeat)")),
+    _Flag("--max-tasks", "collect", "max_tasks_per_network", dict(type=int, help="cap tasks per network")),
+    _Flag("--evolutionary-fraction", "collect", "evolutionary_fraction", dict(type=float, help="share of each task's "
+          "programs from evolutionary search, after the random ones (0: random only)")),
+    _Flag("--evolutionary-population", "collect", "evolutionary_population", dict(type=int, help="population of the "
+          "evolutionary search (smaller: faster search)")),
+    _Flag("--tuned-tasks", "collect", "tuned_tasks", dict(type=int, metavar="N", help="the fast-end policy: the N "
+          "largest tasks of each network (task weight x FLOPs) get --tuned-programs more programs from a tuner's "
+          "evolutionary search after the last round")),
+    _Flag("--tuned-programs", "collect", "tuned_programs", dict(type=int, help="programs per tuned task, beyond the "
+          "round's")),
+    _Flag("--tuned-guide", "collect", "tuned_guide", dict(choices=("xgb", "cdmpp"), help="the cost model guiding the "
+          "tuned phase: MetaSchedule's XGBModel or cdmpp's plugin")),
+    _Flag("--tuned-checkpoint", "collect", "tuned_checkpoint", dict(type=Path, help="the plugin's checkpoint (default: "
+          "the shipped one)")),
+    _Flag("--tuned-population", "collect", "tuned_population", dict(type=int, help="population of the tuned phase's "
+          "search")),
+    _Flag("--tuned-skip-network", "collect", "tuned_skip_networks", dict(nargs="+", metavar="NET", help="never tune "
+          "the workloads of these networks (a held-out test network; its tasks must be in the folder's manifest, or "
+          "the network among -n)")),
+    _Flag("--tuned-only", "collect", "tuned_only", dict(action="store_true", help="visit only the tuned tasks (their "
+          "rounds' programs, then the tuned phase); the networks' other tasks are listed in the manifest but not "
+          "measured")),
+    _Flag("--new-workloads-only", "collect", "new_workloads_only", dict(action="store_true", help="visit only the "
+          "tasks whose workload no other device folder of -o has measured (by structural hash): widens the corpus's "
+          "distinct workloads from a second machine")),
+    _Flag("--tasks-in-flight", "collect", "tasks_in_flight", dict(type=int, choices=(1, 2), help="2: one task's batch "
+          "builds while another task samples (build workers are paused during every timing); 1: sample, build and "
+          "time each batch in turn")),
+    _Flag("--disable-avx512", "collect", "disable_avx512", dict(action="store_true", help="measure as the AVX-512-off "
+          "device")),
+    _Flag("--gpu", "collect", "gpu", dict(action="store_true", help="measure CUDA programs on this host's NVIDIA GPU "
+          "instead of its CPU")),
+    _Flag("--retry-failed", "collect", "retry_failed", dict(action="store_true", help="time again the programs that "
+          "failed before (their lines stay in failures.jsonl)")),
+    _Flag("--retry-exhausted", "collect", "retry_exhausted", dict(action="store_true", help="visit tasks whose design "
+          "space an earlier visit found used up (skipped by default)")),
+    _Flag("--allow-busy", "quiet", "enabled", dict(action="store_true", help="turn the quiet-machine guard off: time "
+          "programs even while other processes use the CPU"), invert=True),
+    _Flag("--busy-cores", "quiet", "max_other_cores", dict(type=float, help="quiet-machine guard: CPU (in cores) other "
+          "processes may use while a batch is timed")),
+)
+"""The options of ``cdmpp collect`` that set one config field each, written once: the parser
+is built from this table (each default read from the config dataclass) and so are the
+configs (:func:`collect_configs`)."""
+
+_CONFIGS = {"collect": CollectConfig, "measure": MeasureConfig, "quiet": QuietConfig}
+
+
+def _dest(flag: _Flag) -> str:
+    return flag.flag.lstrip("-").replace("-", "_")
+
+
+def _add_collect_flags(s: argparse.ArgumentParser) -> None:
+    defaults = {name: {f.name: f.default for f in dataclasses.fields(cls)} for name, cls in _CONFIGS.items()}
+    for f in COLLECT_FLAGS:
+        options = dict(f.options)
+        default = defaults[f.config].get(f.field)
+        if options.get("action") != "store_true" and default not in (None, dataclasses.MISSING, (), ""):
+            options["help"] = (options.get("help", "") + f" (default {default})").strip()
+        s.add_argument(f.flag, default=None, **options)
+
+
+def collect_configs(args: argparse.Namespace) -> tuple[dict, MeasureConfig, QuietConfig]:
+    """The :class:`CollectConfig` keyword arguments, :class:`MeasureConfig` and
+    :class:`QuietConfig` of parsed ``cdmpp collect`` options (:data:`COLLECT_FLAGS`); an option
+    left out keeps the dataclass default.
+
+    Raises:
+        InputError: a setting the configs refuse (named).
+    """
+    given: dict[str, dict] = {name: {} for name in _CONFIGS}
+    for f in COLLECT_FLAGS:
+        value = getattr(args, _dest(f), None)
+        if f.options.get("action") == "store_true":
+            value = (not value if f.invert else True) if value else None
+        if value is None:
+            continue
+        if f.field == "adaptive_repeats":
+            value = value or None  # 0: always every repeat
+        elif f.field == "tuned_skip_networks":
+            value = tuple(value)
+        given[f.config][f.field] = value
+    return given["collect"], MeasureConfig(**given["measure"]), QuietConfig(**given["quiet"])
+
+
 def _run_collect(args) -> int:
 
     rpc = None
@@ -122,35 +234,9 @@ def _run_collect(args) -> int:
         networks_ += sweep_names(args.sweep, args.sweep_seed)
     if not networks_:
         raise InputError("give networks to collect (-n NET ...) or --sweep N")
-    cfg = CollectConfig(
-        rpc=rpc,
-        networks=networks_,
-        out_dir=Path(args.out),
-        programs_per_task=args.programs_per_task,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        disable_avx512=args.disable_avx512,
-        max_tasks_per_network=args.max_tasks,
-        evolutionary_fraction=args.evolutionary_fraction,
-        evolutionary_population=args.evolutionary_population,
-        measure=MeasureConfig(repeat=args.repeat, adaptive_repeats=args.adaptive_repeats or None, warm=not args.no_warm,
-                              warm_min_repeat_ms=args.warm_min_repeat_ms),
-        gpu=args.gpu,
-        pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every,
-        retry_failed=args.retry_failed,
-        rounds=rounds,
-        retry_exhausted=args.retry_exhausted,
-        quiet=QuietConfig(enabled=not args.allow_busy, max_other_cores=args.busy_cores),
-        tasks_in_flight=args.tasks_in_flight,
-        tuned_tasks=args.tuned_tasks,
-        tuned_programs=args.tuned_programs,
-        tuned_guide=args.tuned_guide,
-        tuned_checkpoint=Path(args.tuned_checkpoint) if args.tuned_checkpoint else None,
-        tuned_population=args.tuned_population,
-        tuned_skip_networks=tuple(args.tuned_skip_network or ()),
-        tuned_only=args.tuned_only,
-        new_workloads_only=args.new_workloads_only,
-    )
+    fields, measure, quiet = collect_configs(args)
+    cfg = CollectConfig(rpc=rpc, networks=networks_, out_dir=Path(args.out), rounds=rounds, measure=measure, quiet=quiet,
+                        pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every, **fields)
     requests = []
 
     def stop(signum, _frame):
@@ -282,53 +368,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "elementwise, masks, rotary, embedding lookups at shapes drawn wide; cdmpp.networks.sweep)")
     s.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's shapes")
     s.add_argument("-o", "--out", required=True, help="dataset folder")
-    s.add_argument("--programs-per-task", type=int, default=64)
-    s.add_argument("--no-warm", action="store_true",
-                   help="time each program cold only (default: cold, then warm: without the cache flush, as inside "
-                        "a network; the warm timings go to their own tuning-record file)")
-    s.add_argument("--warm-min-repeat-ms", type=int, default=0, metavar="MS",
-                   help="each warm repeat runs the kernel back to back until it lasts MS ms (1: a kernel under "
-                        "100 us gets at least 10 runs per repeat; 0: one run per repeat)")
-    s.add_argument("--batch-size", type=int, default=32)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--repeat", type=int, default=10)
-    s.add_argument("--adaptive-repeats", type=int, default=4, metavar="K",
-                   help="stop after K repeats when they agree within 2%% and their median is at least 2 ms "
-                        "(0: always --repeat)")
-    s.add_argument("--max-tasks", type=int, default=None, help="cap tasks per network")
-    s.add_argument(
-        "--evolutionary-fraction",
-        type=float,
-        default=0.5,
-        help="share of each task's programs from evolutionary search, after the random ones (0: random only)",
-    )
-    s.add_argument("--evolutionary-population", type=int, default=32,
-                   help="population of the evolutionary search (smaller: faster search)")
-    s.add_argument("--tuned-tasks", type=int, default=0, metavar="N",
-                   help="the fast-end policy: the N largest tasks of each network (task weight x FLOPs) get "
-                        "--tuned-programs more programs from a tuner's evolutionary search after the last round")
-    s.add_argument("--tuned-programs", type=int, default=256, help="programs per tuned task, beyond the round's")
-    s.add_argument("--tuned-guide", choices=("xgb", "cdmpp"), default="xgb",
-                   help="the cost model guiding the tuned phase: MetaSchedule's XGBModel or cdmpp's plugin")
-    s.add_argument("--tuned-checkpoint", default=None, help="the plugin's checkpoint (default: the shipped one)")
-    s.add_argument("--tuned-population", type=int, default=512, help="population of the tuned phase's search")
-    s.add_argument("--tuned-skip-network", nargs="+", default=None, metavar="NET",
-                   help="never tune the workloads of these networks (a held-out test network; its tasks must be "
-                        "in the folder's manifest, or the network among -n)")
-    s.add_argument("--tuned-only", action="store_true",
-                   help="visit only the tuned tasks (their rounds' programs, then the tuned phase); the networks' "
-                        "other tasks are listed in the manifest but not measured")
-    s.add_argument("--new-workloads-only", action="store_true",
-                   help="visit only the tasks whose workload no other device folder of -o has measured (by "
-                        "structural hash): widens the corpus's distinct workloads from a second machine")
-    s.add_argument("--tasks-in-flight", type=int, choices=(1, 2), default=2,
-                   help="2: one task's batch builds while another task samples (build workers are paused "
-                        "during every timing); 1: sample, build and time each batch in turn")
+    _add_collect_flags(s)
     s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
     s.add_argument("--rpc-key", default=None, help="device key the boards registered with")
     s.add_argument("--rpc-sessions", type=int, default=1, help="boards timed at once")
-    s.add_argument("--disable-avx512", action="store_true", help="measure as the AVX-512-off device")
-    s.add_argument("--gpu", action="store_true", help="measure CUDA programs on this host's NVIDIA GPU instead of its CPU")
     s.add_argument(
         "--pack-every",
         type=float,
@@ -337,28 +380,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="also keep the gzipped (committed) files up to date, between tasks at most every MIN minutes and at the end",
     )
     s.add_argument(
-        "--retry-failed",
-        action="store_true",
-        help="time again the programs that failed before (their lines stay in failures.jsonl)",
-    )
-    s.add_argument(
         "--rounds",
         default=None,
         metavar="N,N,...",
         help="grow every task round after round to each count, e.g. 32,64,128 (replaces --programs-per-task)",
     )
-    s.add_argument(
-        "--retry-exhausted",
-        action="store_true",
-        help="visit tasks whose design space an earlier visit found used up (skipped by default)",
-    )
-    s.add_argument(
-        "--allow-busy",
-        action="store_true",
-        help="turn the quiet-machine guard off: time programs even while other processes use the CPU",
-    )
-    s.add_argument("--busy-cores", type=float, default=0.25,
-                   help="quiet-machine guard: CPU (in cores) other processes may use while a batch is timed")
     s.add_argument("--profile", action="store_true",
                    help="print the wall time of each stage at the end (it is in the manifest either way)")
     s.set_defaults(func=_run_collect)

@@ -221,3 +221,25 @@ def test_the_tuned_phase_skips_a_held_out_networks_workloads():
     assert order == ["k1", "k4", "k2", "b0", "k3", "b1", "b2"]
     extracted = [Task("conv", 1, None, network="resnet_50-b1", flops=1e9, workload_key="k9")]
     assert skipped_workloads(manifest, ("resnet_50-b1",), extracted) == {"k9"}
+
+
+def test_collect_flags_reach_their_config_fields_and_the_rest_keep_the_defaults():
+    """``cdmpp collect``'s options come from one table (``COLLECT_FLAGS``): each sets one
+    field of ``CollectConfig``, ``MeasureConfig`` or ``QuietConfig``; an option left out keeps
+    the dataclass default."""
+    from cdmpp.cli import build_parser
+    from cdmpp.collect import CollectConfig, MeasureConfig, QuietConfig
+    from cdmpp.data_cli import collect_configs
+
+    def parsed(*extra):
+        return collect_configs(build_parser().parse_args(["collect", "-o", "out", "-n", "dcgan-b1", *extra]))
+
+    fields, measure, quiet = parsed()
+    assert fields == {} and measure == MeasureConfig() and quiet == QuietConfig()
+    fields, measure, quiet = parsed("--programs-per-task", "8", "--no-warm", "--adaptive-repeats", "0",
+                                    "--warm-min-repeat-ms", "1", "--allow-busy", "--tuned-skip-network", "a", "b",
+                                    "--tasks-in-flight", "1", "--gpu")
+    assert fields == {"programs_per_task": 8, "tuned_skip_networks": ("a", "b"), "tasks_in_flight": 1, "gpu": True}
+    assert (measure.warm, measure.adaptive_repeats, measure.warm_min_repeat_ms) == (False, None, 1)
+    assert quiet.enabled is False
+    assert CollectConfig(networks=["dcgan-b1"], out_dir="out", **fields).programs_per_task == 8
