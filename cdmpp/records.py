@@ -129,14 +129,19 @@ class RecordLine:
         return None if self.run_secs is None else label(self.run_secs)
 
 
-def decode_record(obj, lineno: int = 0) -> RecordLine:
+def decode_record(obj, lineno: int = 0, n_workloads: int | None = None) -> RecordLine:
     """Decode one parsed tuning-record line.
 
+    Args:
+        obj: the parsed line.
+        lineno: its line number, kept in the result.
+        n_workloads: the workload file's line count; a workload index beyond it is an error.
+
     Raises:
-        ValueError: the line is not ``[workload index, [trace, run_secs, ...]]`` (the
-            message names what is wrong).
+        ValueError: the line is not ``[workload index, [trace, run_secs, ...]]``, or its
+            workload index is out of range (the message names what is wrong).
     """
-    if not isinstance(obj, list) or len(obj) != 2 or not isinstance(obj[1], list) or not obj[1]:
+    if not isinstance(obj, list) or len(obj) != 2:
         raise ValueError("a tuning record is [workload index, [trace, run_secs, target, args_info]]")
     try:
         widx = int(obj[0])
@@ -144,6 +149,10 @@ def decode_record(obj, lineno: int = 0) -> RecordLine:
         raise ValueError(f"workload index {obj[0]!r} is not an integer") from None
     if widx < 0:
         raise ValueError(f"workload index {widx} is negative")
+    if n_workloads is not None and widx >= n_workloads:
+        raise ValueError(f"workload index {widx} out of range ({n_workloads} workloads)")
+    if not isinstance(obj[1], list) or not obj[1]:
+        raise ValueError("a tuning record is [workload index, [trace, run_secs, target, args_info]]")
     try:
         secs = valid_run_secs(obj[1][1] if len(obj[1]) > 1 else None)
     except (TypeError, ValueError):
@@ -164,9 +173,7 @@ def read_records(path: Path, bad: list[BadLine] | None = None, n_workloads: int 
     """
     for lineno, obj in iter_json_lines(path, bad):
         try:
-            rec = decode_record(obj, lineno)
-            if n_workloads is not None and rec.workload_index >= n_workloads:
-                raise ValueError(f"workload index {rec.workload_index} out of range ({n_workloads} workloads)")
+            rec = decode_record(obj, lineno, n_workloads)
         except ValueError as err:
             if bad is not None:
                 bad.append(BadLine(str(path), lineno, f"bad tuning record: {err}"[:300], str(obj)[:200]))
