@@ -27,7 +27,7 @@ LAYERS = (
     ("estimate and tune", ("cdmpp.estimate", "cdmpp.tuning")),
     ("train", ("cdmpp.train",)),
     ("serve", ("cdmpp.serve",)),
-    ("command line", ("cdmpp.cli", "cdmpp.data_cli", "cdmpp.inference_cli", "cdmpp.recipe_args")),
+    ("command line", ("cdmpp.cli", "cdmpp.data_cli", "cdmpp.inference_cli", "cdmpp.recipe_args", "cdmpp.cli_flags")),
     ("benchmarks", ("benchmarks",)),
 )
 """The layers, lowest first: a module imports nothing of a layer above its own."""

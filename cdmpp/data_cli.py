@@ -10,11 +10,11 @@ import argparse
 import dataclasses
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import dataset as ds
 from .card import card, drift_line
+from .cli_flags import Flag
 from .collect import (
     CollectConfig,
     MachineBusyError,
@@ -108,70 +108,58 @@ def _run_networks(args) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class _Flag:
-    """One option of ``cdmpp collect`` and the config field it sets (``config``: ``"collect"``,
-    ``"measure"`` or ``"quiet"``); ``invert``: a store-true flag that sets the field False."""
-
-    flag: str
-    config: str
-    field: str
-    options: dict
-    invert: bool = False
-
-
 COLLECT_FLAGS = (
-    _Flag("--programs-per-task", "collect", "programs_per_task", dict(type=int)),
-    _Flag("--no-warm", "measure", "warm", dict(action="store_true", help="time each program cold only (default: cold, "
+    Flag("--programs-per-task", "collect", "programs_per_task", dict(type=int)),
+    Flag("--no-warm", "measure", "warm", dict(action="store_true", help="time each program cold only (default: cold, "
           "then warm: without the cache flush, as inside a network; the warm timings go to their own tuning-record "
           "file)"), invert=True),
-    _Flag("--warm-min-repeat-ms", "measure", "warm_min_repeat_ms", dict(type=int, metavar="MS", help="each warm repeat "
+    Flag("--warm-min-repeat-ms", "measure", "warm_min_repeat_ms", dict(type=int, metavar="MS", help="each warm repeat "
           "runs the kernel back to back until it lasts MS ms (1: a kernel under 100 us gets at least 10 runs per "
           "repeat; 0: one run per repeat)")),
-    _Flag("--batch-size", "collect", "batch_size", dict(type=int)),
-    _Flag("--seed", "collect", "seed", dict(type=int)),
-    _Flag("--repeat", "measure", "repeat", dict(type=int)),
-    _Flag("--adaptive-repeats", "measure", "adaptive_repeats", dict(type=int, metavar="K", help="stop after K repeats "
+    Flag("--batch-size", "collect", "batch_size", dict(type=int)),
+    Flag("--seed", "collect", "seed", dict(type=int)),
+    Flag("--repeat", "measure", "repeat", dict(type=int)),
+    Flag("--adaptive-repeats", "measure", "adaptive_repeats", dict(type=int, metavar="K", help="stop after K repeats "
           "when they agree within 2%% and their median is at least 2 ms (0: always --repeat)")),
-    _Flag("--max-tasks", "collect", "max_tasks_per_network", dict(type=int, help="cap tasks per network")),
-    _Flag("--evolutionary-fraction", "collect", "evolutionary_fraction", dict(type=float, help="share of each task's "
+    Flag("--max-tasks", "collect", "max_tasks_per_network", dict(type=int, help="cap tasks per network")),
+    Flag("--evolutionary-fraction", "collect", "evolutionary_fraction", dict(type=float, help="share of each task's "
           "programs from evolutionary search, after the random ones (0: random only)")),
-    _Flag("--evolutionary-population", "collect", "evolutionary_population", dict(type=int, help="population of the "
+    Flag("--evolutionary-population", "collect", "evolutionary_population", dict(type=int, help="population of the "
           "evolutionary search (smaller: faster search)")),
-    _Flag("--tuned-tasks", "collect", "tuned_tasks", dict(type=int, metavar="N", help="the fast-end policy: the N "
+    Flag("--tuned-tasks", "collect", "tuned_tasks", dict(type=int, metavar="N", help="the fast-end policy: the N "
           "largest tasks of each network (task weight x FLOPs) get --tuned-programs more programs from a tuner's "
           "evolutionary search after the last round")),
-    _Flag("--tuned-programs", "collect", "tuned_programs", dict(type=int, help="programs per tuned task, beyond the "
+    Flag("--tuned-programs", "collect", "tuned_programs", dict(type=int, help="programs per tuned task, beyond the "
           "round's")),
-    _Flag("--tuned-guide", "collect", "tuned_guide", dict(choices=("xgb", "cdmpp"), help="the cost model guiding the "
+    Flag("--tuned-guide", "collect", "tuned_guide", dict(choices=("xgb", "cdmpp"), help="the cost model guiding the "
           "tuned phase: MetaSchedule's XGBModel or cdmpp's plugin")),
-    _Flag("--tuned-checkpoint", "collect", "tuned_checkpoint", dict(type=Path, help="the plugin's checkpoint (default: "
+    Flag("--tuned-checkpoint", "collect", "tuned_checkpoint", dict(type=Path, help="the plugin's checkpoint (default: "
           "the shipped one)")),
-    _Flag("--tuned-population", "collect", "tuned_population", dict(type=int, help="population of the tuned phase's "
+    Flag("--tuned-population", "collect", "tuned_population", dict(type=int, help="population of the tuned phase's "
           "search")),
-    _Flag("--tuned-skip-network", "collect", "tuned_skip_networks", dict(nargs="+", metavar="NET", help="never tune "
+    Flag("--tuned-skip-network", "collect", "tuned_skip_networks", dict(nargs="+", metavar="NET", help="never tune "
           "the workloads of these networks (a held-out test network; its tasks must be in the folder's manifest, or "
           "the network among -n)")),
-    _Flag("--tuned-only", "collect", "tuned_only", dict(action="store_true", help="visit only the tuned tasks (their "
+    Flag("--tuned-only", "collect", "tuned_only", dict(action="store_true", help="visit only the tuned tasks (their "
           "rounds' programs, then the tuned phase); the networks' other tasks are listed in the manifest but not "
           "measured")),
-    _Flag("--new-workloads-only", "collect", "new_workloads_only", dict(action="store_true", help="visit only the "
+    Flag("--new-workloads-only", "collect", "new_workloads_only", dict(action="store_true", help="visit only the "
           "tasks whose workload no other device folder of -o has measured (by structural hash): widens the corpus's "
           "distinct workloads from a second machine")),
-    _Flag("--tasks-in-flight", "collect", "tasks_in_flight", dict(type=int, choices=(1, 2), help="2: one task's batch "
+    Flag("--tasks-in-flight", "collect", "tasks_in_flight", dict(type=int, choices=(1, 2), help="2: one task's batch "
           "builds while another task samples (build workers are paused during every timing); 1: sample, build and "
           "time each batch in turn")),
-    _Flag("--disable-avx512", "collect", "disable_avx512", dict(action="store_true", help="measure as the AVX-512-off "
+    Flag("--disable-avx512", "collect", "disable_avx512", dict(action="store_true", help="measure as the AVX-512-off "
           "device")),
-    _Flag("--gpu", "collect", "gpu", dict(action="store_true", help="measure CUDA programs on this host's NVIDIA GPU "
+    Flag("--gpu", "collect", "gpu", dict(action="store_true", help="measure CUDA programs on this host's NVIDIA GPU "
           "instead of its CPU")),
-    _Flag("--retry-failed", "collect", "retry_failed", dict(action="store_true", help="time again the programs that "
+    Flag("--retry-failed", "collect", "retry_failed", dict(action="store_true", help="time again the programs that "
           "failed before (their lines stay in failures.jsonl)")),
-    _Flag("--retry-exhausted", "collect", "retry_exhausted", dict(action="store_true", help="visit tasks whose design "
+    Flag("--retry-exhausted", "collect", "retry_exhausted", dict(action="store_true", help="visit tasks whose design "
           "space an earlier visit found used up (skipped by default)")),
-    _Flag("--allow-busy", "quiet", "enabled", dict(action="store_true", help="turn the quiet-machine guard off: time "
+    Flag("--allow-busy", "quiet", "enabled", dict(action="store_true", help="turn the quiet-machine guard off: time "
           "programs even while other processes use the CPU"), invert=True),
-    _Flag("--busy-cores", "quiet", "max_other_cores", dict(type=float, help="quiet-machine guard: CPU (in cores) other "
+    Flag("--busy-cores", "quiet", "max_other_cores", dict(type=float, help="quiet-machine guard: CPU (in cores) other "
           "processes may use while a batch is timed")),
 )
 """The options of ``cdmpp collect`` that set one config field each, written once: the parser
@@ -179,10 +167,6 @@ is built from this table (each default read from the config dataclass) and so ar
 configs (:func:`collect_configs`)."""
 
 _CONFIGS = {"collect": CollectConfig, "measure": MeasureConfig, "quiet": QuietConfig}
-
-
-def _dest(flag: _Flag) -> str:
-    return flag.flag.lstrip("-").replace("-", "_")
 
 
 def _add_collect_flags(s: argparse.ArgumentParser) -> None:
@@ -205,7 +189,7 @@ def collect_configs(args: argparse.Namespace) -> tuple[dict, MeasureConfig, Quie
     """
     given: dict[str, dict] = {name: {} for name in _CONFIGS}
     for f in COLLECT_FLAGS:
-        value = getattr(args, _dest(f), None)
+        value = getattr(args, f.dest, None)
         if f.options.get("action") == "store_true":
             value = (not value if f.invert else True) if value else None
         if value is None:

@@ -4,46 +4,36 @@ benchmarks that train models, and the configs they make."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .cli_flags import Flag
 from .train.config import TrainConfig
 
 if TYPE_CHECKING:
     from .model import ModelConfig
 
 
-@dataclass(frozen=True)
-class _Flag:
-    """One command-line option of the recipe and the config field it sets."""
-
-    flag: str
-    config: str  # "model" (ModelConfig) or "train" (TrainConfig)
-    field: str
-    options: dict
-
-
 FLAGS = (
-    _Flag("--epochs", "train", "epochs", dict(type=int)),
-    _Flag("--batch-size", "train", "batch_size", dict(type=int)),
-    _Flag("--lr", "train", "lr", dict(type=float)),
-    _Flag("--d-model", "model", "d_model", dict(type=int, help="embedding width (default 192)")),
-    _Flag("--layers", "model", "n_layers", dict(type=int, help="encoder layers (default 3)")),
-    _Flag("--ff-dim", "model", "ff_dim", dict(type=int, help="feed-forward width of each encoder layer")),
-    _Flag(
+    Flag("--epochs", "train", "epochs", dict(type=int)),
+    Flag("--batch-size", "train", "batch_size", dict(type=int)),
+    Flag("--lr", "train", "lr", dict(type=float)),
+    Flag("--d-model", "model", "d_model", dict(type=int, help="embedding width (default 192)")),
+    Flag("--layers", "model", "n_layers", dict(type=int, help="encoder layers (default 3)")),
+    Flag("--ff-dim", "model", "ff_dim", dict(type=int, help="feed-forward width of each encoder layer")),
+    Flag(
         "--dropout",
         "model",
         "dropout",
         dict(type=float, help="dropout rate of the encoder layers (prediction intervals need it above 0)"),
     ),
-    _Flag("--weight-decay", "train", "weight_decay", dict(type=float, help="AdamW weight decay")),
-    _Flag(
+    Flag("--weight-decay", "train", "weight_decay", dict(type=float, help="AdamW weight decay")),
+    Flag(
         "--device-dropout",
         "train",
         "device_dropout",
         dict(type=float, help="share of training programs scored with the unknown-device row (several devices)"),
     ),
-    _Flag(
+    Flag(
         "--pooling",
         "model",
         "pooling",
@@ -52,13 +42,13 @@ FLAGS = (
             help="how the head reads the tokens: sum, mean or max of them, or lse (a latency term per token, log-sum-exp over them; the default)",
         ),
     ),
-    _Flag(
+    Flag(
         "--no-pe",
         "model",
         "positional_encoding",
         dict(action="store_true", help="drop the pre-order positional encoding (ablation)"),
     ),
-    _Flag(
+    Flag(
         "--loop-tokens",
         "model",
         "loop_tokens",
@@ -67,7 +57,7 @@ FLAGS = (
             help="every loop of the compact AST as a token among the leaves, in pre-order (kind, extent, depth, what it encloses, annotations; default on)",
         ),
     ),
-    _Flag(
+    Flag(
         "--tree-attention",
         "model",
         "tree_attention",
@@ -76,7 +66,7 @@ FLAGS = (
             help="with loop tokens (implied): a learned attention bias per head along the compact AST's parent-child edges",
         ),
     ),
-    _Flag(
+    Flag(
         "--tree-gnn",
         "model",
         "tree_gnn",
@@ -86,7 +76,7 @@ FLAGS = (
             help="with loop tokens: this many GATv2 layers of message passing along the compact AST's parent-child edges before the encoder (PyTorch Geometric; default 0)",
         ),
     ),
-    _Flag(
+    Flag(
         "--roofline",
         "model",
         "roofline",
@@ -95,7 +85,7 @@ FLAGS = (
             help="the level from physics: predict the program's roofline bound on the device (FLOPs and bytes over the descriptor's peak rates, learned per device) times a learned inefficiency >= 1",
         ),
     ),
-    _Flag(
+    Flag(
         "--cache-fit",
         "model",
         "cache_fit",
@@ -104,7 +94,7 @@ FLAGS = (
             help="every leaf also reads its working sets against the device's L1/L2/L3, its vector width against the ISA's and its parallel extent against the cores",
         ),
     ),
-    _Flag(
+    Flag(
         "--trace-tokens",
         "model",
         "trace_tokens",
@@ -113,7 +103,7 @@ FLAGS = (
             help="each program's schedule-trace decisions as one more token beside its leaves (default on; a dataset folder of device folders; the checkpoint then predicts from Schedules or tuning records, and from bare PrimFuncs too with trace dropout)",
         ),
     ),
-    _Flag(
+    Flag(
         "--trace-dropout",
         "train",
         "trace_dropout",
@@ -122,7 +112,7 @@ FLAGS = (
             help="share of training programs seen without their trace token (default 0.2), so that the checkpoint also predicts bare PrimFuncs from their leaves alone; 0: it always needs the trace",
         ),
     ),
-    _Flag(
+    Flag(
         "--precision",
         "train",
         "precision",
@@ -131,10 +121,10 @@ FLAGS = (
             help="training precision (default 32-true; auto: bf16 autocast where the CPU has AVX-512 BF16 or on a GPU with bf16)",
         ),
     ),
-    _Flag("--seed", "train", "seed", dict(type=int)),
-    _Flag("--rank-weight", "train", "rank_weight", dict(type=float, help="weight of the within-task ranking term")),
-    _Flag("--task-group", "train", "task_group", dict(type=int, help="programs of one task per batch group")),
-    _Flag(
+    Flag("--seed", "train", "seed", dict(type=int)),
+    Flag("--rank-weight", "train", "rank_weight", dict(type=float, help="weight of the within-task ranking term")),
+    Flag("--task-group", "train", "task_group", dict(type=int, help="programs of one task per batch group")),
+    Flag(
         "--length-pool",
         "train",
         "length_pool",
@@ -143,7 +133,7 @@ FLAGS = (
             help="batches of programs of similar token count, drawn from pools of this many batches (0, the default: programs shuffled freely); about half the epoch time, at a cost in accuracy (RESULTS.md, Training speed)",
         ),
     ),
-    _Flag(
+    Flag(
         "--within-weight",
         "train",
         "within_weight",
@@ -152,7 +142,7 @@ FLAGS = (
             help="weight of the within-task term (each program's deviation from its task's batch mean; needs --task-group)",
         ),
     ),
-    _Flag(
+    Flag(
         "--listmle-weight",
         "train",
         "listmle_weight",
@@ -161,7 +151,7 @@ FLAGS = (
             help="weight of the within-task listwise term (ListMLE, fastest first, the fast end weighted most; needs --task-group)",
         ),
     ),
-    _Flag(
+    Flag(
         "--fast-weight",
         "train",
         "fast_weight",
@@ -170,7 +160,7 @@ FLAGS = (
             help="the level loss weighs each task's fastest tenth of training programs 1 + this many times (default 0: every program alike)",
         ),
     ),
-    _Flag(
+    Flag(
         "--workload-weight",
         "train",
         "workload_weight",
@@ -179,13 +169,13 @@ FLAGS = (
             help="in [0, 1]: the level loss weighs each training program n^-W, n its task's training programs (1: every workload alike, an untunable task's one program as much as a tunable task's whole set; default 0: every program alike)",
         ),
     ),
-    _Flag(
+    Flag(
         "--huber-delta",
         "train",
         "huber_delta",
         dict(type=float, help="Huber loss with this threshold (standardised log-latency; default 0.1); 0: the MSE"),
     ),
-    _Flag(
+    Flag(
         "--cmd-weight",
         "train",
         "cmd_weight",
@@ -194,7 +184,7 @@ FLAGS = (
             help="weight of the CMD domain-adaptation term; its target domain is the held-out programs' features (or, for train, those of --cmd-target)",
         ),
     ),
-    _Flag(
+    Flag(
         "--cmd-domain",
         "train",
         "cmd_domain",
@@ -203,7 +193,7 @@ FLAGS = (
             help="the CMD term's unlabelled programs without --cmd-target: the held-out network's (holdout, the default) or the validation workloads' (validation: to choose --cmd-weight on validation workloads)",
         ),
     ),
-    _Flag(
+    Flag(
         "--train-share",
         "train",
         "train_share",
@@ -212,7 +202,7 @@ FLAGS = (
             help="train on this share of each training task's programs (at least one per task; validation and test untouched): the data-scaling curve",
         ),
     ),
-    _Flag(
+    Flag(
         "--max-repeat-cv",
         "train",
         "max_repeat_cv",
@@ -226,10 +216,6 @@ FLAGS = (
 options.  :func:`add_model_arguments` adds them and :func:`model_configs` reads them back, so
 a new field of :class:`ModelConfig` or :class:`TrainConfig` is one row here.  ``--no-pe`` sets
 ``positional_encoding`` to False, and ``--tree-attention`` implies loop tokens."""
-
-
-def _dest(flag: _Flag) -> str:
-    return flag.flag.lstrip("-").replace("-", "_")
 
 
 def add_model_arguments(s: argparse.ArgumentParser) -> None:
@@ -250,7 +236,7 @@ def model_configs(args: argparse.Namespace) -> tuple[ModelConfig, TrainConfig]:
 
     given: dict[str, dict] = {"model": {}, "train": {}}
     for f in FLAGS:
-        value = getattr(args, _dest(f), None)
+        value = getattr(args, f.dest, None)
         if f.flag == "--no-pe":
             value = False if value else None
         elif f.flag == "--tree-attention":
