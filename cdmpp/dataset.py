@@ -249,6 +249,16 @@ def load_device_dir(path: Path, records: bool = True, max_records: int | None = 
                          max_records, resolve(path / WARM_RECORD_FILE))
 
 
+def _manifest_json(path: Path) -> tuple[dict, Path]:
+    m = Path(path) / MANIFEST_FILE
+    if not m.exists():
+        return {}, m
+    try:
+        return json.loads(m.read_text(encoding="utf-8")), m
+    except json.JSONDecodeError as err:
+        raise DatasetError(f"corrupt manifest {m}: {err}") from err
+
+
 def read_manifest(path: Path) -> dict:
     """The device folder's manifest as JSON, validated (:class:`cdmpp.schema.Manifest`), or
     ``{}`` when it has none; :func:`manifest_of` gives it typed.
@@ -257,13 +267,7 @@ def read_manifest(path: Path) -> dict:
         DatasetError: corrupt JSON, or a malformed manifest (the message names the file and
             the field).
     """
-    m = Path(path) / MANIFEST_FILE
-    if not m.exists():
-        return {}
-    try:
-        data = json.loads(m.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise DatasetError(f"corrupt manifest {m}: {err}") from err
+    data, m = _manifest_json(path)
     parse_manifest(data, m)
     return data
 
@@ -274,7 +278,7 @@ def manifest_of(path: Path) -> Manifest:
     Raises:
         DatasetError: corrupt JSON, or a malformed manifest (named file and field).
     """
-    return parse_manifest(read_manifest(path), Path(path) / MANIFEST_FILE)
+    return parse_manifest(*_manifest_json(path))
 
 
 def write_json_atomic(path: Path, obj: object) -> None:
