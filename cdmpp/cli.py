@@ -30,13 +30,15 @@ import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from .cli_flags import Flag, add_flags, given_fields
 from .data_cli import add_parsers as add_data_parsers
 from .data_cli import expand_work_dir
 from .errors import CdmppError
 from .inference_cli import add_parsers as add_inference_parsers
 from .predictor import DEFAULT_CHECKPOINT
 from .recipe_args import add_model_arguments, model_configs
-from .train.config import TrainData
+from .serve.config import ServeConfig
+from .train.config import AdaptConfig, TrainData
 
 COMMAND_GROUP = "cdmpp.commands"
 """Entry-point group of the command groups other packages add to ``cdmpp``: each entry is a
@@ -109,12 +111,37 @@ def _run_evaluate(args) -> int:
     return 0
 
 
-def _run_adapt(args) -> int:
-    from cdmpp.train.config import AdaptConfig  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
+ADAPT_FLAGS = (
+    Flag("--shots", "adapt", "shots", dict(type=int, help="programs to time here (at most)")),
+    Flag("--selection", "adapt", "selection", dict(choices=["kmeans", "random"], help="how the shots are chosen")),
+    Flag("--init", "adapt", "init", dict(choices=["nearest", "descriptor"], help="start this machine's row from the "
+         "nearest known device's, or from the descriptor alone")),
+    Flag("--method", "adapt", "method", dict(choices=["offset", "row"], help="shift the level by the shots' mean "
+         "residual (offset), or fit the row first (row)")),
+    Flag("--seed", "adapt", "seed", dict(type=int, help="seed of the choice")),
+)
+"""The options of ``cdmpp adapt`` that set one field of :class:`~cdmpp.train.config.AdaptConfig`."""
 
+SERVE_FLAGS = (
+    Flag("--max-body-bytes", "serve", "max_body_bytes", dict(type=int, help="largest request body (HTTP 413)")),
+    Flag("--max-programs", "serve", "max_programs", dict(type=int, help="most programs per request (HTTP 422)")),
+    Flag("--timeout", "serve", "timeout_s", dict(type=float, help="seconds per /predict request (HTTP 504)")),
+    Flag("--estimate-timeout", "serve", "estimate_timeout_s", dict(type=float, help="seconds per /estimate request "
+         "(HTTP 504)")),
+    Flag("--max-tasks", "serve", "max_tasks", dict(type=int, help="most tuning tasks of an /estimate network "
+         "(HTTP 422)")),
+    Flag("--workers", "serve", "workers", dict(type=int, help="worker processes that parse, featurize and predict")),
+    Flag("--unsafe-execute-client-tvmscript", "serve", "execute_tvmscript", dict(action="store_true", help="UNSAFE: "
+         "also accept TVMScript programs, which executes the client's Python code on this machine (loopback "
+         "addresses only)")),
+)
+"""The options of ``cdmpp serve`` that set one field of :class:`~cdmpp.serve.config.ServeConfig`."""
+
+
+def _run_adapt(args) -> int:
     from .train.adapt import adapt_local, adapt_measured  # noqa: PLC0415  (keeps sklearn, torch off this module's import)
 
-    cfg = AdaptConfig(shots=args.shots, selection=args.selection, init=args.init, method=args.method, seed=args.seed)
+    cfg = AdaptConfig(**given_fields(args, ADAPT_FLAGS).get("adapt", {}))
     checkpoint = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     if args.measured_dir:
         res = adapt_measured(checkpoint, Path(args.measured_dir), Path(args.out), cfg, Path(args.cache))
@@ -149,15 +176,13 @@ def _run_adapt(args) -> int:
 def _run_serve(args) -> int:
     import uvicorn  # noqa: PLC0415  (keeps uvicorn off this module's import)
 
-    from .serve.app import ServeConfig, create_app, is_loopback  # noqa: PLC0415  (keeps pydantic off this module's import)
+    from .serve.app import create_app, is_loopback  # noqa: PLC0415  (keeps pydantic off this module's import)
 
     if args.unsafe_execute_client_tvmscript and not is_loopback(args.host):
         print(f"error: --unsafe-execute-client-tvmscript runs client code; it is allowed on a loopback address "
               f"only, not {args.host}", file=sys.stderr)
         return 2
-    cfg = ServeConfig(max_body_bytes=args.max_body_bytes, max_programs=args.max_programs, timeout_s=args.timeout,
-                      estimate_timeout_s=args.estimate_timeout, max_tasks=args.max_tasks,
-                      workers=args.workers, execute_tvmscript=args.unsafe_execute_client_tvmscript)
+    cfg = ServeConfig(**given_fields(args, SERVE_FLAGS).get("serve", {}))
     uvicorn.run(create_app(args.checkpoint, cfg), host=args.host, port=args.port)
     return 0
 
@@ -260,14 +285,8 @@ def _add_adaptation_parsers(sub) -> None:
                           "programs, time nothing here")
     s.add_argument("-o", "--out", required=True, help="checkpoint folder to write")
     s.add_argument("--measured", default="datasets/adapt", help="dataset folder for this machine's timings")
-    s.add_argument("--shots", type=int, default=64, help="programs to time here (at most)")
-    s.add_argument("--selection", choices=["kmeans", "random"], default="kmeans")
+    add_flags(s, ADAPT_FLAGS, {"adapt": AdaptConfig})
     s.add_argument("--candidates", type=int, default=2000, help="programs of --source drawn for the KMeans choice")
-    s.add_argument("--init", choices=["nearest", "descriptor"], default="nearest",
-                   help="start this machine's row from the nearest known device's, or from the descriptor alone")
-    s.add_argument("--method", choices=["offset", "row"], default="offset",
-                   help="shift the level by the shots' mean residual (offset), or fit the row first (row)")
-    s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
     s.add_argument("--disable-avx512", action="store_true", help="adapt to the AVX-512-off device of this CPU")
     s.set_defaults(func=_run_adapt)
@@ -279,18 +298,7 @@ def _add_serve_parser(sub) -> None:
     s.add_argument("-c", "--checkpoint", default=None)
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body (HTTP 413)")
-    s.add_argument("--max-programs", type=int, default=1024, help="most programs per request (HTTP 422)")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds per /predict request (HTTP 504)")
-    s.add_argument("--estimate-timeout", type=float, default=900.0, help="seconds per /estimate request (HTTP 504)")
-    s.add_argument("--max-tasks", type=int, default=512, help="most tuning tasks of an /estimate network (HTTP 422)")
-    s.add_argument("--workers", type=int, default=1, help="worker processes that parse, featurize and predict")
-    s.add_argument(
-        "--unsafe-execute-client-tvmscript",
-        action="store_true",
-        help="UNSAFE: also accept TVMScript programs, which executes the client's Python code on this machine "
-             "(loopback addresses only)",
-    )
+    add_flags(s, SERVE_FLAGS, {"serve": ServeConfig})
     s.set_defaults(func=_run_serve)
 
 

@@ -7,14 +7,13 @@ heavy import waits until a subcommand runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import signal
 import sys
 from pathlib import Path
 
 from . import dataset as ds
 from .card import card, drift_line
-from .cli_flags import Flag
+from .cli_flags import Flag, add_flags, given_fields
 from .collect import (
     CollectConfig,
     MachineBusyError,
@@ -108,6 +107,10 @@ def _run_networks(args) -> int:
     return 0
 
 
+def _zero_is_none(value: int) -> int | None:
+    return value or None  # 0: always every repeat
+
+
 COLLECT_FLAGS = (
     Flag("--programs-per-task", "collect", "programs_per_task", dict(type=int)),
     Flag("--no-warm", "measure", "warm", dict(action="store_true", help="time each program cold only (default: cold, "
@@ -119,8 +122,9 @@ COLLECT_FLAGS = (
     Flag("--batch-size", "collect", "batch_size", dict(type=int)),
     Flag("--seed", "collect", "seed", dict(type=int)),
     Flag("--repeat", "measure", "repeat", dict(type=int)),
-    Flag("--adaptive-repeats", "measure", "adaptive_repeats", dict(type=int, metavar="K", help="stop after K repeats "
-          "when they agree within 2%% and their median is at least 2 ms (0: always --repeat)")),
+    Flag("--adaptive-repeats", "measure", "adaptive_repeats", dict(type=int, metavar="K", help="stop after "
+          "K repeats when they agree within 2%% and their median is at least 2 ms (0: always --repeat)"),
+         convert=_zero_is_none),
     Flag("--max-tasks", "collect", "max_tasks_per_network", dict(type=int, help="cap tasks per network")),
     Flag("--evolutionary-fraction", "collect", "evolutionary_fraction", dict(type=float, help="share of each task's "
           "programs from evolutionary search, after the random ones (0: random only)")),
@@ -139,7 +143,7 @@ COLLECT_FLAGS = (
           "search")),
     Flag("--tuned-skip-network", "collect", "tuned_skip_networks", dict(nargs="+", metavar="NET", help="never tune "
           "the workloads of these networks (a held-out test network; its tasks must be in the folder's manifest, or "
-          "the network among -n)")),
+          "the network among -n)"), convert=tuple),
     Flag("--tuned-only", "collect", "tuned_only", dict(action="store_true", help="visit only the tuned tasks (their "
           "rounds' programs, then the tuned phase); the networks' other tasks are listed in the manifest but not "
           "measured")),
@@ -170,13 +174,7 @@ _CONFIGS = {"collect": CollectConfig, "measure": MeasureConfig, "quiet": QuietCo
 
 
 def _add_collect_flags(s: argparse.ArgumentParser) -> None:
-    defaults = {name: {f.name: f.default for f in dataclasses.fields(cls)} for name, cls in _CONFIGS.items()}
-    for f in COLLECT_FLAGS:
-        options = dict(f.options)
-        default = defaults[f.config].get(f.field)
-        if options.get("action") != "store_true" and default not in (None, dataclasses.MISSING, (), ""):
-            options["help"] = (options.get("help", "") + f" (default {default})").strip()
-        s.add_argument(f.flag, default=None, **options)
+    add_flags(s, COLLECT_FLAGS, _CONFIGS)
 
 
 def collect_configs(args: argparse.Namespace) -> tuple[dict, MeasureConfig, QuietConfig]:
@@ -187,19 +185,8 @@ def collect_configs(args: argparse.Namespace) -> tuple[dict, MeasureConfig, Quie
     Raises:
         InputError: a setting the configs refuse (named).
     """
-    given: dict[str, dict] = {name: {} for name in _CONFIGS}
-    for f in COLLECT_FLAGS:
-        value = getattr(args, f.dest, None)
-        if f.options.get("action") == "store_true":
-            value = (not value if f.invert else True) if value else None
-        if value is None:
-            continue
-        if f.field == "adaptive_repeats":
-            value = value or None  # 0: always every repeat
-        elif f.field == "tuned_skip_networks":
-            value = tuple(value)
-        given[f.config][f.field] = value
-    return given["collect"], MeasureConfig(**given["measure"]), QuietConfig(**given["quiet"])
+    given = given_fields(args, COLLECT_FLAGS)
+    return given.get("collect", {}), MeasureConfig(**given.get("measure", {})), QuietConfig(**given.get("quiet", {}))
 
 
 def _run_collect(args) -> int:

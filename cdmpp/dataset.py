@@ -281,6 +281,19 @@ def manifest_of(path: Path) -> Manifest:
     return parse_manifest(*_manifest_json(path))
 
 
+def write_manifest(device_dir: Path, manifest: dict) -> None:
+    """Write a device folder's manifest, validated first (:class:`cdmpp.schema.Manifest`), so
+    that no malformed manifest is ever stored; atomic as :func:`write_json_atomic`.
+
+    Raises:
+        DatasetError: the manifest is malformed (the message names the file and the field);
+            the stored one is left as it was.
+    """
+    path = Path(device_dir) / MANIFEST_FILE
+    parse_manifest(manifest, path)
+    write_json_atomic(path, manifest)
+
+
 def write_json_atomic(path: Path, obj: object) -> None:
     """Write JSON to ``path`` through a temporary file and a rename, so a crash leaves the old file."""
     path = Path(path)

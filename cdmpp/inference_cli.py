@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import dataset as ds
+from .cli_flags import Flag, add_flags, given_fields
 from .errors import InputError
 from .estimate import (
     EstimateConfig,
@@ -28,7 +29,7 @@ from .network_input import load_network
 from .predictor import LatencyPredictor
 from .records import iter_json_lines, parse_record, read_workload_lines
 from .train.metrics import summary
-from .tuning.config import OBJECTIVES, OnlineConfig, SearchConfig
+from .tuning.config import OBJECTIVES, OnlineConfig, SearchConfig, TuneConfig
 
 CSV_FIELDS = ("record", "workload_key", "predicted_s", "low_s", "high_s", "measured_s", "error")
 
@@ -207,15 +208,40 @@ def _run_estimate(args) -> int:
     return 0
 
 
+TUNE_FLAGS = (
+    Flag("--trials", "tune", "trials", dict(type=int, help="global trial budget over all tasks (kept trials count)")),
+    Flag("--trials-per-iter", "tune", "trials_per_iter", dict(type=int, help="trials measured per search iteration "
+         "of a task")),
+    Flag("--cost-model", "tune", "cost_model", dict(choices=["cdmpp", "xgb"], help="cdmpp (this package's plugin) "
+         "or xgb (TVM's XGBModel)")),
+    Flag("--checkpoint", "tune", "checkpoint", dict(type=Path, help="the plugin's checkpoint (default: the shipped "
+         "one)"), short="-c"),
+    Flag("--seed", "tune", "seed", dict(type=int, help="seed of the search")),
+    Flag("--population", "search", "population_size", dict(type=int, help="candidates the evolutionary search "
+         "samples per round")),
+    Flag("--measured-ratio", "search", "init_measured_ratio", dict(type=float, help="share of the population "
+         "started from the task's best measured programs")),
+    Flag("--generations", "search", "genetic_num_iters", dict(type=int, help="generations the population evolves "
+         "under the cost model per round")),
+    Flag("--eps-greedy", "search", "eps_greedy", dict(type=float, help="share of each round's trials picked at "
+         "random instead of by the cost model")),
+    Flag("--online-objective", "online", "objective", dict(choices=sorted(OBJECTIVES), help="what the plugin's "
+         "residual trees learn from the trials: the log-latency error (squared) or the order of the trials within "
+         "each task (pairwise)")),
+)
+"""The options of ``cdmpp tune`` that set one field of :class:`~cdmpp.tuning.config.TuneConfig`,
+:class:`~cdmpp.tuning.config.SearchConfig` or :class:`~cdmpp.tuning.config.OnlineConfig`."""
+
+_TUNE_CONFIGS = {"tune": TuneConfig, "search": SearchConfig, "online": OnlineConfig}
+
+
 def _run_tune(args) -> int:
     from .device import local_cpu  # noqa: PLC0415  (keeps tvm off this module's import)
-    from .tuning.tune import TuneConfig, format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
+    from .tuning.tune import format_tasks, tune_network  # noqa: PLC0415  (keeps tvm off this module's import)
 
-    cfg = TuneConfig(trials=args.trials, trials_per_iter=args.trials_per_iter, cost_model=args.cost_model,
-                     checkpoint=Path(args.checkpoint) if args.checkpoint else None, seed=args.seed,
-                     search=SearchConfig(population_size=args.population, init_measured_ratio=args.measured_ratio,
-                                         genetic_num_iters=args.generations, eps_greedy=args.eps_greedy),
-                     online=OnlineConfig(objective=args.online_objective))
+    given = given_fields(args, TUNE_FLAGS)
+    cfg = TuneConfig(**given.get("tune", {}), search=SearchConfig(**given.get("search", {})),
+                     online=OnlineConfig(**given.get("online", {})))
     if args.target:
         target = json.loads(args.target)
     elif args.device:
@@ -258,26 +284,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("network", help="a zoo name (cdmpp networks), a Relax IRModule as TVM JSON (.json), or "
                    "module.py:function returning (torch model, example inputs)")
     s.add_argument("--work-dir", required=True, help="the JSONDatabase folder (an existing one is resumed)")
-    s.add_argument("--trials", type=int, default=1000, help="global trial budget over all tasks (kept trials count)")
-    s.add_argument("--trials-per-iter", type=int, default=32, help="trials measured per search iteration of a task")
-    s.add_argument("--cost-model", choices=["cdmpp", "xgb"], default="cdmpp",
-                   help="cdmpp (this package's plugin) or xgb (TVM's XGBModel)")
+    add_flags(s, TUNE_FLAGS, _TUNE_CONFIGS)
     s.add_argument("--device", default=None, help="a device id the checkpoint knows: the plugin predicts for it, and "
                    "without --target its target is tuned for")
     s.add_argument("--target", default=None, help="a TVM target as JSON (default: this machine's CPU)")
-    s.add_argument("-c", "--checkpoint", default=None, help="the plugin's checkpoint (default: the shipped one)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the search")
-    search = SearchConfig()
-    s.add_argument("--population", type=int, default=search.population_size,
-                   help="candidates the evolutionary search samples per round")
-    s.add_argument("--measured-ratio", type=float, default=search.init_measured_ratio,
-                   help="share of the population started from the task's best measured programs")
-    s.add_argument("--generations", type=int, default=search.genetic_num_iters,
-                   help="generations the population evolves under the cost model per round")
-    s.add_argument("--eps-greedy", type=float, default=search.eps_greedy,
-                   help="share of each round's trials picked at random instead of by the cost model")
-    s.add_argument("--online-objective", choices=sorted(OBJECTIVES), default=OnlineConfig().objective,
-                   help="what the plugin's residual trees learn from the trials: the log-latency error (squared) "
-                   "or the order of the trials within each task (pairwise)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=_run_tune)

@@ -247,7 +247,7 @@ def _described_device(path: Path) -> dict | None:
         if (folder / DEVICE_FILE).is_file():
             return json.loads((folder / DEVICE_FILE).read_text())
         if (folder / ds.MANIFEST_FILE).is_file():
-            found = json.loads((folder / ds.MANIFEST_FILE).read_text()).get("device")
+            found = ds.manifest_of(folder).device
             if found:
                 return found
     return None

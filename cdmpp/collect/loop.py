@@ -217,7 +217,7 @@ class _Collection:
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }
         )
-        ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
+        ds.write_manifest(self.dir, self.manifest)
         log_note(
             f"{task.network}:{task.name}: skipped after {message.splitlines()[0][:200]} "
             "(kept in the manifest; the next collection tries it again)"
@@ -233,7 +233,7 @@ class _Collection:
             entry["quiet_machine"] = self.bench.guard.to_json()
         if final:
             entry.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), "stopped_early": self.stopped})
-        ds.write_json_atomic(self.dir / ds.MANIFEST_FILE, self.manifest)
+        ds.write_manifest(self.dir, self.manifest)
         if self.cfg.pack_every_s is not None:
             ds.pack(self.dir)
 
@@ -417,7 +417,7 @@ def collect(
     )
     if compile_mode is not None:  # how TVM turned the generated CUDA C into a GPU binary
         manifest["collections"][-1]["cuda_compile_mode"] = compile_mode
-    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+    ds.write_manifest(device_dir, manifest)
     with scratch_folder(device_dir / ".tmp") as tmp:  # build artifacts of the worker processes
         load_tensor_intrinsics(target)
         bench = make_bench(cfg, device, target, clock, tmp)

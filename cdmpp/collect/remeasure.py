@@ -78,7 +78,7 @@ def import_database(workload_db: Path, record_db: Path, device_id: str, out_dir:
         {"workload_db": str(workload_db), "record_db": str(record_db), "added": added, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     )
     manifest["tasks"] = list(tasks.values())
-    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+    ds.write_manifest(device_dir, manifest)
     return added
 
 
@@ -224,7 +224,7 @@ def measure_programs(
     manifest = ds.read_manifest(device_dir)
     todo, tasks = _chosen_programs(src, index, store, manifest)
     manifest = _transfer_manifest(manifest, device, m, tasks, source_dir, len(index), note)
-    ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+    ds.write_manifest(device_dir, manifest)
     load_tensor_intrinsics(target)
     bench = local_bench(m, target, "cpu", quiet or QuietConfig())
     counts = {"measured": 0, "failed": 0}
@@ -233,7 +233,7 @@ def measure_programs(
     finally:
         bench.close()
         manifest["collections"][-1].update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"), **counts})
-        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+        ds.write_manifest(device_dir, manifest)
     return CollectSummary(device.device_id, device_dir, counts["measured"], counts["failed"], len(index) - len(todo),
                           time.time() - start)
 

@@ -202,7 +202,7 @@ def mark_tasks(manifest: dict, device_dir: Path, workload_key: str, field_name: 
             t[field_name] = value
             changed = True
     if changed:
-        ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+        ds.write_manifest(device_dir, manifest)
 
 
 def mark_phase(manifest: dict, device_dir: Path, task: Task, programs: int, field_name: str = "random_programs"
@@ -213,4 +213,4 @@ def mark_phase(manifest: dict, device_dir: Path, task: Task, programs: int, fiel
     for t in manifest["tasks"]:
         if t["network"] == task.network and t["task_name"] == task.name and field_name not in t:
             t[field_name] = programs
-            ds.write_json_atomic(device_dir / ds.MANIFEST_FILE, manifest)
+            ds.write_manifest(device_dir, manifest)

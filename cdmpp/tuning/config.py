@@ -1,4 +1,4 @@
-"""Settings of the cost-model plugin: how it learns from trials, and how the search uses it.
+"""Settings of ``cdmpp tune`` and of the cost-model plugin: how it learns from trials, and how the search uses it.
 
 Plain dataclasses without TVM or torch, so that ``cdmpp tune``'s options and
 ``cdmpp bench tune``'s variants build them without loading the model.
@@ -6,9 +6,13 @@ Plain dataclasses without TVM or torch, so that ``cdmpp tune``'s options and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from cdmpp.errors import InputError
+
+COST_MODELS = ("cdmpp", "xgb")
+"""The cost models :func:`cdmpp.tuning.tune.tune_network` can guide the search with."""
 
 
 @dataclass
@@ -91,3 +95,35 @@ class SearchConfig:
             population_size=self.population_size, init_measured_ratio=self.init_measured_ratio,
             init_min_unmeasured=min(50, self.population_size), genetic_num_iters=self.genetic_num_iters,
             eps_greedy=self.eps_greedy)
+
+
+@dataclass
+class TuneConfig:
+    """How :func:`tune_network` tunes.
+
+    Attributes:
+        trials: the global trial budget over all tasks (trials already in the work dir count).
+        trials_per_iter: trials measured per search iteration of a task.
+        cost_model: ``"cdmpp"`` (this package's plugin) or ``"xgb"`` (TVM's ``XGBModel``).
+        checkpoint: the plugin's checkpoint (``None``: the shipped one).
+        seed: seed of the search.
+        search: the evolutionary search's settings (both cost models).
+        online: how the plugin learns from the trials (``"cdmpp"`` only).
+
+    Raises:
+        InputError: a budget below 1 or an unknown cost model.
+    """
+
+    trials: int = 1000
+    trials_per_iter: int = 32
+    cost_model: str = "cdmpp"
+    checkpoint: Path | None = None
+    seed: int = 0
+    search: SearchConfig = field(default_factory=SearchConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
+
+    def __post_init__(self):
+        if self.trials < 1 or self.trials_per_iter < 1:
+            raise InputError(f"trials and trials_per_iter must be >= 1, got {self.trials}, {self.trials_per_iter}")
+        if self.cost_model not in COST_MODELS:
+            raise InputError(f"cost model must be one of {', '.join(COST_MODELS)}, got {self.cost_model!r}")

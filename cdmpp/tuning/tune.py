@@ -24,44 +24,11 @@ import numpy as np
 from .. import dataset as ds
 from ..errors import InputError
 from ..records import iter_json_lines, read_records, read_workload_keys
-from .config import OnlineConfig, SearchConfig
+from .config import TuneConfig
 
-COST_MODELS = ("cdmpp", "xgb")
 LIBRARY_FILE = "network.so"
 WEIGHTS_FILE = "weights.npz"
 TASKS_FILE = "tasks.csv"
-
-
-@dataclass
-class TuneConfig:
-    """How :func:`tune_network` tunes.
-
-    Attributes:
-        trials: the global trial budget over all tasks (trials already in the work dir count).
-        trials_per_iter: trials measured per search iteration of a task.
-        cost_model: ``"cdmpp"`` (this package's plugin) or ``"xgb"`` (TVM's ``XGBModel``).
-        checkpoint: the plugin's checkpoint (``None``: the shipped one).
-        seed: seed of the search.
-        search: the evolutionary search's settings (both cost models).
-        online: how the plugin learns from the trials (``"cdmpp"`` only).
-
-    Raises:
-        InputError: a budget below 1 or an unknown cost model.
-    """
-
-    trials: int = 1000
-    trials_per_iter: int = 32
-    cost_model: str = "cdmpp"
-    checkpoint: Path | None = None
-    seed: int = 0
-    search: SearchConfig = field(default_factory=SearchConfig)
-    online: OnlineConfig = field(default_factory=OnlineConfig)
-
-    def __post_init__(self):
-        if self.trials < 1 or self.trials_per_iter < 1:
-            raise InputError(f"trials and trials_per_iter must be >= 1, got {self.trials}, {self.trials_per_iter}")
-        if self.cost_model not in COST_MODELS:
-            raise InputError(f"cost model must be one of {', '.join(COST_MODELS)}, got {self.cost_model!r}")
 
 
 @dataclass
