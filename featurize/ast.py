@@ -26,6 +26,7 @@ import numpy as np
 from cdmpp.errors import CdmppError
 
 from .access import ACCESS_NAMES, AccessState, ExprStats
+from .compiled import compiled_walk, unpack
 
 ROOT, SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING, LEAF = -1, 0, 1, 2, 3, 4, 5
 LOOP_KIND_NAMES = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
@@ -220,22 +221,62 @@ def single_func(program):
     )
 
 
-def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
+def build_tree(program, psf_rows: np.ndarray | None = None, compiled: bool = True) -> ProgramAST:
     """The compact AST of a scheduled PrimFunc (or one-PrimFunc IRModule / Schedule).
 
     Args:
         program: the scheduled program.
         psf_rows: float32 ``(R, 164)`` TVM ``PerStoreFeature`` rows of the same program
             to keep in ``ProgramAST.psf`` (``None``: not extracted).
+        compiled: walk it with the compiled walk (:mod:`cdmpp.featurize.compiled`) when it is
+            built; ``False``: the Python walk of this module, the reference (same values).
 
     Raises:
         UnsupportedProgramError: not a PrimFunc, an IRModule with other than one
             PrimFunc, a construct such as ``While``, or no ``BufferStore`` at all.
     """
-    # pylint: disable=too-many-locals
     func = single_func(program)
+    root = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main"
+    walk = compiled_walk() if compiled else None
+    if walk is not None:
+        out = unpack(walk(func), FEATURE_DIM)
+        if not isinstance(out, str):
+            return _from_compiled(out, root, psf_rows)
+        if out.startswith("E"):
+            raise UnsupportedProgramError(out[1:])
+        # "F": a case the compiled walk leaves to the Python walk
+    return _python_tree(func, root, psf_rows)
+
+
+def _psf(psf_rows: np.ndarray | None) -> np.ndarray | None:
+    return None if psf_rows is None else np.asarray(psf_rows, dtype=np.float32).reshape(-1, PSF_DIM)
+
+
+def _from_compiled(out: tuple, root: str, psf_rows: np.ndarray | None) -> ProgramAST:
+    parent, kind, extent, ann_count, position, features, strings, dropped = out
+    n, leaves = len(parent), len(position)
+    names = strings[:n]
+    names[0] = root
+    pairs = iter(strings[n + leaves :])
+    annotations = tuple({next(pairs): next(pairs) for _ in range(c)} if c else {} for c in ann_count.tolist())
+    return ProgramAST(
+        node_parent=parent.astype(np.int32),
+        node_kind=kind.astype(np.int8),
+        node_extent=extent.copy(),
+        node_name=tuple(names),
+        node_annotations=annotations,
+        leaf_position=position.astype(np.int32),
+        leaf_features=features.copy(),
+        leaf_buffer=tuple(strings[n : n + leaves]),
+        psf=_psf(psf_rows),
+        dropped_leaves=dropped,
+    )
+
+
+def _python_tree(func, root: str, psf_rows: np.ndarray | None) -> ProgramAST:
+    # pylint: disable=too-many-locals
     b = _Builder()
-    b.add(-1, ROOT, 0, str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main", {})
+    b.add(-1, ROOT, 0, root, {})
     b.visit(func.body, 0, [], False)
     if not b.leaves:
         raise UnsupportedProgramError("the program has no BufferStore statement (nothing to featurize)")
@@ -290,7 +331,7 @@ def build_tree(program, psf_rows: np.ndarray | None = None) -> ProgramAST:
         leaf_position=leaves,
         leaf_features=np.concatenate([own.astype(np.float32), np.stack(b.access_rows)], axis=1),
         leaf_buffer=tuple(str(leaf[1].buffer.name) for leaf in b.leaves),
-        psf=None if psf_rows is None else np.asarray(psf_rows, dtype=np.float32).reshape(-1, PSF_DIM),
+        psf=_psf(psf_rows),
         dropped_leaves=b.dropped,
     )
 
