@@ -18,6 +18,7 @@ BENCHES = {
                         "deployed (weight-only kernels at load): tasks, end to end, profile"),
     "calibrate": ("calibrate", "calibrate a checkpoint's 10-90% intervals on its validation workloads; report coverage"),
     "speed": ("speed", "time one 512-candidate predict call by stage, beside TVM's XGBModel"),
+    "precision": ("precision", "bf16 against fp32 inference: each device folder's MAPE and the forward pass's time"),
     "serve-load": ("serve_load", "load test: N clients for S seconds against a local cdmpp serve"),
     "collect-rate": ("collect_rate", "programs per minute: plain TVM, an earlier collector and this one"),
     "search-check": ("search_check", "the collector's evolutionary search at several populations"),

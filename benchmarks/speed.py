@@ -8,10 +8,12 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
   XGBoost model pays for its features (shown for reference);
 * ``structural hash (the plugin's cache key)``: ``structural_hash`` of each candidate;
 * ``compact AST``: the loop-nest walk that builds the leaves and their features
-  (:func:`cdmpp.featurize.build_tree`);
+  (:func:`cdmpp.featurize.build_tree`, its compiled walk);
 * ``schedule trace vectors``: each candidate's trace decisions, for a checkpoint that
   reads them (:func:`cdmpp.featurize.trace.trace_decisions`);
-* ``transformer``: collating the leaves and the model's forward pass;
+* ``transformer``: collating the leaves and the model's forward pass; the row after it
+  the same in bfloat16 (``precision="bf16"``: fast where the CPU has AVX512-BF16 or AMX,
+  slow elsewhere);
 * ``online trees``: the plugin's residual XGBoost on the same candidates' cached entries,
   fitted first on the measured programs XGBModel is fitted on (what each call adds once
   the plugin has learned from trials);
@@ -22,7 +24,8 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
 * ``CdmppCostModel.predict, new candidates``: the MetaSchedule plugin on candidates it has
   not seen (structural hash, featurization, transformer, scores); each timing starts from
   a newly loaded plugin that has already answered one call on other programs (as in a
-  tuning loop, where it is loaded once), so its first call's set-up is not inside;
+  tuning loop, where it is loaded once), so its first call's set-up is not inside; and
+  the same with ``precision="bf16"``;
 * ``CdmppCostModel.predict, seen candidates``: the same call again, as when the search
   re-scores schedules it has scored before (the plugin's feature cache).
 
@@ -153,6 +156,7 @@ def predict_call_seconds(
         _, schs = task_candidates(network, task, target, candidates, seed)
     mods = [s.mod for s in schs]
     predictor = LatencyPredictor.load(checkpoint)
+    bf16 = LatencyPredictor.load(checkpoint, precision="bf16")
     trees = [build_tree(m) for m in mods]
     n = len(trees)
     ctx = feature_context(target)
@@ -184,11 +188,16 @@ def predict_call_seconds(
         "compact AST": _best_of(lambda: [build_tree(m) for m in mods], repeats),
         "schedule trace vectors": _best_of(lambda: predictor.trace_vectors(schs), repeats),
         "transformer": _best_of(lambda: predictor.predict_trees(trees, traces=traces), repeats),
+        "transformer, bf16 (precision='bf16')": _best_of(lambda: bf16.predict_trees(trees, traces=traces), repeats),
         "online trees (residual XGBoost, fitted)": _best_of(lambda: learned._log_latency(entries), repeats),  # noqa: SLF001
         "predict (end to end)": _best_of(lambda: predictor.predict(schs, target), repeats),
         "XGBModel.predict (TVM)": _best_of(lambda: xgb.predict(ctx, cands), repeats),
         "CdmppCostModel.predict, new candidates": _best_of(
             lambda model: model.predict(ctx, cands), repeats, setup=lambda: _warmed(CdmppCostModel(checkpoint), ctx, warm)
+        ),
+        "CdmppCostModel.predict, new candidates, bf16": _best_of(
+            lambda model: model.predict(ctx, cands), repeats,
+            setup=lambda: _warmed(CdmppCostModel(checkpoint, precision="bf16"), ctx, warm)
         ),
         "CdmppCostModel.predict, seen candidates": _best_of(lambda: plugin.predict(ctx, cands), repeats),
     }

@@ -70,27 +70,33 @@ class LatencyPredictor:
     (dataset, devices, held-out network and its metrics).
     """
 
-    def __init__(self, model, metadata: dict):
+    def __init__(self, model, metadata: dict, precision: str = "fp32"):
         self.model = model
+        self.precision = precision
         self.metadata = metadata
         self.meta = parse_checkpoint_meta(metadata, Path("config.json"))  # typed: read and validated once
         self.table = DeviceTable(metadata)
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "LatencyPredictor":
+    def load(cls, path: str | Path | None = None, precision: str = "fp32") -> "LatencyPredictor":
         """Load a checkpoint folder (``model.safetensors`` + ``config.json``).
 
         Args:
             path: the folder; ``None`` loads the checkpoint shipped in the package,
                 trained on the shipped dataset.
+            precision: how the transformer runs, ``"fp32"``, ``"bf16"`` or ``"auto"``
+                (:data:`cdmpp.inference.PRECISIONS`).
 
         Raises:
             CheckpointError: a missing or corrupt file.
+            InputError: an unknown precision.
         """
         from cdmpp.checkpoint import load_checkpoint  # noqa: PLC0415  (keeps torch off this module's import)
+        from cdmpp.inference import resolve_precision  # noqa: PLC0415  (keeps torch off this module's import)
 
+        resolve_precision(precision)  # an unknown one fails here, not at the first prediction
         model, meta = load_checkpoint(Path(path) if path is not None else DEFAULT_CHECKPOINT)
-        return cls(model, meta)
+        return cls(model, meta, precision)
 
     @property
     def devices(self) -> list[str]:
@@ -258,7 +264,7 @@ class LatencyPredictor:
         """
         from cdmpp.inference import predict_latency_array  # noqa: PLC0415  (keeps torch off this module's import)
 
-        return predict_latency_array(self.model, data, index, device_row=device_rows)
+        return predict_latency_array(self.model, data, index, device_row=device_rows, precision=self.precision)
 
 
     def predict_interval(self, mods: Sequence[IRModule | PrimFunc], target: TargetLike | None = None,

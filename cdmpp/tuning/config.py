@@ -109,6 +109,7 @@ class TuneConfig:
         seed: seed of the search.
         search: the evolutionary search's settings (both cost models).
         online: how the plugin learns from the trials (``"cdmpp"`` only).
+        precision: how the plugin's transformer runs (:data:`cdmpp.inference.PRECISIONS`).
 
     Raises:
         InputError: a budget below 1 or an unknown cost model.
@@ -121,9 +122,12 @@ class TuneConfig:
     seed: int = 0
     search: SearchConfig = field(default_factory=SearchConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
+    precision: str = "fp32"
 
     def __post_init__(self):
         if self.trials < 1 or self.trials_per_iter < 1:
             raise InputError(f"trials and trials_per_iter must be >= 1, got {self.trials}, {self.trials_per_iter}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise InputError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if self.cost_model not in COST_MODELS:
             raise InputError(f"cost model must be one of {', '.join(COST_MODELS)}, got {self.cost_model!r}")

@@ -78,14 +78,20 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         checkpoint: checkpoint folder; ``None`` uses the shipped one.
         online: how to learn from measured trials (default :class:`OnlineConfig`).
         device: a device id the checkpoint knows, or ``None``.
+        precision: how the transformer runs (:data:`cdmpp.inference.PRECISIONS`): ``"fp32"``,
+            or ``"bf16"`` / ``"auto"`` (bfloat16 matrix products where the CPU has AVX512-BF16
+            or AMX; RESULTS.md, section "Speed", has its cost and accuracy).
 
     Raises:
         UnknownDeviceError: ``device`` is not known to the checkpoint.
+        InputError: an unknown precision.
     """
 
-    def __init__(self, checkpoint: str | None = None, online: OnlineConfig | None = None, device: str | None = None):
+    def __init__(self, checkpoint: str | None = None, online: OnlineConfig | None = None, device: str | None = None,
+                 precision: str = "fp32"):
         super().__init__()
         self.checkpoint = checkpoint
+        self.precision = precision
         self.online = online or OnlineConfig()
         self.device = device
         self.device_id: str | None = None  # the device predicted for, set at the first predict
@@ -118,7 +124,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
 
     def _load_predictor(self, path: str | None) -> None:
 
-        self.predictor = LatencyPredictor.load(path)
+        self.predictor = LatencyPredictor.load(path, self.precision)
 
     def load(self, path: str) -> None:
         """Load a folder written by :meth:`save` (or a plain checkpoint folder), adapted state included.

@@ -175,7 +175,8 @@ def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
     protocol, gathers measured with in-range indices (:func:`gather_safe_measurers`)."""
     from .cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
 
-    model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, online=cfg.online, device=device)
+    model = (CdmppCostModel(str(cfg.checkpoint) if cfg.checkpoint else None, online=cfg.online, device=device,
+                            precision=cfg.precision)
              if cfg.cost_model == "cdmpp" else "xgb")
     builder, runner = gather_safe_measurers()
     return {"cost_model": model, "strategy": cfg.search.strategy(), "builder": builder, "runner": runner}

@@ -70,3 +70,25 @@ def test_prediction_imports_no_training_or_plotting_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert "LOADED []" in out.stdout, out.stdout + out.stderr
+
+
+def test_bf16_inference_stays_within_a_few_percent_of_fp32(two_device_dataset):
+    """``precision="bf16"`` runs the matrix products in bfloat16: on 40 tuning records of the
+    slice each prediction stays within 5% of fp32's (bfloat16 keeps 8 bits of mantissa; a
+    model whose forward pass broke under autocast would be off by orders of magnitude), and
+    an unknown precision is refused when the checkpoint loads."""
+    from cdmpp import dataset as ds
+    from cdmpp.errors import InputError
+    from cdmpp.tuning.config import TuneConfig
+
+    db = ds.load_device_dir(two_device_dataset / "cpu-intel_xeon_processor-emeraldrapids-avx512")
+    records = [p.record for p in db.programs[:: max(1, len(db.programs) // 40)][:40]]
+    fp32 = cdmpp.LatencyPredictor.load().predict(records, device=db.device_id)
+    bf16 = cdmpp.LatencyPredictor.load(precision="bf16").predict(records, device=db.device_id)
+    assert fp32.shape == bf16.shape == (len(records),)
+    assert np.abs(np.log(bf16 / fp32)).max() < np.log(1.05)
+    assert not np.array_equal(bf16, fp32)  # it did run in bfloat16
+    with pytest.raises(InputError, match="precision must be one of"):
+        cdmpp.LatencyPredictor.load(precision="fp8")
+    with pytest.raises(InputError, match="precision"):
+        TuneConfig(precision="int4")
