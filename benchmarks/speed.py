@@ -8,7 +8,8 @@ such a call of :class:`cdmpp.LatencyPredictor` on programs of a dataset, stage b
   XGBoost model pays for its features (shown for reference);
 * ``structural hash (the plugin's cache key)``: ``structural_hash`` of each candidate;
 * ``compact AST``: the loop-nest walk that builds the leaves and their features
-  (:func:`cdmpp.featurize.build_tree`, its compiled walk);
+  (:func:`cdmpp.featurize.build_tree`, its compiled walk); the row after it the same
+  with the Python walk, the reference the compiled one must equal;
 * ``schedule trace vectors``: each candidate's trace decisions, for a checkpoint that
   reads them (:func:`cdmpp.featurize.trace.trace_decisions`);
 * ``transformer``: collating the leaves and the model's forward pass; the row after it
@@ -186,6 +187,7 @@ def predict_call_seconds(
         "PerStoreFeature (TVM, not used by cdmpp)": _best_of(lambda: per_store_features(target, mods), repeats),
         "structural hash (the plugin's cache key)": _best_of(lambda: [structural_hash(m) for m in mods], repeats),
         "compact AST": _best_of(lambda: [build_tree(m) for m in mods], repeats),
+        "compact AST, Python walk (reference)": _best_of(lambda: [build_tree(m, compiled=False) for m in mods], repeats),
         "schedule trace vectors": _best_of(lambda: predictor.trace_vectors(schs), repeats),
         "transformer": _best_of(lambda: predictor.predict_trees(trees, traces=traces), repeats),
         "transformer, bf16 (precision='bf16')": _best_of(lambda: bf16.predict_trees(trees, traces=traces), repeats),

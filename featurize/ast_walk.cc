@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory_resource>
 #include <optional>
 #include <regex>
 #include <string>
@@ -328,10 +329,13 @@ struct Stats {
   std::vector<const std::string*> read_names;  // the names of the buffers it loads
 };
 
+template <typename T>
+using PVec = std::pmr::vector<T>;
+
 struct Access {
   const Object* buf;
   int kind;
-  std::vector<Span> multi;
+  PVec<Span> multi;
 };
 
 // ---------------------------------------------------------------- the walk
@@ -441,6 +445,8 @@ class Walk {
   std::unordered_map<const Object*, BufferInfo> buffers_;
   std::vector<double> ext_;
   bool in_rewrite_ = false;
+  alignas(16) std::array<char, 1 << 15> scratch_;
+  std::pmr::monotonic_buffer_resource arena_{scratch_.data(), scratch_.size()};  // each store's scratch
 
   static double MinOf(const Object* loop) {
     const Object* lo = Obj(loop, f_min);
@@ -609,15 +615,15 @@ class Walk {
     return buffers_.emplace(buf, std::move(info)).first->second;
   }
 
-  std::vector<Access> Accesses(const Object* store, Stats* st) {
-    std::vector<Access> acc;
+  PVec<Access> Accesses(const Object* store, Stats* st) {
+    PVec<Access> acc(&arena_);
     auto find = [&acc](const Object* b) -> Access* {
       for (auto& a : acc)
         if (a.buf == b) return &a;
       return nullptr;
     };
-    acc.push_back(Access{Obj(store, f_buffer), kWrite, {Arr(store, f_indices)}});
-    std::vector<const Object*> stack{Obj(store, f_value)};
+    acc.push_back(Access{Obj(store, f_buffer), kWrite, PVec<Span>(1, Arr(store, f_indices), &arena_)});
+    PVec<const Object*> stack(1, Obj(store, f_value), &arena_);
     static const Fld kSubExprs[] = {f_a, f_b, f_value, f_condition, f_true_value, f_false_value, f_base, f_stride};
     while (!stack.empty()) {
       const Object* e = stack.back();
@@ -636,7 +642,7 @@ class Walk {
           st->read_names.push_back(&Info(buf).name);
           Access* entry = find(buf);
           if (entry == nullptr) {
-            acc.push_back(Access{buf, kRead, {}});
+            acc.push_back(Access{buf, kRead, PVec<Span>(&arena_)});
             entry = &acc.back();
           } else if (entry->kind == kWrite) {
             entry->kind = kReadWrite;
@@ -701,173 +707,170 @@ class Walk {
     return acc;
   }
 
+  // The region an access touches under the loops: numel[i], the elements touched while loops
+  // i.. vary; size0, its size per dimension under all of them; and the (loop, dimension,
+  // coefficient) entries of the loops it depends on, in first-use order (access.py's by_loop,
+  // flat: the entries of one loop keep their order).
   struct Region {
-    std::vector<double> numel, size0;
-    std::vector<std::pair<int, std::vector<std::pair<int, double>>>> by_loop;  // loop -> (dim, coef), first use order
-    std::vector<std::pair<int, double>>* At(int p) {
-      for (auto& [q, v] : by_loop)
-        if (q == p) return &v;
-      return nullptr;
+    PVec<double> numel, size0;
+    PVec<std::tuple<int, int, double>> by_loop;
+    explicit Region(std::pmr::memory_resource* r) : numel(r), size0(r), by_loop(r) {}
+    int Inner() const {
+      int inner = -1;
+      for (auto& [p, d, c] : by_loop) inner = std::max(inner, p);
+      return inner;
+    }
+    bool Has(int p) const {
+      for (auto& [q, d, c] : by_loop)
+        if (q == p) return true;
+      return false;
     }
   };
 
-  static Region OneAccess(const std::vector<Form>& form, const std::vector<double>& shape, const std::vector<double>& ext) {
+  static double Prod(const PVec<double>& v) {
+    double t = 1.0;
+    for (double x : v) t *= x;
+    return t;
+  }
+
+  Region OneAccess(const PVec<Form>& form, const std::vector<double>& shape, const std::vector<double>& ext) {
     int n = static_cast<int>(ext.size());
-    Region r;
-    std::vector<double> hi, lo;
+    Region r(&arena_);
+    PVec<double> hi(&arena_);
     for (auto& f : form) hi.push_back(f.k);
-    lo = hi;
+    PVec<double> lo(hi, &arena_);
     for (size_t d = 0; d < form.size(); ++d)
       for (auto& [p, c] : form[d].coefs)
-        if (c != 0.0 && p < n) {
-          auto* entries = r.At(p);
-          if (entries == nullptr) {
-            r.by_loop.emplace_back(p, std::vector<std::pair<int, double>>{{static_cast<int>(d), c}});
-          } else {
-            entries->emplace_back(static_cast<int>(d), c);
-          }
-        }
+        if (c != 0.0 && p < n) r.by_loop.emplace_back(p, static_cast<int>(d), c);
     size_t m = std::min(hi.size(), shape.size());
-    std::vector<double> sizes(m);
+    PVec<double> sizes(m, 0.0, &arena_);
     for (size_t d = 0; d < m; ++d) sizes[d] = PyMin(PyMax(hi[d] - lo[d] + 1.0, 1.0), shape[d]);
-    auto prod = [](const std::vector<double>& v) {
-      double t = 1.0;
-      for (double x : v) t *= x;
-      return t;
-    };
-    double total = prod(sizes);
+    double total = Prod(sizes);
     r.numel.assign(n, 1.0);
     for (int i = n - 1; i >= 0; --i) {
-      auto* entries = r.At(i);
-      if (entries != nullptr && !entries->empty()) {
+      bool any = false;
+      for (auto& [p, d, c] : r.by_loop) {
+        if (p != i) continue;
+        any = true;
         double span = ext[i] - 1;
-        for (auto& [d, c] : *entries) {
-          if (c > 0) {
-            hi[d] += c * span;
-          } else {
-            lo[d] += c * span;
-          }
-          sizes[d] = PyMin(PyMax(hi[d] - lo[d] + 1.0, 1.0), shape[d]);
+        if (c > 0) {
+          hi[d] += c * span;
+        } else {
+          lo[d] += c * span;
         }
-        total = prod(sizes);
+        sizes[d] = PyMin(PyMax(hi[d] - lo[d] + 1.0, 1.0), shape[d]);
       }
+      if (any) total = Prod(sizes);
       r.numel[i] = total;
     }
-    r.size0 = n ? sizes : std::vector<double>(shape.size(), 1.0);
+    if (n) {
+      r.size0.assign(sizes.begin(), sizes.end());
+    } else {
+      r.size0.assign(shape.size(), 1.0);
+    }
     return r;
   }
 
-  static Region ManyAccesses(const std::vector<std::vector<Form>>& forms, const std::vector<double>& shape,
-                             const std::vector<double>& ext) {
+  Region ManyAccesses(const PVec<PVec<Form>>& forms, const std::vector<double>& shape, const std::vector<double>& ext) {
     int n = static_cast<int>(ext.size());
-    size_t ndim = shape.size();
-    std::vector<std::vector<double>> up, down;
-    for (auto& idx : forms) {
-      std::vector<double> u;
-      for (auto& f : idx) u.push_back(f.k);
-      up.push_back(u);
-      down.push_back(u);
-    }
-    std::vector<std::pair<int, std::vector<std::tuple<int, int, double>>>> by_k;
-    auto at = [&by_k](int p) -> std::vector<std::tuple<int, int, double>>* {
-      for (auto& [q, v] : by_k)
-        if (q == p) return &v;
-      return nullptr;
-    };
-    for (size_t k = 0; k < forms.size(); ++k)
+    size_t ndim = shape.size(), count = forms.size();
+    PVec<double> up(&arena_), down(&arena_);  // [k * ndim + d]
+    for (auto& idx : forms)
+      for (size_t d = 0; d < ndim; ++d) up.push_back(idx[d].k);
+    down = up;
+    PVec<int> order(&arena_);  // loops in first-use order
+    PVec<std::tuple<int, int, int, double>> by_k(&arena_);  // (loop, k, d, coef)
+    for (size_t k = 0; k < count; ++k)
       for (size_t d = 0; d < forms[k].size(); ++d)
         for (auto& [p, c] : forms[k][d].coefs)
           if (c != 0.0 && p < n) {
-            auto* e = at(p);
-            if (e == nullptr) {
-              by_k.emplace_back(p, std::vector<std::tuple<int, int, double>>());
-              e = &by_k.back().second;
-            }
-            e->emplace_back(static_cast<int>(k), static_cast<int>(d), c);
+            if (std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
+            by_k.emplace_back(p, static_cast<int>(k), static_cast<int>(d), c);
           }
     auto extent_of = [&](size_t d) {
-      double hi = up[0][d], lo = down[0][d];
-      for (size_t k = 1; k < up.size(); ++k) hi = PyMax(hi, up[k][d]);
-      for (size_t k = 1; k < down.size(); ++k) lo = PyMin(lo, down[k][d]);
+      double hi = up[d], lo = down[d];
+      for (size_t k = 1; k < count; ++k) hi = PyMax(hi, up[k * ndim + d]);
+      for (size_t k = 1; k < count; ++k) lo = PyMin(lo, down[k * ndim + d]);
       return PyMin(PyMax(hi - lo + 1.0, 1.0), shape[d]);
     };
-    std::vector<double> sizes(ndim);
+    PVec<double> sizes(ndim, 0.0, &arena_);
     for (size_t d = 0; d < ndim; ++d) sizes[d] = extent_of(d);
-    auto prod = [](const std::vector<double>& v) {
-      double t = 1.0;
-      for (double x : v) t *= x;
-      return t;
-    };
-    double total = prod(sizes);
-    Region r;
+    double total = Prod(sizes);
+    Region r(&arena_);
     r.numel.assign(n, 1.0);
     for (int i = n - 1; i >= 0; --i) {
-      auto* entries = at(i);
-      if (entries != nullptr && !entries->empty()) {
-        double span = ext[i] - 1;
-        for (auto& [k, d, c] : *entries) {
-          if (c > 0) {
-            up[k][d] += c * span;
-          } else {
-            down[k][d] += c * span;
-          }
+      bool any = false;
+      double span = ext[i] - 1;
+      for (auto& [p, k, d, c] : by_k) {
+        if (p != i) continue;
+        any = true;
+        if (c > 0) {
+          up[k * ndim + d] += c * span;
+        } else {
+          down[k * ndim + d] += c * span;
         }
-        for (auto& [k, d, c] : *entries) sizes[d] = extent_of(d);
-        total = prod(sizes);
       }
+      if (!any) {
+        r.numel[i] = total;
+        continue;
+      }
+      for (auto& [p, k, d, c] : by_k)
+        if (p == i) sizes[d] = extent_of(d);
+      total = Prod(sizes);
       r.numel[i] = total;
     }
-    for (auto& [p, entries] : by_k) {
-      std::vector<std::pair<int, double>> v;
-      for (auto& [k, d, c] : entries) v.emplace_back(d, c);
-      r.by_loop.emplace_back(p, std::move(v));
+    for (int p : order)  // access.py: {p: [(d, c), ...] for p in by_k's first-use order}
+      for (auto& [q, k, d, c] : by_k)
+        if (q == p) r.by_loop.emplace_back(p, d, c);
+    if (n) {
+      r.size0.assign(sizes.begin(), sizes.end());
+    } else {
+      r.size0.assign(ndim, 1.0);
     }
-    r.size0 = n ? sizes : std::vector<double>(ndim, 1.0);
     return r;
   }
 
   std::array<float, kAccessDim> Features(const Object* store, Stats* st) {
+    arena_.release();  // the scratch of the previous store
     const std::vector<double>& ext = ext_;
     int n = static_cast<int>(ext.size());
-    std::vector<double> inner_prod(n + 1, 1.0);
+    PVec<double> inner_prod(n + 1, 1.0, &arena_);
     for (int j = n - 1; j >= 0; --j) inner_prod[j] = inner_prod[j + 1] * ext[j];
     double prod = inner_prod[0];
     struct Sub {
-      std::string name;
+      const std::string* name;
       int kind;
       int nbytes;
-      std::vector<double> numel;
-      std::vector<int> region;
+      PVec<double> numel;
+      PVec<int> region;
       double min_stride, innermost_stride, prod_non_strided, continuous;
     };
-    std::vector<Sub> subs;
-    for (Access& a : Accesses(store, st)) {
+    PVec<Sub> subs(&arena_);
+    PVec<Access> accesses = Accesses(store, st);
+    for (Access& a : accesses) {
       const BufferInfo& info = Info(a.buf);
       size_t ndim = info.shape.size();
-      Region r;
       auto forms_of = [&](const Span& idx) {
         if (idx.size() < ndim) throw Fallback{"an access with fewer indices than its buffer's dimensions"};
-        std::vector<Form> f;
+        PVec<Form> f(&arena_);
+        f.reserve(ndim);
         for (size_t d = 0; d < ndim; ++d) f.push_back(Lin(Raw(idx[d])));
         return f;
       };
-      if (a.multi.size() == 1) {
-        r = OneAccess(forms_of(a.multi[0]), info.shape, ext);
-      } else {
-        std::vector<std::vector<Form>> forms;
+      Region r = [&]() {
+        if (a.multi.size() == 1) return OneAccess(forms_of(a.multi[0]), info.shape, ext);
+        PVec<PVec<Form>> forms(&arena_);
         for (auto& idx : a.multi) forms.push_back(forms_of(idx));
-        r = ManyAccesses(forms, info.shape, ext);
-      }
-      int inner = -1;
-      for (auto& [p, v] : r.by_loop) inner = std::max(inner, p);
+        return ManyAccesses(forms, info.shape, ext);
+      }();
+      int inner = r.Inner();
       double min_stride = 0.0;
-      if (inner >= 0) {
-        bool first = true;
-        for (auto& [d, c] : *r.At(inner)) {
-          double s = std::fabs(c) * info.stride[d];
-          if (first || s < min_stride) min_stride = s;
-          first = false;
-        }
+      bool first = true;
+      for (auto& [p, d, c] : r.by_loop) {
+        if (p != inner) continue;
+        double s = std::fabs(c) * info.stride[d];
+        if (first || s < min_stride) min_stride = s;
+        first = false;
       }
       double continuous = 1.0;
       for (int d = static_cast<int>(ndim) - 1; d >= 0; --d)
@@ -875,9 +878,10 @@ class Walk {
           continuous = info.shape[d] * info.nbytes;
           break;
         }
-      std::vector<int> region;
-      for (auto& [p, v] : r.by_loop) region.push_back(p);
-      subs.push_back(Sub{info.name, a.kind, info.nbytes, r.numel, region, min_stride,
+      PVec<int> region(&arena_);
+      for (auto& [p, d, c] : r.by_loop)
+        if (std::find(region.begin(), region.end(), p) == region.end()) region.push_back(p);
+      subs.push_back(Sub{&info.name, a.kind, info.nbytes, PVec<double>(r.numel, &arena_), std::move(region), min_stride,
                          inner == n - 1 ? min_stride : 0.0, inner_prod[inner + 1], continuous});
     }
     int64_t touch = 0;
@@ -885,10 +889,10 @@ class Walk {
     double top_touch = static_cast<double>(touch);
     struct Row {
       double lines, size;
-      std::string name;
+      const std::string* name;
       std::array<double, kPerBuffer> v;
     };
-    std::vector<Row> rows;
+    PVec<Row> rows(&arena_);
     for (auto& s : subs) {
       int reuse_type = kNoReuse;
       double reuse_iter = 0.0, reuse_bytes = 0.0, reuse_ct = 0.0;
@@ -928,7 +932,7 @@ class Walk {
     std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
       if (-a.lines != -b.lines) return -a.lines < -b.lines;
       if (-a.size != -b.size) return -a.size < -b.size;
-      return a.name < b.name;
+      return *a.name < *b.name;
     });
     std::array<float, kAccessDim> out{};
     for (size_t r = 0; r < rows.size() && r < kAccessBuffers; ++r)
