@@ -306,7 +306,9 @@ def estimate_network(
             candidates = [kept[0]] if kept is not None else sample_schedules(task.mod, tgt, cfg.samples, cfg.seed)
             source = "sampled"
             count = kept[1] if kept is not None else len(candidates)
-            detail = f"the best-predicted of {count} schedules sampled from the design space (not tuned)"
+            detail = (f"the best-predicted of {count} schedules sampled from the design space (not tuned)" if count > 1
+                      else "the one program of its design space" if cfg.samples > 1 else "one schedule sampled from "
+                      "the design space (not tuned)")
         # the prediction core; a checkpoint trained with trace tokens reads each schedule's trace
         names = [f"task {task.name}, schedule {j}" for j in range(len(candidates))]
         chosen = predictor.predict_each(candidates, tgt, device_id, names, intervals=len(candidates) == 1,

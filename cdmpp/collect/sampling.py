@@ -267,7 +267,8 @@ def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
 
     Returns:
         Up to ``count`` ``Schedule`` objects (``.mod`` the scheduled IRModule, ``.trace``
-        its schedule trace).
+        its schedule trace); one when the design space has no sampling decision (its only
+        program).
     """
     from ..tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
@@ -282,10 +283,18 @@ def sample_schedules(mod, target, count: int, seed: int = 0) -> list:
         rand_state=seed,
         num_threads=1,
     )
+    if not has_decisions(ctx.generate_design_space()):
+        count = 1  # a design space without a sampling decision holds one program: every draw repeats it
     ctx.pre_tuning(max_trials=count, num_trials_per_iter=count, database=None, cost_model=None)
     cands = ctx.generate_measure_candidates() or []
     ctx.post_tuning()
     return [c.sch for c in cands][:count]
+
+
+def has_decisions(spaces: list) -> bool:
+    """Whether a task's design space (MetaSchedule ``Schedule`` objects, one per sketch) holds
+    more than one program: several sketches, or a sampling instruction (``Sample*``) in its trace."""
+    return len(spaces) > 1 or any(inst.kind.name.startswith("Sample") for s in spaces for inst in s.trace.insts)
 
 
 def compute_held_out_file(path: Path = HELD_OUT_FILE) -> dict:

@@ -145,6 +145,21 @@ def test_a_store_tvm_removes_is_counted_and_tvms_rows_are_kept_as_tvm_returns_th
     np.testing.assert_array_equal(tree.psf, rows.astype(np.float32))
     assert FEATURIZER_VERSION >= 3
 
+def test_a_design_space_without_decisions_is_sampled_once():
+    """A task whose design space holds no sampling decision (an elementwise add on a CPU
+    target) has one program: sampling returns it once instead of 32 copies; a matmul's
+    space holds tiles to sample, and gives distinct schedules."""
+    from cdmpp.collect import sample_schedules
+    from cdmpp.tvm_compat import IRModule
+
+    target = {"kind": "llvm", "num-cores": 2}
+    one = sample_schedules(IRModule({"main": vector_add.with_attr("global_symbol", "main")}), target, 32, seed=0)
+    assert len(one) == 1
+    assert not any(inst.kind.name.startswith("Sample") for inst in one[0].trace.insts)
+    many = sample_schedules(IRModule({"main": matmul_relu.with_attr("global_symbol", "main")}), target, 8, seed=0)
+    assert len(many) > 1 and len({str(s.trace) for s in many}) > 1
+
+
 def test_walk_buffer_access_features_equal_tvms_on_plain_loop_nests():
     """The leaves' buffer-access features (``access_features``) are PerStoreFeature's
     buffer-access group (its columns 57-146) computed from the loop nest; where TVM's
