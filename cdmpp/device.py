@@ -136,6 +136,31 @@ def host_cpu_info() -> tuple[str, set[str]]:
     return model, flags
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this machine's CPU has AVX-512 BF16 (Zen 4, Zen 5, Sapphire and Emerald Rapids;
+    every CPU with AMX has it too): where bfloat16 matrix products run fast."""
+    return "avx512_bf16" in host_cpu_info()[1]
+
+
+INFERENCE_PRECISIONS = ("fp32", "bf16", "auto")
+"""How a checkpoint's forward pass runs: ``"fp32"``; ``"bf16"``, its matrix products in
+bfloat16 (``torch.autocast``; fast where :func:`cpu_has_bf16`, slow elsewhere); ``"auto"``,
+bf16 where the CPU has it, else fp32."""
+
+
+def inference_precision(precision: str) -> str:
+    """``"fp32"`` or ``"bf16"``: the precision a forward pass runs in on this machine.
+
+    Raises:
+        InputError: not one of :data:`INFERENCE_PRECISIONS`.
+    """
+    if precision not in INFERENCE_PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "bf16" if cpu_has_bf16() else "fp32"
+    return precision
+
+
 def host_caches() -> tuple[int, ...]:
     """This machine's ``(L1 data, L2, L3)`` cache sizes in bytes, from
     ``/sys/devices/system/cpu/cpu0/cache`` (L1d and L2 of one core, the L3 as it reports

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 
-from cdmpp.device import host_cpu_info
+from cdmpp.device import inference_precision
 from cdmpp.errors import InputError
 from cdmpp.featurize.batch import dense_programs, stack_leaves
 from cdmpp.featurize.loops import merge_tokens, stack_loops
@@ -19,26 +18,6 @@ from .model import LatencyTransformer
 BUCKET_PROGRAMS = 128
 """Programs per inference batch, taken in order of leaf count: a batch pads its programs
 to its longest one, and most programs have few leaves."""
-
-
-Precision = Literal["fp32", "bf16", "auto"]
-PRECISIONS = ("fp32", "bf16", "auto")
-"""How the transformer's forward pass runs: ``"fp32"``; ``"bf16"``, its matrix products in
-bfloat16 (``torch.autocast``; fast where the CPU has AVX512-BF16 or AMX, slow elsewhere);
-``"auto"``, bf16 where the CPU has them, else fp32."""
-
-
-def resolve_precision(precision: str) -> str:
-    """``"fp32"`` or ``"bf16"``: the precision a forward pass runs in on this machine.
-
-    Raises:
-        InputError: not one of :data:`PRECISIONS`.
-    """
-    if precision not in PRECISIONS:
-        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "auto":
-        return "bf16" if host_cpu_info()[1] & {"avx512_bf16", "amx_bf16"} else "fp32"
-    return precision
 
 
 def check_inputs(model: LatencyTransformer, data) -> None:
@@ -65,7 +44,7 @@ def predict_latency_array(
         device_row: the device-table row to predict for: an int for all programs, or int
             ``(K,)``; default ``data.device_row`` (each program's own device) when set, else
             row 0.  Ignored by a model without devices.
-        precision: :data:`PRECISIONS` (the outputs are float32 either way).
+        precision: :data:`cdmpp.device.INFERENCE_PRECISIONS` (the outputs are float32 either way).
 
     Raises:
         InputError: inputs of other columns than the model reads, or an unknown precision.
@@ -84,7 +63,7 @@ def predict_latency_array(
     # programs sorted by leaf count, so that each batch pads to a similar length
     order = np.argsort(data.ptr[index + 1] - data.ptr[index], kind="stable")
     step = min(batch_size, BUCKET_PROGRAMS)
-    bf16 = resolve_precision(precision) == "bf16"
+    bf16 = inference_precision(precision) == "bf16"
     with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
         out = torch.cat([
             model.predict_log_latency(*dense_programs(data, index[order[s : s + step]]),

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import dataset as ds
 from .cli_flags import Flag, add_flags, given_fields
+from .device import INFERENCE_PRECISIONS
 from .errors import InputError
 from .estimate import (
     EstimateConfig,
@@ -225,7 +226,7 @@ TUNE_FLAGS = (
          "under the cost model per round")),
     Flag("--eps-greedy", "search", "eps_greedy", dict(type=float, help="share of each round's trials picked at "
          "random instead of by the cost model")),
-    Flag("--precision", "tune", "precision", dict(choices=["fp32", "bf16", "auto"], help="how the plugin's "
+    Flag("--precision", "tune", "precision", dict(choices=INFERENCE_PRECISIONS, help="how the plugin's "
          "transformer runs: bf16 (bfloat16 matrix products) is faster where the CPU has AVX512-BF16 or AMX; auto picks "
          "it there")),
     Flag("--online-objective", "online", "objective", dict(choices=sorted(OBJECTIVES), help="what the plugin's "

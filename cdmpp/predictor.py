@@ -18,6 +18,7 @@ from .device import (
     DeviceDescriptor,
     descriptor_vector,
     device_caches,
+    inference_precision,
 )
 from .device_choice import DeviceChoiceWarning, DeviceTable, known_devices  # noqa: F401  (re-exported)
 from .errors import InputError
@@ -72,7 +73,7 @@ class LatencyPredictor:
 
     def __init__(self, model, metadata: dict, precision: str = "fp32"):
         self.model = model
-        self.precision = precision
+        self.precision = inference_precision(precision)  # resolved once: "fp32" or "bf16"
         self.metadata = metadata
         self.meta = parse_checkpoint_meta(metadata, Path("config.json"))  # typed: read and validated once
         self.table = DeviceTable(metadata)
@@ -85,16 +86,14 @@ class LatencyPredictor:
             path: the folder; ``None`` loads the checkpoint shipped in the package,
                 trained on the shipped dataset.
             precision: how the transformer runs, ``"fp32"``, ``"bf16"`` or ``"auto"``
-                (:data:`cdmpp.inference.PRECISIONS`).
+                (:data:`cdmpp.device.INFERENCE_PRECISIONS`).
 
         Raises:
             CheckpointError: a missing or corrupt file.
             InputError: an unknown precision.
         """
         from cdmpp.checkpoint import load_checkpoint  # noqa: PLC0415  (keeps torch off this module's import)
-        from cdmpp.inference import resolve_precision  # noqa: PLC0415  (keeps torch off this module's import)
-
-        resolve_precision(precision)  # an unknown one fails here, not at the first prediction
+        inference_precision(precision)  # an unknown one fails before the checkpoint is read
         model, meta = load_checkpoint(Path(path) if path is not None else DEFAULT_CHECKPOINT)
         return cls(model, meta, precision)
 

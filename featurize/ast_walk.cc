@@ -280,16 +280,6 @@ class PtrMap {
   std::vector<std::pair<const Object*, V>> items_;
 };
 
-inline double CoefOf(const Form& f, int p, bool* found) {
-  for (auto& [q, c] : f.coefs)
-    if (q == p) {
-      *found = true;
-      return c;
-    }
-  *found = false;
-  return 0.0;
-}
-
 inline void AddTo(Coefs* out, int p, double c, bool sub) {
   for (auto& [q, v] : *out)
     if (q == p) {
@@ -679,12 +669,8 @@ class Walk {
       switch (k) {
         case kAdd: case kSub: case kMul: case kDiv: case kFloorDiv: case kFloorMod: case kMod: case kMin:
         case kMax: case kCmp:
-          if (NameOf(e) == "Not") {
-            stack.push_back(Obj(e, f_a));
-          } else {
-            stack.push_back(Obj(e, f_a));
-            stack.push_back(Obj(e, f_b));
-          }
+          stack.push_back(Obj(e, f_a));
+          stack.push_back(Obj(e, f_b));
           break;
         case kNot: stack.push_back(Obj(e, f_a)); break;
         case kCast: case kBroadcast: stack.push_back(Obj(e, f_value)); break;
@@ -719,11 +705,6 @@ class Walk {
       int inner = -1;
       for (auto& [p, d, c] : by_loop) inner = std::max(inner, p);
       return inner;
-    }
-    bool Has(int p) const {
-      for (auto& [q, d, c] : by_loop)
-        if (q == p) return true;
-      return false;
     }
   };
 

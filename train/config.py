@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdmpp.dataset import device_dirs
-from cdmpp.device import host_cpu_info
+from cdmpp.device import cpu_has_bf16
 from cdmpp.errors import InputError
 
 SPLITS = ("network", "within-task", "cdmpp")
@@ -254,7 +254,7 @@ def resolve_precision(precision: str) -> str:
 
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
-    return "bf16-mixed" if "avx512_bf16" in host_cpu_info()[1] else "32-true"
+    return "bf16-mixed" if cpu_has_bf16() else "32-true"
 
 
 CMD_DOMAINS = {"holdout": "a held-out network", "validation": "validation workloads"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdmpp.device import inference_precision
 from cdmpp.errors import InputError
 
 COST_MODELS = ("cdmpp", "xgb")
@@ -109,7 +110,7 @@ class TuneConfig:
         seed: seed of the search.
         search: the evolutionary search's settings (both cost models).
         online: how the plugin learns from the trials (``"cdmpp"`` only).
-        precision: how the plugin's transformer runs (:data:`cdmpp.inference.PRECISIONS`).
+        precision: how the plugin's transformer runs (:data:`cdmpp.device.INFERENCE_PRECISIONS`).
 
     Raises:
         InputError: a budget below 1 or an unknown cost model.
@@ -127,7 +128,6 @@ class TuneConfig:
     def __post_init__(self):
         if self.trials < 1 or self.trials_per_iter < 1:
             raise InputError(f"trials and trials_per_iter must be >= 1, got {self.trials}, {self.trials_per_iter}")
-        if self.precision not in ("fp32", "bf16", "auto"):
-            raise InputError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
+        inference_precision(self.precision)  # an unknown one is refused here
         if self.cost_model not in COST_MODELS:
             raise InputError(f"cost model must be one of {', '.join(COST_MODELS)}, got {self.cost_model!r}")

@@ -78,7 +78,7 @@ class CdmppCostModel(ms.cost_model.PyCostModel):
         checkpoint: checkpoint folder; ``None`` uses the shipped one.
         online: how to learn from measured trials (default :class:`OnlineConfig`).
         device: a device id the checkpoint knows, or ``None``.
-        precision: how the transformer runs (:data:`cdmpp.inference.PRECISIONS`): ``"fp32"``,
+        precision: how the transformer runs (:data:`cdmpp.device.INFERENCE_PRECISIONS`): ``"fp32"``,
             or ``"bf16"`` / ``"auto"`` (bfloat16 matrix products where the CPU has AVX512-BF16
             or AMX; RESULTS.md, section "Speed", has its cost and accuracy).
 
