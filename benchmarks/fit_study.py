@@ -58,7 +58,7 @@ from cdmpp.train.metrics import summary
 from cdmpp.train.splits import Split, drop_unstable_labels, thin_training
 
 STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope",
-                 "best_speed")
+                 "best_speed", "untunable_tasks", "untunable_level", "untunable_within", "tunable_within")
 
 
 RESIDUAL_INPUTS = ("trace", "psf")
@@ -434,14 +434,19 @@ def format_study(result: dict) -> str:
             f"{100 * a['floor_mape']:.1f}%"
         )
     lines += ["", "| lever | model | part | programs | MAPE | median APE | tau | best p/m | fastest 10% log p/m | "
-              "slowest 50% log p/m | slope | best spd | train s |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "slowest 50% log p/m | slope | best spd | 1-prog tasks | 1-prog lvl | 1-prog <=1.25x | "
+              "other tasks <=1.25x | train s |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+              "---: | ---: |"]
+    nan = float("nan")
     for r in result["rows"]:
         lines.append(
             f"| {r['lever']} | {r['model']} | {r['part']} | {r['programs']} | {100 * r['mape']:.1f}% | "
             f"{100 * r['median_ape']:.1f}% | {r['kendall_tau']:.3f} | {r['best_ratio']:.2f} | "
-            f"{r['decile_log_ratio']:+.2f} | {r.get('slow_half_log_ratio', float('nan')):+.2f} | {r['slope']:.2f} | "
-            f"{r['best_speed']:.3f} | {r['train_s']:.0f} |"
+            f"{r['decile_log_ratio']:+.2f} | {r.get('slow_half_log_ratio', nan):+.2f} | {r['slope']:.2f} | "
+            f"{r['best_speed']:.3f} | {r.get('untunable_tasks', '-')} | {r.get('untunable_level', nan):+.2f} | "
+            f"{100 * r.get('untunable_within', nan):.1f}% | {100 * r.get('tunable_within', nan):.1f}% | "
+            f"{r['train_s']:.0f} |"
         )
     return "\n".join(lines)
 

@@ -145,6 +145,18 @@ LEVERS: dict[str, Lever] = {
               model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
               trace_token=True, extra_data="tuned"),
+        Lever("shipped-workload-0.5", "shipped-tuned-listmle-fast-x1 with each training program weighted n^-0.5 in "
+              "the Huber loss, n its task's training programs (between every program alike and every workload alike)",
+              model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0,
+                     "workload_weight": 0.5},
+              trace_token=True, extra_data="tuned"),
+        Lever("shipped-workload-1", "shipped-tuned-listmle-fast-x1 with each training program weighted 1/n in the "
+              "Huber loss, n its task's training programs: an untunable task's one program counts as much as a "
+              "tunable task's whole set", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0,
+                     "workload_weight": 1.0},
+              trace_token=True, extra_data="tuned"),
     )
 }
 """The levers the study knows, by name.  ``epochs: -k`` means k times the base epochs."""

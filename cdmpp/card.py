@@ -79,6 +79,18 @@ def _family_lines(db: DeviceDatabase) -> list[str]:
     return lines
 
 
+def _sweep_lines(manifest: dict) -> list[str]:
+    """The card's lines on the operator sweep's entries: how many, and how they were chosen."""
+    entries = {n: v for n, v in manifest.get("networks", {}).items() if v.get("family") == "sweep"}
+    if not entries:
+        return []
+    ways: dict[str, int] = {}
+    for v in entries.values():
+        way = v.get("chosen_by") or "drawn at random (`cdmpp collect --sweep N --sweep-seed S`)"
+        ways[way] = ways.get(way, 0) + 1
+    return [f"- Operator sweep: {len(entries)} entries", *(f"  - {n}: {way}" for way, n in ways.items())]
+
+
 def _throughput_line(manifest: dict) -> str:
 
     n = secs = 0.0
@@ -166,7 +178,7 @@ def card(device_dir: Path) -> str:
         _repeats_line(db.programs),
         *_tuned_lines(m, per_wl, index_of),
         *_warm_lines(db.programs, m), *vm_call_lines(m), drift_line(device_dir), _throughput_line(m),
-        *_family_lines(db),
+        *_sweep_lines(m), *_family_lines(db),
         "",
         "| network | tasks measured / listed | task weight | programs |",
         "| --- | ---: | ---: | ---: |",

@@ -1,4 +1,5 @@
-"""The collection and dataset subcommands of ``cdmpp``: networks, collect, remeasure, validate, import, pack.
+"""The collection and dataset subcommands of ``cdmpp``: networks, collect, sweep-refine, remeasure, validate,
+import, pack.
 
 Each function here is a subcommand's body (``args`` from :func:`add_parsers`); every
 heavy import waits until a subcommand runs.
@@ -7,6 +8,7 @@ heavy import waits until a subcommand runs.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +28,7 @@ from .collect import (
     remeasure,
 )
 from .errors import InputError
-from .schema import tasks_of
+from .schema import parse_plan, tasks_of
 
 
 def _print_folds(k: int, datasets: list[str] | None) -> int:
@@ -198,16 +200,21 @@ def _run_collect(args) -> int:
         rounds = tuple(int(x) for x in args.rounds.split(",")) if args.rounds else ()
     except ValueError:
         raise InputError(f"--rounds takes counts like 32,64,128, got {args.rounds!r}") from None
-    networks_ = list(args.networks)
+    networks_, notes = list(args.networks), {}
+    if args.plan:
+        plan = parse_plan(Path(args.plan))
+        networks_ += [n for n in plan.networks if n not in networks_]
+        notes = dict.fromkeys(plan.networks, plan.chosen_by)
     if args.sweep:
         from .networks.sweep import sweep_names  # noqa: PLC0415  (keeps torch off the CLI's import)
 
         networks_ += sweep_names(args.sweep, args.sweep_seed)
     if not networks_:
-        raise InputError("give networks to collect (-n NET ...) or --sweep N")
+        raise InputError("give networks to collect (-n NET ..., --plan FILE or --sweep N)")
     fields, measure, quiet = collect_configs(args)
     cfg = CollectConfig(rpc=rpc, networks=networks_, out_dir=Path(args.out), rounds=rounds, measure=measure, quiet=quiet,
-                        pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every, **fields)
+                        pack_every_s=None if args.pack_every is None else 60.0 * args.pack_every, network_notes=notes,
+                        **fields)
     requests = []
 
     def stop(signum, _frame):
@@ -312,6 +319,27 @@ def _run_import(args) -> int:
     return 0
 
 
+def _run_sweep_refine(args) -> int:
+    from .networks.sweep import refine_names  # noqa: PLC0415  (keeps torch off the CLI's import)
+    from .train.evaluate import sweep_entry_errors  # noqa: PLC0415  (keeps torch off the CLI's import)
+    from .train.report import checkpoint_line  # noqa: PLC0415  (keeps torch off the CLI's import)
+
+    folder = Path(args.device_folder)
+    errors = sweep_entry_errors(Path(args.checkpoint), folder, Path(args.cache), progress=True)
+    known = set(ds.read_manifest(folder).get("networks", {}))
+    names = refine_names(errors, args.count, args.seed, known=known, per_entry=args.per_entry)
+    bad = sum(1 for e in errors.values() if e > math.log(1.25))
+    ckpt = checkpoint_line(Path(args.checkpoint)).removeprefix("Checkpoint: ")
+    chosen_by = (f"second pass, nn-Meter style: near the {min(bad, -(-args.count // args.per_entry))} entries (of {bad} "
+                 f"beyond 1.25x, of {len(errors)} scored) whose untunable tasks {ckpt} placed worst on this folder "
+                 f"(mean |log predicted / measured|, cold), each dimension scaled by 1/2 to 2 at random "
+                 f"(`cdmpp sweep-refine --count {args.count} --seed {args.seed} --per-entry {args.per_entry}`)")
+    ds.write_json_atomic(Path(args.out), {"networks": names, "chosen_by": chosen_by})
+    print(f"{len(names)} new sweep entries near the worst of {bad} misplaced entries ({len(errors)} scored) -> "
+          f"{args.out}; collect them with `cdmpp collect --plan {args.out} -o DATASET ...`")
+    return 0
+
+
 def _run_pack(args) -> int:
 
     for d in ds.device_dirs(Path(args.dataset)):
@@ -323,7 +351,7 @@ def _run_pack(args) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The collection and dataset subcommands: networks, collect, remeasure, validate, import, pack."""
+    """The collection and dataset subcommands: networks, collect, sweep-refine, remeasure, validate, import, pack."""
     s = sub.add_parser("networks", help="list the network zoo")
     s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
     s.add_argument("--dataset", default=None, help="take task counts from this dataset's manifests (instant)")
@@ -338,6 +366,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="also collect N entries of the operator sweep (layout, normalisation, softmax, reductions, "
                         "elementwise, masks, rotary, embedding lookups at shapes drawn wide; cdmpp.networks.sweep)")
     s.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's shapes")
+    s.add_argument("--plan", default=None, metavar="FILE",
+                   help="also collect the networks of a plan file (JSON: networks, chosen_by; `cdmpp sweep-refine` "
+                        "writes one), noting in the manifest how they were chosen")
     s.add_argument("-o", "--out", required=True, help="dataset folder")
     _add_collect_flags(s)
     s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
@@ -359,6 +390,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--profile", action="store_true",
                    help="print the wall time of each stage at the end (it is in the manifest either way)")
     s.set_defaults(func=_run_collect)
+
+    s = sub.add_parser("sweep-refine", help="plan the operator sweep's second pass: new shapes near the entries a "
+                                             "checkpoint places worst on a device folder (nn-Meter style)")
+    s.add_argument("device_folder", help="a device folder holding first-pass sweep entries")
+    s.add_argument("-c", "--checkpoint", required=True, help="the checkpoint whose errors choose the shapes; one "
+                                                             "that never trained on these entries")
+    s.add_argument("--count", type=int, default=1000, help="new entries to plan")
+    s.add_argument("--per-entry", type=int, default=4, help="new entries near each misplaced entry")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
+    s.add_argument("-o", "--out", required=True, help="the plan file to write (JSON), for `cdmpp collect --plan`")
+    s.set_defaults(func=_run_sweep_refine)
 
     s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")
     s.add_argument("dataset")

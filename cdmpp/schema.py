@@ -9,6 +9,7 @@ written by a later cdmpp still reads.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,34 @@ class Manifest(BaseModel):
     networks: dict[str, dict[str, Any]] = {}
     tasks: list[TaskEntry] = []
     held_out: dict[str, Any] = {}
+
+
+class CollectPlan(BaseModel):
+    """A list of networks to collect and how they were chosen (``cdmpp collect --plan``),
+    as ``cdmpp sweep-refine`` writes it.
+
+    Attributes:
+        networks: zoo names or sweep entries, in collection order.
+        chosen_by: how they were chosen, in words; kept in the manifest as each network's
+            ``chosen_by`` and shown on the dataset card.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    networks: list[str]
+    chosen_by: str
+
+
+def parse_plan(path: Path) -> CollectPlan:
+    """The :class:`CollectPlan` in ``path``.
+
+    Raises:
+        DatasetError: the file is missing, not JSON, or lacks a field (named).
+    """
+    try:
+        return CollectPlan.model_validate(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+        raise DatasetError(f"{path}: not a collection plan ({err})") from None
 
 
 class DeviceRow(BaseModel):

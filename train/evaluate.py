@@ -29,7 +29,7 @@ from cdmpp.train.device_scores import evaluate_devices
 from .baselines import FlopsBaseline, TreeBaseline
 from .metrics import summary
 from .report import BASELINE_FILE, task_weights
-from .splits import holdout_network
+from .splits import holdout_network, networks_of
 
 
 def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True, loops: bool = False):
@@ -388,6 +388,47 @@ def _for_device(predictor: LatencyPredictor, db, data: FeaturizedPrograms) -> tu
         row = 0
         note = f"; device {db.device_id} is not in this checkpoint: the unknown-device row"
     return dataclasses.replace(data, device_row=np.full(len(data), row, dtype=np.int64)), note
+
+
+def sweep_entry_errors(checkpoint: Path, device_dir: Path, cache_dir: Path | None = None,
+                       progress: bool = True) -> dict[str, float]:
+    """How far off a checkpoint places each operator-sweep entry of a device folder
+    (:mod:`cdmpp.networks.sweep`): per entry, the mean over its measured untunable tasks
+    (one program measured) of ``|log(predicted / measured)|``, natural log, cold labels,
+    each program read with its schedule trace.  The input of the sweep's second pass
+    (:func:`cdmpp.networks.sweep.refine_names`).
+
+    Returns:
+        entry name -> mean absolute log ratio; an entry with no measured untunable task is
+        left out.
+
+    Raises:
+        CheckpointError, DatasetError: a bad checkpoint, or a folder that is not one device's.
+        InputError: the folder holds no measured sweep entry.
+    """
+    from cdmpp.networks.sweep import PREFIX  # noqa: PLC0415  (keeps torch off this module's import)
+
+    model, meta = load_checkpoint(checkpoint)
+    predictor = LatencyPredictor(model, meta)
+    db, data = load_featurized(Path(device_dir), cache_dir, progress, loops=model.config.loop_tokens)
+    data = model_inputs(model.config, data, ds.device_dirs(Path(device_dir))[:1], True)
+    data, _ = _for_device(predictor, db, data)
+    entries = {n: keys for n, keys in networks_of(db.manifest).items() if n.startswith(PREFIX)}
+    index_of = {k: i for i, k in enumerate(data.workload_keys)}
+    counts = np.bincount(data.workload, minlength=len(data.workload_keys))
+    one = {w: int(np.flatnonzero(data.workload == w)[0])
+           for w in {index_of[k] for keys in entries.values() for k in keys if k in index_of} if counts[w] == 1}
+    if not one:
+        raise InputError(f"{device_dir} holds no measured untunable task of the operator sweep")
+    programs = np.array(sorted(one.values()), dtype=np.int64)
+    ratio = np.abs(np.log(predictor.predict_featurized(data, programs)) - np.log(data.latency[programs]))
+    error = dict(zip(programs.tolist(), ratio.tolist()))
+    out = {}
+    for name, keys in entries.items():
+        levels = [error[one[index_of[k]]] for k in keys if k in index_of and index_of[k] in one]
+        if levels:
+            out[name] = float(np.mean(levels))
+    return out
 
 
 def network_program_counts(db) -> dict[str, int]:

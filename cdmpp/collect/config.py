@@ -258,6 +258,9 @@ class CollectConfig:
             workloads.  The skipped tasks stay listed in the manifest.
         held_out: networks outside the zoo whose workloads are never measured, even where a
             zoo network shares them (by structural hash): the held-out test networks.
+        network_notes: how some networks were chosen (network -> words), kept in the
+            manifest as the network's ``chosen_by`` (the sweep's second pass,
+            :func:`cdmpp.networks.sweep.refine_names`).
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
             (seconds), and once more at the end, so that a shipped, version-controlled
@@ -294,6 +297,7 @@ class CollectConfig:
     tuned_only: bool = False
     new_workloads_only: bool = False
     held_out: tuple[str, ...] = HELD_OUT_NETWORKS
+    network_notes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         self.out_dir = Path(self.out_dir)

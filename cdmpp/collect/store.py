@@ -172,7 +172,9 @@ def build_manifest(device: DeviceDescriptor, cfg: CollectConfig, old: dict, task
         networks.setdefault(t.network, {"tasks": 0})
     for n in networks:
         if any(t.network == n for t in tasks):
-            networks[n] = {"tasks": len({t.name for t in tasks if t.network == n}), "family": family_of(n)}
+            note = cfg.network_notes.get(n, networks[n].get("chosen_by"))
+            networks[n] = {"tasks": len({t.name for t in tasks if t.network == n}), "family": family_of(n),
+                           **({"chosen_by": note} if note else {})}
     return {
         "format": "cdmpp-dataset/1",
         "device": device.to_json(),

@@ -18,11 +18,14 @@ entry can be rebuilt from its name:
 
 :func:`sweep_names` draws entries at random (seeded): batch 1-64, sequence 1-4,096,
 hidden 64-8,192, image sides 7-112, ranks 2 to 5, at most 2^22 elements per tensor.
+:func:`refine_names` is the second pass, nn-Meter's adaptive sampling: new shapes near the
+entries a model places worst.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import torch
@@ -190,3 +193,83 @@ def sweep_names(count: int, seed: int = 0) -> list[str]:
         if MIN_ELEMENTS <= math.prod(shape) <= MAX_ELEMENTS // 2:  # a concat doubles it
             names[PREFIX + "x".join(map(str, shape))] = None
     return list(names)
+
+
+def _near(rng, dim: int, low: int = 1) -> int:
+    """``dim`` scaled by a factor drawn log-uniformly in [1/2, 2], keeping its multiple of
+    16 or of 2 (a hidden size, an even rotary axis)."""
+    step = 16 if dim % 16 == 0 else 2 if dim % 2 == 0 else 1
+    value = int(round(dim * math.exp(rng.uniform(-math.log(2), math.log(2)))))
+    return max(max(low, step), value // step * step)
+
+
+def _neighbour(rng, name: str) -> str | None:
+    """A sweep entry near ``name`` (each dimension scaled by 1/2 to 2), or ``None`` when
+    the drawn shape is out of the sweep's range."""
+    parts = name[len(PREFIX):].split("-")
+    if parts[0] == "take":
+        (batch, seq), (vocab, hidden) = _dims(parts[1]), _dims(parts[2])
+        ids, table = (_near(rng, batch), _near(rng, seq)), (_near(rng, vocab, 2), _near(rng, hidden))
+        if math.prod(ids) * table[1] > MAX_ELEMENTS or table[0] * table[1] > 4 * MAX_ELEMENTS:
+            return None
+        return f"{PREFIX}take-{ids[0]}x{ids[1]}-{table[0]}x{table[1]}"
+    shape = tuple(_near(rng, d) for d in _dims(parts[0]))
+    if not MIN_ELEMENTS <= math.prod(shape) <= MAX_ELEMENTS // 2:
+        return None
+    return PREFIX + "x".join(map(str, shape))
+
+
+def refine_names(errors: Mapping[str, float], count: int, seed: int = 0, known: Collection[str] = (),
+                 threshold: float = math.log(1.25), per_entry: int = 4) -> list[str]:
+    """The sweep's second pass: ``count`` new entries near the entries a model places
+    worst, as nn-Meter's adaptive sampler refines where its predictor is weakest (Zhang
+    et al., MobiSys 2021, Section 4.2).
+
+    The entries whose error is above ``threshold`` are taken worst first, ``ceil(count /
+    per_entry)`` of them (fewer if fewer are that far off), and each gets new shapes in
+    turn: every dimension scaled by a factor drawn log-uniformly in [1/2, 2] (a multiple
+    of 16 or an even size stays one), within the sweep's element bounds, none of them in
+    ``known`` or drawn before.
+
+    Args:
+        errors: sweep entry name -> how far off the model places it, e.g. the mean
+            ``|log(predicted / measured)|`` of its untunable tasks
+            (:func:`cdmpp.train.evaluate.sweep_entry_errors`).
+        count: new entries wanted.
+        seed: seed of the draws.
+        known: entries already collected (never returned).
+        threshold: an entry counts as misplaced above this error (default: 1.25x).
+        per_entry: new entries per misplaced entry.
+
+    Returns:
+        up to ``count`` new sweep entry names, in draw order (fewer when no entry is
+        above ``threshold`` or the neighbourhoods run dry).
+
+    Raises:
+        ValueError: ``count`` or ``per_entry`` below 1, or a name in ``errors`` that is not
+            a sweep entry.
+    """
+    if count < 1 or per_entry < 1:
+        raise ValueError(f"count and per_entry must be at least 1, got {count} and {per_entry}")
+    for name in errors:
+        if not name.startswith(PREFIX):
+            raise ValueError(f"{name!r} is not a sweep entry")
+        sweep_entry(name)  # a malformed one raises here
+    worst = sorted((n for n, e in errors.items() if e > threshold), key=lambda n: (-errors[n], n))
+    worst = worst[: math.ceil(count / per_entry)]
+    rng = np.random.default_rng(seed)
+    taken, out = set(known) | set(errors), []
+    tries = dict.fromkeys(worst, 0)
+    while len(out) < count and tries:
+        for name in list(tries):
+            if len(out) >= count:
+                break
+            tries[name] += 1
+            if tries[name] > 16 * per_entry:  # a neighbourhood too small or too full to give more
+                del tries[name]
+                continue
+            new = _neighbour(rng, name)
+            if new is not None and new not in taken:
+                taken.add(new)
+                out.append(new)
+    return out
