@@ -48,6 +48,7 @@ from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.parallel import default_workers
 from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 from cdmpp.model import ModelConfig
+from cdmpp.networks.sweep import PREFIX as SWEEP_PREFIX
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
@@ -254,6 +255,16 @@ def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int
     return Split(np.sort(np.concatenate([split.train, add])), split.val, split.test, split.holdout)
 
 
+def _without_sweep(split: Split, corpus) -> Split:
+    """``split`` without the training programs of workloads that only the operator sweep
+    has (a workload a zoo network shares stays)."""
+    nets = corpus.networks()
+    zoo = set().union(*(k for n, k in nets.items() if not n.startswith(SWEEP_PREFIX)))
+    only = set().union(*(k for n, k in nets.items() if n.startswith(SWEEP_PREFIX))) - zoo
+    drop = np.isin(corpus.raw_keys[split.train].astype(str), sorted(only))
+    return Split(split.train[~drop], split.val, split.test, split.holdout)
+
+
 def lever_configs(cfg: StudyConfig, lever: Lever, num_devices: int) -> tuple[ModelConfig, TrainConfig]:
     """The model and training configs of ``lever`` on the study's base recipe, for a device
     table of ``num_devices`` rows (``feature_dim`` is set later, from the data)."""
@@ -374,6 +385,8 @@ def run_fit_study(
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
         split = _with_extra_data(split, base, tuned_train, lever.extra_data, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
+        if lever.without_sweep:
+            split = _without_sweep(split, corpus)
         lever_data = data
         if mcfg.loop_tokens:
             lever_data = with_loop_tokens(lever_data)

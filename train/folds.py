@@ -5,7 +5,11 @@ training workloads, so validation overstates what a model does on a network it n
 saw.  A leave-family-out fold holds out every network of a set of architecture
 families (the zoo's ``family``: all ResNets, all BERTs, ...): a model trained without
 the fold is scored on the fold's workloads.  The zoo's families go to ``k`` folds by a
-hash of the family name, so a family stays in its fold as the corpus grows.
+hash of the family name, so a family stays in its fold as the corpus grows.  The
+operator sweep (family ``sweep``) is kernel data, not an architecture: it is in no
+fold and trains with every fold, as nn-Meter's kernel measurements train its kernel
+predictors; a sweep workload that a fold's network shares (by structural hash) is still
+left out with the fold.
 
 A split's held-out part is named like a network: ``"fold-2-of-4"`` is the second of
 four folds (``cdmpp train --holdout fold-2-of-4``; ``cdmpp evaluate`` scores the
@@ -47,6 +51,11 @@ def parse_fold(holdout: str | None) -> tuple[int, int] | None:
     return i, k
 
 
+KERNEL_FAMILIES = ("sweep",)
+"""Families of kernel measurements rather than architectures (the operator sweep): in no
+fold, so that they train with every fold."""
+
+
 def fold_of_family(family: str, k: int) -> int:
     """The fold (1-based, of ``k``) a family belongs to: CRC-32 of its name, modulo ``k``."""
     return zlib.crc32(family.encode()) % k + 1
@@ -60,7 +69,8 @@ def family_of(network: str) -> str:
 
 
 def fold_networks(networks: list[str] | set[str], holdout: str) -> list[str]:
-    """The networks of the fold ``holdout`` among ``networks``, sorted.
+    """The networks of the fold ``holdout`` among ``networks``, sorted (never one of
+    :data:`KERNEL_FAMILIES`).
 
     Raises:
         InputError: ``holdout`` is not a fold name, or the fold holds none of the networks.
@@ -69,7 +79,7 @@ def fold_networks(networks: list[str] | set[str], holdout: str) -> list[str]:
     if fold is None:
         raise InputError(f"{holdout!r} is not a fold name like fold-1-of-4")
     i, k = fold
-    out = sorted(n for n in networks if fold_of_family(family_of(n), k) == i)
+    out = sorted(n for n in networks if family_of(n) not in KERNEL_FAMILIES and fold_of_family(family_of(n), k) == i)
     if not out:
         raise InputError(f"{holdout} holds none of this dataset's networks; its families are in other folds")
     return out
@@ -80,7 +90,8 @@ def fold_table(networks: list[str] | set[str], k: int) -> dict[str, list[str]]:
     out: dict[str, set[str]] = {fold_name(i, k): set() for i in range(1, k + 1)}
     for n in networks:
         fam = family_of(n)
-        out[fold_name(fold_of_family(fam, k), k)].add(fam)
+        if fam not in KERNEL_FAMILIES:
+            out[fold_name(fold_of_family(fam, k), k)].add(fam)
     return {f: sorted(v) for f, v in out.items()}
 
 

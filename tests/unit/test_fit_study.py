@@ -177,3 +177,22 @@ def test_every_lever_makes_a_model_and_a_recipe():
             out = m.predict_log_latency(x, torch.arange(3).expand(2, 3), torch.ones(2, 3, dtype=torch.bool),
                                         torch.tensor([1, 2]))
         assert out.shape == (2,) and torch.all(torch.isfinite(out)), name
+
+
+def test_the_sweep_control_drops_only_workloads_that_the_sweep_alone_has():
+    import numpy as np
+
+    from benchmarks.fit_study import _without_sweep
+    from benchmarks.levers import LEVERS
+    from cdmpp.train.splits import Split
+
+    class Corpus:
+        raw_keys = np.array(["shared", "sweep-only", "zoo-only", "sweep-only", "shared"])
+
+        def networks(self):
+            return {"sweep-8x64": {"shared", "sweep-only"}, "resnet_18-b1": {"shared", "zoo-only"}}
+
+    split = Split(np.arange(5), np.array([7]), np.array([8]), "fold-3-of-4")
+    out = _without_sweep(split, Corpus())
+    assert out.train.tolist() == [0, 2, 4] and out.val.tolist() == [7] and out.test.tolist() == [8]
+    assert LEVERS["shipped-without-sweep"].without_sweep and not LEVERS["shipped-tuned-listmle-fast-x1"].without_sweep

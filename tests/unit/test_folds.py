@@ -107,3 +107,24 @@ def test_a_family_holdout_tests_on_every_network_of_the_family():
     assert holdout_keys(networks, "family:sweep") == {"a", "b", "c"}
     with pytest.raises(InputError, match="family 'nope'"):
         holdout_keys(networks, "family:nope")
+
+
+def test_the_sweep_is_in_no_fold_and_trains_with_every_fold_but_a_shared_workload():
+    from cdmpp.train.folds import KERNEL_FAMILIES, fold_networks, fold_table, holdout_keys
+
+    assert "sweep" in KERNEL_FAMILIES
+    networks = {"sweep-8x64": {"a", "b"}, "sweep-take-1x8-100x64": {"c"}, "resnet_18-b1": {"d", "a"},
+                "bert_base-b1s128": {"e"}}
+    tables = {k: fold_table(networks, k) for k in (2, 3, 4, 5)}
+    for k, table in tables.items():
+        assert all("sweep" not in fams for fams in table.values())
+        for i in range(1, k + 1):
+            try:
+                members = fold_networks(networks, f"fold-{i}-of-{k}")
+            except Exception:  # a fold with none of these networks
+                continue
+            assert not any(n.startswith("sweep-") for n in members)
+            keys = holdout_keys(networks, f"fold-{i}-of-{k}")
+            # the sweep's own workloads train, unless a fold network shares one ("a")
+            assert "b" not in keys and "c" not in keys
+            assert ("a" in keys) == ("resnet_18-b1" in members)
