@@ -1,5 +1,4 @@
-"""The collection and dataset subcommands of ``cdmpp``: networks, collect, sweep-refine, remeasure, validate,
-import, pack.
+"""The collection and dataset subcommands of ``cdmpp``: networks, collect, remeasure, validate, import, pack.
 
 Each function here is a subcommand's body (``args`` from :func:`add_parsers`); every
 heavy import waits until a subcommand runs.
@@ -64,6 +63,9 @@ def _print_folds(k: int, datasets: list[str] | None) -> int:
 
 def _run_networks(args) -> int:
     from . import networks  # noqa: PLC0415  (keeps torch off this module's import)
+
+    if args.refine_sweep is not None:
+        return _refine_sweep(args)
 
     if args.folds is not None:
         if args.folds < 2:
@@ -319,12 +321,15 @@ def _run_import(args) -> int:
     return 0
 
 
-def _run_sweep_refine(args) -> int:
+def _refine_sweep(args) -> int:
+    """``cdmpp networks --refine-sweep DEVICE_FOLDER``: the sweep's second pass, planned into a file."""
+    if args.checkpoint is None or args.out is None:
+        raise InputError("--refine-sweep needs --checkpoint (whose errors choose the shapes) and --out (the plan file)")
     from .networks.sweep import refine_names  # noqa: PLC0415  (keeps torch off the CLI's import)
     from .train.evaluate import sweep_entry_errors  # noqa: PLC0415  (keeps torch off the CLI's import)
     from .train.report import checkpoint_line  # noqa: PLC0415  (keeps torch off the CLI's import)
 
-    folder = Path(args.device_folder)
+    folder = Path(args.refine_sweep)
     errors = sweep_entry_errors(Path(args.checkpoint), folder, Path(args.cache), progress=True)
     known = set(ds.read_manifest(folder).get("networks", {}))
     names = refine_names(errors, args.count, args.seed, known=known, per_entry=args.per_entry)
@@ -333,7 +338,8 @@ def _run_sweep_refine(args) -> int:
     chosen_by = (f"second pass, nn-Meter style: near the {min(bad, -(-args.count // args.per_entry))} entries (of {bad} "
                  f"beyond 1.25x, of {len(errors)} scored) whose untunable tasks {ckpt} placed worst on this folder "
                  f"(mean |log predicted / measured|, cold), each dimension scaled by 1/2 to 2 at random "
-                 f"(`cdmpp sweep-refine --count {args.count} --seed {args.seed} --per-entry {args.per_entry}`)")
+                 f"(`cdmpp networks --refine-sweep DEVICE_FOLDER --count {args.count} --seed {args.seed} "
+                 f"--per-entry {args.per_entry}`)")
     ds.write_json_atomic(Path(args.out), {"networks": names, "chosen_by": chosen_by})
     print(f"{len(names)} new sweep entries near the worst of {bad} misplaced entries ({len(errors)} scored) -> "
           f"{args.out}; collect them with `cdmpp collect --plan {args.out} -o DATASET ...`")
@@ -351,13 +357,25 @@ def _run_pack(args) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The collection and dataset subcommands: networks, collect, sweep-refine, remeasure, validate, import, pack."""
+    """The collection and dataset subcommands: networks, collect, remeasure, validate, import, pack."""
     s = sub.add_parser("networks", help="list the network zoo")
     s.add_argument("--count-tasks", action="store_true", help="extract each network's tasks and count them (slow)")
     s.add_argument("--dataset", default=None, help="take task counts from this dataset's manifests (instant)")
     s.add_argument("--folds", type=int, default=None, metavar="K",
                    help="list the K leave-family-out folds instead (cdmpp train --holdout fold-I-of-K): each "
                         "fold's architectures, over the zoo or, with --dataset, the dataset's networks and workloads")
+    s.add_argument("--refine-sweep", default=None, metavar="DEVICE_FOLDER",
+                   help="instead, plan the operator sweep's second pass (nn-Meter style): new sweep entries near "
+                        "the entries of DEVICE_FOLDER that --checkpoint places worst, written to --out for "
+                        "`cdmpp collect --plan`")
+    s.add_argument("-c", "--checkpoint", default=None,
+                   help="with --refine-sweep: the checkpoint whose errors choose the shapes (one that never trained "
+                        "on these entries)")
+    s.add_argument("--count", type=int, default=400, help="with --refine-sweep: new entries to plan")
+    s.add_argument("--per-entry", type=int, default=4, help="with --refine-sweep: new entries near each misplaced entry")
+    s.add_argument("--seed", type=int, default=0, help="with --refine-sweep: seed of the new shapes")
+    s.add_argument("--cache", default=".cdmpp-cache", help="with --refine-sweep: featurization cache folder")
+    s.add_argument("-o", "--out", default=None, help="with --refine-sweep: the plan file to write (JSON)")
     s.set_defaults(func=_run_networks)
 
     s = sub.add_parser("collect", help="measure sampled schedules of networks' tasks on this CPU (resumable)")
@@ -367,8 +385,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "elementwise, masks, rotary, embedding lookups at shapes drawn wide; cdmpp.networks.sweep)")
     s.add_argument("--sweep-seed", type=int, default=0, help="seed of the sweep's shapes")
     s.add_argument("--plan", default=None, metavar="FILE",
-                   help="also collect the networks of a plan file (JSON: networks, chosen_by; `cdmpp sweep-refine` "
-                        "writes one), noting in the manifest how they were chosen")
+                   help="also collect the networks of a plan file (JSON: networks, chosen_by; `cdmpp networks "
+                        "--refine-sweep` writes one), noting in the manifest how they were chosen")
     s.add_argument("-o", "--out", required=True, help="dataset folder")
     _add_collect_flags(s)
     s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="time on boards behind a TVM RPC tracker")
@@ -390,18 +408,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--profile", action="store_true",
                    help="print the wall time of each stage at the end (it is in the manifest either way)")
     s.set_defaults(func=_run_collect)
-
-    s = sub.add_parser("sweep-refine", help="plan the operator sweep's second pass: new shapes near the entries a "
-                                             "checkpoint places worst on a device folder (nn-Meter style)")
-    s.add_argument("device_folder", help="a device folder holding first-pass sweep entries")
-    s.add_argument("-c", "--checkpoint", required=True, help="the checkpoint whose errors choose the shapes; one "
-                                                             "that never trained on these entries")
-    s.add_argument("--count", type=int, default=1000, help="new entries to plan")
-    s.add_argument("--per-entry", type=int, default=4, help="new entries near each misplaced entry")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--cache", default=".cdmpp-cache", help="featurization cache folder")
-    s.add_argument("-o", "--out", required=True, help="the plan file to write (JSON), for `cdmpp collect --plan`")
-    s.set_defaults(func=_run_sweep_refine)
 
     s = sub.add_parser("remeasure", help="time a random sample of measured programs again (run-to-run drift)")
     s.add_argument("dataset")

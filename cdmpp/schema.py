@@ -78,7 +78,7 @@ class Manifest(BaseModel):
 
 class CollectPlan(BaseModel):
     """A list of networks to collect and how they were chosen (``cdmpp collect --plan``),
-    as ``cdmpp sweep-refine`` writes it.
+    as ``cdmpp networks --refine-sweep`` writes it.
 
     Attributes:
         networks: zoo names or sweep entries, in collection order.
