@@ -14,6 +14,8 @@ BENCHES = {
     "tune": ("tune_cli", "MetaSchedule tuning of a network's largest tasks (or a whole network): TVM's XGBoost model "
              "against cdmpp's plugin"),
     "truth-check": ("truth_check", "whole networks: measured end to end vs summed measured kernels vs the estimate"),
+    "selection-study": ("selection_study", "the winner's curse: the estimate on each tuner's picks, and a correction "
+                        "for the picks learned on other networks"),
     "deployed-import": ("deployed_import", "a network with its weights as per-call inputs against it imported as "
                         "deployed (weight-only kernels at load): tasks, end to end, profile"),
     "calibrate": ("calibrate", "calibrate a checkpoint's 10-90% intervals on its validation workloads; report coverage"),

@@ -334,7 +334,7 @@ def run_fit_study(
                             tuned_validation=int(len(val_parts.get("validation-tuned", ()))))
     result = {
         "config": {**dataclasses.asdict(cfg), "datasets": [str(d) for d in cfg.datasets],
-                   "devices": [d.device_id for d in corpus.devices]},
+                   "devices": [d.row_name for d in corpus.devices]},
         "split": split_counts,
         "noise": noise_ceiling(folders),
         "ambiguity": {"train": feature_ambiguity(data, base.train),
@@ -358,12 +358,12 @@ def run_fit_study(
     residual_inputs = {}
     traces = None
     if "trace" in cfg.residual_inputs or any(LEVERS[n].trace_token for n in cfg.levers):
-        traces = folder_traces([corpus.folders[d.device_id] for d in corpus.devices], data.latency)  # row order
+        traces = folder_traces([corpus.folders[d.row_name] for d in corpus.devices], data.latency)  # row order
     if "trace" in cfg.residual_inputs:
         residual_inputs["trace"] = traces
     steps = None
     if any(LEVERS[n].trace_sequence for n in cfg.levers):
-        steps = folder_trace_steps([corpus.folders[d.device_id] for d in corpus.devices], data.latency)
+        steps = folder_trace_steps([corpus.folders[d.row_name] for d in corpus.devices], data.latency)
     if "psf" in cfg.residual_inputs:
         residual_inputs["psf"] = tree_inputs(data, descriptors, np.arange(len(data)))
     if cfg.trees and "-" not in done:

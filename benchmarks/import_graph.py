@@ -19,8 +19,8 @@ PACKAGES = {"cdmpp": "cdmpp", "cdmpp.featurize": "featurize", "cdmpp.train": "tr
 LAYERS = (
     ("core", ("cdmpp", "cdmpp.errors", "cdmpp.records", "cdmpp.device", "cdmpp.tvm_compat", "cdmpp.dataset",
               "cdmpp.featurize", "cdmpp.encoder", "cdmpp.model", "cdmpp.tree_gnn", "cdmpp.cache_fit", "cdmpp.roofline",
-              "cdmpp.intervals", "cdmpp.device_choice", "cdmpp.predictor", "cdmpp.card", "cdmpp.checkpoint",
-              "cdmpp.relax_import", "cdmpp.inference", "cdmpp.schema")),
+              "cdmpp.intervals", "cdmpp.device_choice", "cdmpp.predictor", "cdmpp.predictions", "cdmpp.card",
+              "cdmpp.checkpoint", "cdmpp.relax_import", "cdmpp.inference", "cdmpp.schema")),
     ("networks and tasks", ("cdmpp.tasks", "cdmpp.held_out", "cdmpp.networks", "cdmpp.network_input",
                             "cdmpp.kernel_class")),
     ("collect", ("cdmpp.collect",)),

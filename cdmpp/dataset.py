@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdmpp.device import PROTOCOLS, WARM_SUFFIX, warm_device_id  # noqa: F401  (re-exported)
+from cdmpp.device import PROTOCOLS  # noqa: F401  (re-exported)
 from cdmpp.errors import DatasetError  # noqa: F401  (re-exported)
 from cdmpp.records import (  # noqa: F401  (BadLine, iter_json_lines, open_text, valid_run_secs: re-exported)
     BadLine,

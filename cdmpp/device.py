@@ -46,7 +46,8 @@ class DeviceDescriptor:
         protocol: the timing protocol behind the labels of this row of a model's device
             table: ``"cold"`` (a cache flush before each repeat) or ``"warm"`` (back to
             back, as a kernel runs inside a network).  A model has a row per device and
-            protocol; the warm row's id is :func:`warm_device_id` of the device's.
+            protocol: the device's two rows share its ``device_id`` and differ in
+            ``protocol`` (:attr:`row_name` names each).
     """
 
     device_id: str
@@ -65,6 +66,12 @@ class DeviceDescriptor:
         if self.protocol not in PROTOCOLS:
             raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
 
+    @property
+    def row_name(self) -> str:
+        """The name of this device-table row in reports and keys: the device id, followed by
+        `` (warm)`` for the warm protocol's row."""
+        return row_name(self.device_id, self.protocol)
+
     def to_json(self) -> dict:
         """A JSON-able dict (``isa_flags`` and ``caches`` as lists; ``caches``, ``vm_call_s``,
         ``vm_entry_s`` and a ``"cold"`` protocol left out)."""
@@ -80,22 +87,35 @@ class DeviceDescriptor:
 
     @staticmethod
     def from_json(obj: dict) -> "DeviceDescriptor":
-        """Inverse of :meth:`to_json` (a descriptor written before ``caches`` has none; one
-        written before ``protocol`` is a warm row when its id ends with the warm suffix)."""
-        protocol = obj.get("protocol") or ("warm" if str(obj.get("device_id", "")).endswith(WARM_SUFFIX) else "cold")
-        return DeviceDescriptor(**{**obj, "isa_flags": tuple(obj.get("isa_flags", ())),
-                                   "caches": tuple(int(c) for c in obj.get("caches", ())), "protocol": protocol})
+        """Inverse of :meth:`to_json` (a descriptor written before ``caches`` has none).
+
+        Checkpoints written before the protocol was a field named a warm row
+        ``"<device id>+warm"``; such an id is read as the device's id with ``protocol="warm"``.
+        """
+        device_id, protocol = split_legacy_row_id(str(obj.get("device_id", "")))
+        return DeviceDescriptor(**{**obj, "device_id": device_id, "isa_flags": tuple(obj.get("isa_flags", ())),
+                                   "caches": tuple(int(c) for c in obj.get("caches", ())),
+                                   "protocol": obj.get("protocol") or protocol})
 
 
 PROTOCOLS = ("cold", "warm")
 """The timing protocols, by record file: the dataset's tuning records and its warm ones."""
-WARM_SUFFIX = "+warm"
-"""What :func:`warm_device_id` adds to a device's id to name its warm row of a device table."""
 
 
-def warm_device_id(device_id: str) -> str:
-    """The id of a device's warm-protocol row of a model's device table: ``"cpu-...-avx512+warm"``."""
-    return device_id + WARM_SUFFIX
+def row_name(device_id: str, protocol: str = "cold") -> str:
+    """The name of a device's device-table row of one timing protocol, in reports and as
+    the key of per-row tables: ``device_id`` for the cold row, ``"<device_id> (warm)"``
+    for the warm one (the device id itself never names a protocol)."""
+    return device_id if protocol == "cold" else f"{device_id} ({protocol})"
+_LEGACY_WARM_SUFFIX = "+warm"
+
+
+def split_legacy_row_id(row_id: str) -> tuple[str, str]:
+    """``(device id, protocol)`` of a device-table row's id as checkpoints once wrote it
+    (``"cpu-...-avx512+warm"`` for a warm row); an id without the suffix is a cold row."""
+    if row_id.endswith(_LEGACY_WARM_SUFFIX):
+        return row_id[: -len(_LEGACY_WARM_SUFFIX)], "warm"
+    return row_id, "cold"
 
 
 def vm_call_lines(manifest: dict) -> list[str]:

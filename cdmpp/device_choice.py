@@ -22,7 +22,6 @@ import re
 import warnings
 from pathlib import Path
 
-from .dataset import warm_device_id
 from .device import DESCRIPTOR_FEATURES, DeviceDescriptor, descriptor_vector, local_cpu, local_gpu, slug
 from .errors import UnknownDeviceError
 from .schema import parse_checkpoint_meta
@@ -66,37 +65,43 @@ class DeviceTable:
 
     @property
     def ids(self) -> list[str]:
-        """Ids of the known devices, in table order."""
-        return [d.device_id for _, d in self.known]
+        """Ids of the known devices, in table order (a device's warm row adds no id)."""
+        return list(dict.fromkeys(d.device_id for _, d in self.known))
 
     def add(self, row: int, descriptor: DeviceDescriptor) -> None:
-        """Know one more device, at ``row`` of the model's device table."""
+        """Know one more device-table row, at ``row`` of the model's device table."""
         self.known.append((row, descriptor))
 
-    def descriptor(self, device_id: str) -> DeviceDescriptor:
-        """The descriptor of a known device.
+    def descriptor(self, device_id: str, protocol: str = "cold") -> DeviceDescriptor:
+        """The descriptor of a known device's row of one timing protocol.
 
         Raises:
-            UnknownDeviceError: ``device_id`` is not known.
+            UnknownDeviceError: ``device_id`` is not known, or not under ``protocol``.
         """
         for _, d in self.known:
-            if d.device_id == device_id:
+            if d.device_id == device_id and d.protocol == protocol:
                 return d
+        if protocol != "cold" and device_id in self.ids:
+            raise UnknownDeviceError(f"this checkpoint did not learn the {protocol} protocol of {device_id} "
+                                     f"(its folder had no {protocol} timings when it trained)")
         raise UnknownDeviceError(
             f"unknown device {device_id!r}: this checkpoint knows {', '.join(self.ids) or 'no device'}"
             " (cdmpp adapt learns a new one)"
         )
 
-    def row(self, device_id: str) -> int:
-        """The device-table row of a known device."""
-        return next(r for r, d in self.known if d.device_id == device_id)
+    def row(self, device_id: str, protocol: str = "cold") -> int:
+        """The device-table row of a known device's timing protocol.
 
-    def warm(self, device_id: str | None) -> str | None:
-        """The id of ``device_id``'s warm protocol row when the checkpoint learned it, else ``None``."""
-        if device_id is None:
-            return None
-        warm = warm_device_id(device_id)
-        return warm if warm in self.ids else None
+        Raises:
+            UnknownDeviceError: as :meth:`descriptor`.
+        """
+        wanted = self.descriptor(device_id, protocol)
+        return next(r for r, d in self.known if d is wanted)
+
+    def protocols(self, device_id: str | None) -> list[str]:
+        """The timing protocols this checkpoint learned for ``device_id`` (``["cold", "warm"]``
+        where its folder had warm timings); empty for ``None`` or an unknown device."""
+        return [d.protocol for _, d in self.known if device_id is not None and d.device_id == device_id]
 
     def resolve(self, device: str | None = None, target=None) -> DeviceDescriptor:
         """The known device a prediction is for (the rules are in the module docstring).
@@ -116,7 +121,7 @@ class DeviceTable:
             return self.descriptor(device)
         if not self.known:
             raise UnknownDeviceError("this checkpoint records no device")
-        known = [d for _, d in self.known if d.protocol == "cold"]  # a warm row is asked for by its id
+        known = [d for _, d in self.known if d.protocol == "cold"]  # a warm row is asked for by its protocol
         kind = "cpu"
         if target is not None:
             matches = devices_for_target(target, known)

@@ -31,7 +31,7 @@ import numpy as np
 from .collect import sample_schedules
 from .dataset import database_files
 from .errors import InputError
-from .predictor import FeaturizedProgram
+from .predictions import FeaturizedProgram
 from .records import iter_json_lines, parse_record
 from .tasks import Task, relax_tasks, zoo_tasks  # noqa: F401  (relax_tasks, zoo_tasks: re-exported)
 
@@ -107,7 +107,8 @@ class NetworkEstimate:
             runs inside the network, its inputs in the caches; ``None`` when the checkpoint
             did not learn the device's warm protocol (``total_s`` sums cold kernels, each
             timed alone after a cache flush).
-        warm_device: the device row of the warm protocol (``"<device>+warm"``), or ``None``.
+        warm_learned: whether the checkpoint learned the device's warm protocol (its
+            ``"warm"`` device-table row), which gives ``warm_s`` and ``warm_total_s``.
         measured_warm_total_s: ``sum(weight * measured_warm_s)`` when every task's record
             was timed warm, else ``None``.
         between_kernels_s: the Relax VM's time between the kernels of one inference: the
@@ -124,7 +125,7 @@ class NetworkEstimate:
     high_s: float = 0.0
     measured_total_s: float | None = None
     warm_total_s: float | None = None
-    warm_device: str | None = None
+    warm_learned: bool = False
     measured_warm_total_s: float | None = None
     between_kernels_s: float | None = None
 
@@ -288,7 +289,7 @@ def estimate_network(
         raise InputError("target: the checkpoint records no device; give a target")
     tgt = tgt if isinstance(tgt, Target) else Target(tgt)
     database = database or {}
-    out = NetworkEstimate(device=device_id, warm_device=predictor.warm_device(device_id))
+    out = NetworkEstimate(device=device_id, warm_learned="warm" in predictor.protocols(device_id))
     for task in tasks:
         key = str(structural_hash(task.mod))
         hit = database.get(key)
@@ -323,9 +324,9 @@ def estimate_network(
         if len(candidates) > 1:  # the interval of the chosen schedule alone, from its features
             chosen, i = predictor.predict_each([program], tgt, device_id, on_error="raise"), 0
         lat, low, high = (float(v[i]) for v in (chosen.latency_s, chosen.low_s, chosen.high_s))
-        warm = (float(predictor.predict_each([program], tgt, out.warm_device, intervals=False,
-                                             on_error="raise").latency_s[0])
-                if out.warm_device is not None else None)
+        warm = (float(predictor.predict_each([program], tgt, device_id, intervals=False, on_error="raise",
+                                             protocol="warm").latency_s[0])
+                if out.warm_learned else None)
         out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured, warm,
                                       measured_warm))
     out.total_s = float(sum(t.weight * t.latency_s for t in out.tasks))
@@ -335,7 +336,7 @@ def estimate_network(
         out.measured_total_s = float(sum(t.weight * t.measured_s for t in out.tasks))
     if out.tasks and all(t.measured_warm_s is not None for t in out.tasks):
         out.measured_warm_total_s = float(sum(t.weight * t.measured_warm_s for t in out.tasks))
-    if out.warm_device is not None:
+    if out.warm_learned:
         out.warm_total_s = float(sum(t.weight * t.warm_s for t in out.tasks))
     if descriptor is not None and descriptor.vm_call_s > 0:
         out.between_kernels_s = descriptor.vm_entry_s + descriptor.vm_call_s * sum(t.weight for t in out.tasks)
@@ -353,7 +354,7 @@ def format_estimate(est: NetworkEstimate) -> str:
     lines.append(f"total (sum of weight x latency): {1e3 * est.total_s:.3f} ms ({1e3 * est.low_s:.3f}-{1e3 * est.high_s:.3f})"
                  " (cold: each kernel alone, caches flushed)")
     if est.warm_total_s is not None:
-        lines.append(f"in-network total (warm, {est.warm_device}): {1e3 * est.warm_total_s:.3f} ms")
+        lines.append(f"in-network total (warm protocol): {1e3 * est.warm_total_s:.3f} ms")
     else:
         lines.append("in-network total (warm): not learned for this device (its folder has no warm timings)")
     if est.between_kernels_s is not None:

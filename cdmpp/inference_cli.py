@@ -18,7 +18,7 @@ import numpy as np
 
 from . import dataset as ds
 from .cli_flags import Flag, add_flags, given_fields
-from .device import INFERENCE_PRECISIONS
+from .device import INFERENCE_PRECISIONS, PROTOCOLS
 from .errors import InputError
 from .estimate import (
     EstimateConfig,
@@ -96,7 +96,8 @@ def _records(work: Path) -> tuple[list, list[str], list[int], list[float | None]
     return records, rkeys, lines, measured
 
 
-def predict_programs(predictor, source: Path, device: str | None = None) -> tuple[list[PredictedProgram], str | None]:
+def predict_programs(predictor, source: Path, device: str | None = None,
+                     protocol: str = "cold") -> tuple[list[PredictedProgram], str | None]:
     """Predict every program of a JSONDatabase folder, or the one program of a TVM-JSON file.
 
     Args:
@@ -106,6 +107,8 @@ def predict_programs(predictor, source: Path, device: str | None = None) -> tupl
             or one-PrimFunc IRModule.
         device: a device id the checkpoint knows; default the device that the records'
             target (or this machine) picks (:meth:`cdmpp.LatencyPredictor.resolve_device`).
+        protocol: the timing protocol predicted, ``"cold"`` or ``"warm"`` (where the
+            checkpoint learned the device's: :meth:`cdmpp.LatencyPredictor.protocols`).
 
     Returns:
         ``(programs in file order, device id)``, predicted by
@@ -114,7 +117,8 @@ def predict_programs(predictor, source: Path, device: str | None = None) -> tupl
         ``problem``, and is named in the log; the others are unaffected.
 
     Raises:
-        InputError: a missing or malformed file.  UnknownDeviceError: an unknown device.
+        InputError: a missing or malformed file.  UnknownDeviceError: an unknown device, or
+            a protocol the checkpoint did not learn for it.
     """
     source = Path(source)
     if source.is_dir():
@@ -131,7 +135,7 @@ def predict_programs(predictor, source: Path, device: str | None = None) -> tupl
     else:
         raise InputError(f"{source}: no such file or folder")
     names = [f"record {line}" if line else str(source) for line in lines]
-    pred = predictor.predict_each(records, target if device is None else None, device, names)
+    pred = predictor.predict_each(records, target if device is None else None, device, names, protocol=protocol)
     out = [PredictedProgram(lines[i], keys[i], float(pred.latency_s[i]), float(pred.low_s[i]), float(pred.high_s[i]),
                             measured[i], pred.problems[i])
            for i in range(len(records))]
@@ -168,7 +172,7 @@ def accuracy_line(programs: list[PredictedProgram]) -> str | None:
 def _run_predict(args) -> int:
 
     predictor = LatencyPredictor.load(args.checkpoint)
-    programs, device_id = predict_programs(predictor, Path(args.work_dir), args.device)
+    programs, device_id = predict_programs(predictor, Path(args.work_dir), args.device, args.protocol)
     if args.output:
         with open(args.output, "w", newline="", encoding="utf-8") as f:
             write_csv(programs, f)
@@ -268,6 +272,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--work-dir", required=True,
                    help="a MetaSchedule JSONDatabase folder (database_*.json), or a TVM-JSON file of a scheduled program")
     s.add_argument("--device", default=None, help="a device id the checkpoint knows (default: the records' target's)")
+    s.add_argument("--protocol", choices=PROTOCOLS, default="cold",
+                   help="cold: each program alone after a cache flush, as collected; warm: as it runs inside a "
+                        "network, where the checkpoint learned the device's warm protocol (default cold)")
     s.add_argument("-c", "--checkpoint", default=None, help="checkpoint folder (default: the shipped one)")
     s.add_argument("-o", "--output", default=None, help="CSV file to write (default: standard output)")
     s.set_defaults(func=_run_predict)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -15,13 +14,15 @@ from cdmpp.featurize import featurize_each, featurize_many
 from cdmpp.featurize.trace import TRACE_DIM, schedule_trace_vectors, with_trace_tokens
 
 from .device import (
+    PROTOCOLS,
     DeviceDescriptor,
     descriptor_vector,
     device_caches,
     inference_precision,
 )
 from .device_choice import DeviceChoiceWarning, DeviceTable, known_devices  # noqa: F401  (re-exported)
-from .errors import InputError
+from .errors import InputError, UnknownDeviceError
+from .predictions import ON_ERROR, FeaturizedProgram, OnError, Predictions  # noqa: F401  (re-exported)
 from .schema import parse_checkpoint_meta
 
 if TYPE_CHECKING:  # annotations only: importing TVM here would load it with this module
@@ -34,30 +35,6 @@ if TYPE_CHECKING:  # annotations only: importing TVM here would load it with thi
 
 TargetLike = Union["Target", dict, str]
 """A TVM target: a ``Target``, a dict (``{"kind": "llvm", ...}``), a tag or a JSON string."""
-
-OnError = Literal["raise", "mark", "zero"]
-"""What the prediction core (:meth:`LatencyPredictor.predict_each`) does with a program it
-cannot featurize: ``"raise"`` its ``UnsupportedProgramError``; ``"mark"`` it with NaN
-latencies and its reason in ``Predictions.problems`` (and the log), and go on with the
-others; ``"zero"``, as ``"mark"`` but with an infinite latency, so that a tuner's score
-(a reference time over the latency) is 0."""
-
-ON_ERROR = ("raise", "mark", "zero")
-
-
-@dataclass(frozen=True)
-class FeaturizedProgram:
-    """A program featurized already, which :meth:`LatencyPredictor.predict_each` takes in
-    place of the program (from an earlier call's ``keep_inputs``).
-
-    Attributes:
-        tree: its compact AST.
-        trace: float32 ``(TRACE_DIM,)``: its schedule-trace vector (NaN: none), or ``None``
-            for a checkpoint that reads no traces.
-    """
-
-    tree: "ProgramAST"
-    trace: np.ndarray | None = None
 
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
 
@@ -110,11 +87,11 @@ class LatencyPredictor:
         """
         return self.table.descriptor(device_id)
 
-    def warm_device(self, device_id: str | None) -> str | None:
-        """The id of ``device_id``'s warm protocol (kernels timed without a cache flush, as
-        inside a network; :func:`cdmpp.dataset.warm_device_id`) when this checkpoint learned
-        it, else ``None``."""
-        return self.table.warm(device_id)
+    def protocols(self, device_id: str | None) -> list[str]:
+        """The timing protocols this checkpoint learned for ``device_id``: ``["cold"]``, or
+        ``["cold", "warm"]`` where it also learned kernels timed without a cache flush, as
+        inside a network (:data:`cdmpp.device.PROTOCOLS`); empty for ``None``."""
+        return self.table.protocols(device_id)
 
     def device_row(self, device: str | DeviceDescriptor | None = None, target: TargetLike | None = None) -> int:
         """The device-table row a prediction for ``device`` reads: the one device resolver.
@@ -138,7 +115,7 @@ class LatencyPredictor:
         if isinstance(device, DeviceDescriptor):
             if device.device_id not in self.devices:
                 self.table.add(self.model.add_device(descriptor_vector(device), 0, device_caches(device)), device)
-            return self.table.row(device.device_id)
+            return self.table.row(device.device_id, device.protocol)
         return self.table.row(self.resolve_device(device, target).device_id)
 
     @property
@@ -227,7 +204,7 @@ class LatencyPredictor:
         return with_trace_tokens(leaves, None if traces is None else np.asarray(traces, dtype=np.float32))
 
     def predict_trees(self, trees: Sequence[ProgramAST], device: str | None = None,
-                      traces: np.ndarray | None = None) -> np.ndarray:
+                      traces: np.ndarray | None = None, protocol: str = "cold") -> np.ndarray:
         """Predicted latencies in seconds, float64 ``(len(trees),)``, of featurized programs
         (:class:`cdmpp.featurize.ProgramAST`, e.g. from ``featurize_many``) on ``device``
         (a known device id; ``None``: :meth:`resolve_device`'s choice).
@@ -235,15 +212,14 @@ class LatencyPredictor:
         ``traces``: float32 ``(len(trees), TRACE_DIM)``, each program's
         :func:`cdmpp.featurize.trace.trace_vector` (NaN rows: no trace); required when
         :attr:`reads_traces` unless the checkpoint is ``trace_optional``, ignored
-        otherwise.
+        otherwise.  ``protocol``: the timing protocol predicted (:meth:`protocols`).
 
         Raises:
-            UnknownDeviceError: ``device`` is not known to the checkpoint.
+            UnknownDeviceError: ``device`` is not known to the checkpoint, or not under ``protocol``.
             InputError: :attr:`reads_traces`, not ``trace_optional`` and no ``traces``, or
                 ``traces`` of another shape.
         """
-        descriptor = self.device_of(device)
-        row = self.table.row(descriptor.device_id) if descriptor is not None else 0
+        row = self._row(self.device_of(device), protocol)
         if len(trees) == 0:
             return np.zeros(0, dtype=np.float64)
         return self.predict_featurized(self._leaves(trees, traces), device_rows=row)
@@ -283,12 +259,12 @@ class LatencyPredictor:
         return out.latency_s, out.low_s, out.high_s
 
     def predict_trees_interval(self, trees: Sequence[ProgramAST], device: str | None = None,
-                               traces: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                               traces: np.ndarray | None = None,
+                               protocol: str = "cold") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`predict_interval` of featurized programs (see :meth:`predict_trees`)."""
         from cdmpp.intervals import IntervalConfig, interval, mc_log_latency  # noqa: PLC0415  (keeps torch off this module's import)
 
-        descriptor = self.device_of(device)
-        row = self.table.row(descriptor.device_id) if descriptor is not None else 0
+        row = self._row(self.device_of(device), protocol)
         n = len(trees)
         if n == 0:
             return (np.zeros(0, dtype=np.float64),) * 3
@@ -305,7 +281,7 @@ class LatencyPredictor:
 
     def predict_each(self, programs: Sequence, target: TargetLike | None = None, device: str | None = None,
                      names: Sequence[str] | None = None, intervals: bool = True, on_error: OnError = "mark",
-                     keep_inputs: bool = False) -> "Predictions":
+                     keep_inputs: bool = False, protocol: str = "cold") -> "Predictions":
         """The prediction core: programs in, each one's latency (and 10-90% interval) out.
 
         Every path that predicts programs goes through it: :meth:`predict` and
@@ -328,12 +304,16 @@ class LatencyPredictor:
             on_error: what a program that cannot be featurized gets (:data:`OnError`).
             keep_inputs: also return each program's compact AST and trace vector
                 (``trees``, ``traces``), to pass back as :class:`FeaturizedProgram`.
+            protocol: the timing protocol predicted: ``"cold"`` (a kernel timed alone after
+                a cache flush, as collected) or ``"warm"`` (as it runs inside a network),
+                where the checkpoint learned it (:meth:`protocols`).
 
         Returns:
             :class:`Predictions`, each array float64 ``(len(programs),)`` in seconds.
 
         Raises:
-            UnknownDeviceError: an unknown device.  InputError: a program without a trace
+            UnknownDeviceError: an unknown device, or a protocol it did not learn.
+                InputError: a program without a trace
                 for a checkpoint that needs one, or an unknown ``on_error``.
                 UnsupportedProgramError: with ``on_error="raise"``, a program that is not a
                 scheduled program the featurizer supports.
@@ -343,6 +323,7 @@ class LatencyPredictor:
         programs = list(programs) if isinstance(programs, (list, tuple)) else [programs]
         descriptor = self.device_of(device, target)
         device_id = descriptor.device_id if descriptor is not None else None
+        self._row(descriptor, protocol)  # an unlearned protocol fails before featurizing
         feat_target = target if target is not None else (descriptor.target if descriptor is not None else None)
         n = len(programs)
         raw = [i for i, p in enumerate(programs) if not isinstance(p, FeaturizedProgram)]
@@ -367,10 +348,10 @@ class LatencyPredictor:
         if ok:
             ok_trees = [trees[i] for i in ok]
             if intervals:
-                point, low, high = self.predict_trees_interval(ok_trees, device_id, traces)
+                point, low, high = self.predict_trees_interval(ok_trees, device_id, traces, protocol)
                 out.low_s[ok], out.high_s[ok] = low, high
             else:
-                point = self.predict_trees(ok_trees, device_id, traces)
+                point = self.predict_trees(ok_trees, device_id, traces, protocol)
             out.latency_s[ok] = point
         if keep_inputs:
             out.trees = list(trees)
@@ -378,6 +359,20 @@ class LatencyPredictor:
                 out.traces = np.full((n, traces.shape[1]), np.nan, dtype=np.float32)
                 out.traces[ok] = traces
         return out
+
+    def _row(self, descriptor: DeviceDescriptor | None, protocol: str) -> int:
+        """The device-table row of a resolved device's ``protocol`` (0 without a table).
+
+        Raises:
+            InputError: an unknown protocol.  UnknownDeviceError: one this device's rows lack.
+        """
+        if protocol not in PROTOCOLS:
+            raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if descriptor is None:
+            if protocol != "cold":
+                raise UnknownDeviceError(f"this checkpoint has no device table, so no {protocol} protocol")
+            return 0
+        return self.table.row(descriptor.device_id, protocol)
 
     def _traces_of(self, programs: list, ok: list[int], raw: list[int], raw_traces) -> np.ndarray | None:
         """float32 ``(len(ok), TRACE_DIM)``: the trace vectors of the featurized programs
@@ -407,29 +402,6 @@ class LatencyPredictor:
         if traces is None:
             return np.ones(n, dtype=bool)
         return np.isnan(np.asarray(traces, dtype=np.float32)).any(axis=1)
-
-
-@dataclass
-class Predictions:
-    """:meth:`LatencyPredictor.predict_each`'s answer.
-
-    Attributes:
-        latency_s, low_s, high_s: float64 ``(N,)``: predicted latency and its 10-90%
-            interval, seconds; NaN for a program that cannot be featurized.
-        problems: ``N`` strings: ``""``, or why the program has no prediction.
-        device: the device id predicted for (``None``: a checkpoint without a device table).
-        trees: with ``keep_inputs``, each program's compact AST (``None``: not featurized).
-        traces: with ``keep_inputs`` and a checkpoint that reads traces, float32
-            ``(N, TRACE_DIM)``: each program's trace vector (NaN rows: none).
-    """
-
-    latency_s: np.ndarray
-    low_s: np.ndarray
-    high_s: np.ndarray
-    problems: list[str]
-    device: str | None = None
-    trees: list | None = None
-    traces: np.ndarray | None = None
 
 
 def predict_latency(mod: IRModule | PrimFunc, target: TargetLike | None = None,

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from .device import row_name, split_legacy_row_id
 from .errors import CheckpointError, DatasetError
 
 
@@ -109,12 +110,15 @@ class DeviceRow(BaseModel):
 
     Attributes:
         row: the row (1-based; 0 is the unknown device's).
-        device_id: the device id (``<id>+warm`` for a device's warm protocol).
-        descriptor: its :class:`cdmpp.device.DeviceDescriptor` as JSON.
+        device_id: the device id (a device's cold and warm rows share it).
+        descriptor: its :class:`cdmpp.device.DeviceDescriptor` as JSON (its ``protocol``
+            tells the warm row from the cold one).
         folder: the device folder it was trained on.
         programs, train_programs: the folder's programs, and those in training.
 
-    A row that names no ``device_id`` takes its descriptor's.
+    A row that names no ``device_id`` takes its descriptor's.  A row written before the
+    protocol was a field (``device_id`` ``"<id>+warm"``) is read as the device's id with
+    a ``"warm"`` descriptor.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -128,9 +132,24 @@ class DeviceRow(BaseModel):
 
     @model_validator(mode="after")
     def _id_from_descriptor(self) -> DeviceRow:
-        if not self.device_id:
-            self.device_id = str(self.descriptor.get("device_id", ""))
+        device_id, protocol = split_legacy_row_id(self.device_id or str(self.descriptor.get("device_id", "")))
+        self.device_id = device_id
+        if self.descriptor:
+            protocol = self.descriptor.get("protocol") or protocol
+            self.descriptor = {**self.descriptor, "device_id": device_id}
+            if protocol != "cold":
+                self.descriptor["protocol"] = protocol
         return self
+
+    @property
+    def protocol(self) -> str:
+        """The row's timing protocol, ``"cold"`` or ``"warm"``."""
+        return str(self.descriptor.get("protocol", "cold"))
+
+    @property
+    def row_name(self) -> str:
+        """The row's name in reports (:func:`cdmpp.device.row_name`)."""
+        return row_name(self.device_id, self.protocol)
 
 
 class CheckpointMeta(BaseModel):

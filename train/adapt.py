@@ -159,7 +159,8 @@ def new_device_row(model: LatencyTransformer, meta: dict, device, init: str) -> 
     device's own descriptor; also where no known device is of the new one's kind
     (a first GPU)."""
     known = [(d.row, DeviceDescriptor.from_json(d.descriptor)) for d in checkpoint_meta(meta).devices]
-    known = [(r, d) for r, d in known if d.kind == device.kind]  # a GPU never starts from a CPU's row
+    # a GPU never starts from a CPU's row, nor a device from a warm-protocol row
+    known = [(r, d) for r, d in known if d.kind == device.kind and d.protocol == "cold"]
     if init == "nearest" and known:
         near = nearest_device(device, [d for _, d in known])
         start = next(r for r, d in known if d.device_id == near.device_id)
@@ -313,9 +314,9 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
     t0 = time.time()
     data = model_inputs(model.config, featurize_database(db, cache_dir, progress=False, loops=model.config.loop_tokens),
                         [folder])
-    known = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
-    if device.device_id in known:
-        base, row, new = copy.deepcopy(model), known[device.device_id], False
+    known = {d.row_name: d.row for d in checkpoint_meta(meta).devices}
+    if device.row_name in known:
+        base, row, new = copy.deepcopy(model), known[device.row_name], False
     else:
         (base, row), new = new_device_row(model, meta, device, config.init), True
     shots = np.arange(len(data))
@@ -344,7 +345,8 @@ def _fit_and_save(model, meta, checkpoint: Path, device, db, folder: Path, out: 
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }
-    devices = [d for d in meta["devices"] if d["device_id"] != device.device_id] + [entry]
+    devices = [raw for raw, d in zip(meta["devices"], checkpoint_meta(meta).devices) if d.row_name != device.row_name]
+    devices.append(entry)
     save_checkpoint(tuned, out, {**meta, "devices": sorted(devices, key=lambda d: d["row"])})
     for name in ("tree_baseline.json", "README.md"):
         if (checkpoint / name).exists() and checkpoint.resolve() != out.resolve():

@@ -44,19 +44,21 @@ def checkpoint_corpus(
     Raises:
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
-    row_of = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
+    table_rows = checkpoint_meta(meta).devices
+    row_of = {d.row_name: d.row for d in table_rows}
+    ids = list(dict.fromkeys(d.device_id for d in table_rows))
     names = {d.name for d in corpus_dirs(root)}
-    unknown = tuple(sorted(n for n in names if n not in row_of or n in skip))
+    unknown = tuple(sorted(n for n in names if n not in ids or n in skip))
     if len(unknown) == len(names):
-        raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(row_of)})")
+        raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(ids)})")
     # the warm protocol's rows only for a checkpoint that learned some
-    warm = any(DeviceDescriptor.from_json(d.descriptor).protocol == "warm" for d in checkpoint_meta(meta).devices)
+    warm = any(d.protocol == "warm" for d in table_rows)
     corpus = load_corpus(root, cache_dir, unknown, progress, protocols=warm)
-    new = [d.device_id for d in corpus.devices if d.device_id not in row_of]
+    new = [d.row_name for d in corpus.devices if d.row_name not in row_of]
     if new:
         raise InputError(f"{', '.join(new)}: warm timings this checkpoint did not learn (they were added to the folder "
                          f"after it trained); score it on a copy of the folder without {ds.WARM_RECORD_FILE}")
-    to_model = np.asarray([0] + [row_of[d.device_id] for d in corpus.devices], dtype=np.int64)
+    to_model = np.asarray([0] + [row_of[d.row_name] for d in corpus.devices], dtype=np.int64)
     return corpus, to_model[corpus.data.device_row]
 
 
@@ -88,8 +90,8 @@ def _within_task(meta: dict) -> bool:
 def trained_devices(meta: dict) -> list[str]:
     """The device ids a device-table checkpoint trained on, in row order: its table less
     the devices ``cdmpp adapt`` added afterwards."""
-    return [d.device_id for d in checkpoint_meta(meta).devices
-            if "adapted" not in (d.model_extra or {}) or d.train_programs]
+    return list(dict.fromkeys(d.device_id for d in checkpoint_meta(meta).devices
+                              if "adapted" not in (d.model_extra or {}) or d.train_programs))
 
 
 def _own_split(corpus: DeviceCorpus, meta: dict, root: Path) -> Split:
@@ -123,7 +125,8 @@ def own_split_corpus(
     """
     trained = trained_devices(meta)
     corpus, rows = checkpoint_corpus(meta, root, cache_dir, progress,
-                                     skip=[d.device_id for d in checkpoint_meta(meta).devices if d.device_id not in trained])
+                                     skip=[d.device_id for d in checkpoint_meta(meta).devices
+                                           if d.device_id not in trained])
     missing = [d for d in trained if d not in {descriptor.device_id for descriptor in corpus.devices}]
     if missing:
         raise InputError(f"{dataset_label(root)} lacks {', '.join(missing)}, which this checkpoint trained on: its "
@@ -167,7 +170,6 @@ def evaluate_devices(
     model, meta = load_checkpoint(Path(checkpoint))
     if not checkpoint_meta(meta).devices:
         raise InputError(f"{checkpoint} has no device table; score it on one device folder")
-    row_of = {d.device_id: d.row for d in checkpoint_meta(meta).devices}
     part = holdout if holdout in ("validation", "training") else None
     net = checkpoint_meta(meta).holdout if holdout == "auto" else (None if part else holdout)
     within = holdout == "auto" and _within_task(meta)
@@ -182,7 +184,7 @@ def evaluate_devices(
     if (Path(checkpoint) / BASELINE_FILE).exists() and checkpoint_meta(meta).tree_inputs == "psf_sum+descriptor":
         tree = TreeBaseline.load(Path(checkpoint) / BASELINE_FILE)
     panels: dict = {}
-    table = np.zeros((max(row_of.values()) + 1, DESCRIPTOR_DIM), np.float32)
+    table = np.zeros((max(d.row for d in checkpoint_meta(meta).devices) + 1, DESCRIPTOR_DIM), np.float32)
     for d in checkpoint_meta(meta).devices:
         table[d.row] = descriptor_vector(DeviceDescriptor.from_json(d.descriptor))
     rows = score_remapped(model, tree, corpus, index, net, model_rows, table, panels)

@@ -41,15 +41,17 @@ class DeviceCorpus:
     Attributes:
         data: every program; ``data.device_row`` is the program's device row (1-based:
             row ``d`` is ``devices[d - 1]``), and ``data.workload_keys`` are
-            qualified by device (``"<device_id>:<structural hash>"``), so that
-            within-task terms never compare two devices' latencies.
+            qualified by device row (``"<row name>:<structural hash>"``,
+            :attr:`cdmpp.device.DeviceDescriptor.row_name`), so that within-task terms
+            never compare two devices' (or two protocols') latencies.
         raw_keys: str ``(P,)``: each program's unqualified workload key.
         devices: the devices, in row order.
-        manifests: each device's manifest, by device id.
-        folders: each device's folder, by device id.
+        manifests: each device row's manifest, by row name (a device's cold and warm
+            rows share theirs).
+        folders: each device row's folder, by row name.
         repeat_cv: float64 ``(P,)``: each program's timing repeats' std / mean.
         twin: int64 ``(P,)``: the program whose tuning record each program is: itself, or
-            for a program of a warm-protocol row (``<device>+warm``), the same program
+            for a program of a warm-protocol row (``protocol="warm"``), the same program
             of its device's cold row (they share a schedule trace); ``None``: itself.
     """
 
@@ -75,11 +77,11 @@ class DeviceCorpus:
         trace-token model, none with ``traces=False``)."""
 
         if self.twin is None or not (config.trace_tokens and traces):
-            folders = [self.folders[d.device_id] for d in self.devices]
+            folders = [self.folders[d.row_name] for d in self.devices]
             return dataclasses.replace(self, data=model_inputs(config, self.data, folders, traces))
         # a warm row's programs are its device's programs again: their traces are read once, from the cold rows
         cold = np.flatnonzero(self.twin == np.arange(len(self.twin)))
-        folders = [self.folders[d.device_id] for d in self.devices if d.protocol == "cold"]
+        folders = [self.folders[d.row_name] for d in self.devices if d.protocol == "cold"]
         matrix = np.zeros((len(self.twin), TRACE_DIM), dtype=np.float32)
         matrix[cold] = folder_traces(folders, self.data.latency[cold])
         data = model_inputs(dataclasses.replace(config, trace_tokens=False, trace_optional=False), self.data)  # its loops
@@ -109,7 +111,7 @@ def tuned_phase(corpus: DeviceCorpus) -> np.ndarray:
     """
     out = np.zeros(len(corpus.data), dtype=bool)
     for row, descriptor in enumerate(corpus.devices, start=1):
-        starts = ds.tuned_starts(corpus.manifests[descriptor.device_id])
+        starts = ds.tuned_starts(corpus.manifests[descriptor.row_name])
         if not starts or descriptor.protocol == "warm":  # a warm row: its cold twin's, below
             continue
         idx = np.flatnonzero(corpus.data.device_row == row)
@@ -165,7 +167,7 @@ def load_corpus(
 
     A folder with warm timings (:data:`cdmpp.dataset.WARM_RECORD_FILE`) gives, with
     ``protocols``, a second device right after its own: the same descriptor with
-    ``protocol="warm"`` (its row's id :func:`cdmpp.device.warm_device_id`) and the same
+    ``protocol="warm"`` (its row named :attr:`cdmpp.device.DeviceDescriptor.row_name`) and the same
     programs, labelled with their warm latencies, so that a model learns both protocols,
     the protocol being its device row.
 
@@ -205,12 +207,12 @@ def load_corpus(
         descriptor = device_of_manifest(manifest, folder)
         row = len(devices) + 1
         devices.append(descriptor)
-        manifests[descriptor.device_id], folders[descriptor.device_id] = manifest, folder
+        manifests[descriptor.row_name], folders[descriptor.row_name] = manifest, folder
         raw.append(np.asarray(data.workload_keys)[data.workload])
         parts.append(
             dataclasses.replace(
                 data,
-                workload_keys=[f"{descriptor.device_id}:{k}" for k in data.workload_keys],
+                workload_keys=[f"{descriptor.row_name}:{k}" for k in data.workload_keys],
                 device_row=np.full(len(data), row, dtype=np.int64),
             )
         )
@@ -221,14 +223,14 @@ def load_corpus(
             # the warm protocol: a device row of its own (same descriptor, its own embedding), its programs
             # the folder's programs timed warm, with their warm labels
             keep = np.flatnonzero([w is not None for w in warm])
-            wdev = dataclasses.replace(descriptor, device_id=ds.warm_device_id(descriptor.device_id), protocol="warm")
+            wdev = dataclasses.replace(descriptor, protocol="warm")
             devices.append(wdev)
-            manifests[wdev.device_id], folders[wdev.device_id] = manifest, folder
+            manifests[wdev.row_name], folders[wdev.row_name] = manifest, folder
             sub = data.subset(keep)
             raw.append(np.asarray(sub.workload_keys)[sub.workload])
             parts.append(dataclasses.replace(
                 sub, latency=np.asarray([np.median(warm[i]) for i in keep], dtype=np.float64),
-                workload_keys=[f"{wdev.device_id}:{k}" for k in sub.workload_keys],
+                workload_keys=[f"{wdev.row_name}:{k}" for k in sub.workload_keys],
                 device_row=np.full(len(keep), len(devices), dtype=np.int64)))
             cvs.append(np.asarray([warm[i].std() / warm[i].mean() for i in keep], dtype=np.float64))
             twins.append(cold_offset + keep.astype(np.int64))
@@ -373,19 +375,19 @@ def device_task_weights(corpus: DeviceCorpus, network: str | None) -> dict[int, 
 
 
 def score_by_device(model, tree, corpus: DeviceCorpus, index: np.ndarray, network: str | None) -> dict[str, dict]:
-    """Metric rows (transformer, and the trees when given) of programs ``index``, per device id,
+    """Metric rows (transformer, and the trees when given) of programs ``index``, per device row (by row name),
     for a model whose device rows are the corpus's."""
     return score_remapped(model, tree, corpus, index, network, corpus.data.device_row, corpus.descriptors())
 
 
 def score_remapped(model, tree, corpus, index, network, model_rows, table, panels=None) -> dict[str, dict]:
-    """Metric rows per device id of programs ``index``.
+    """Metric rows per device row (by row name) of programs ``index``.
 
     Args:
         model_rows: int64 ``(P,)``: each program's row in the model's device table.
         table: float32 ``(rows, DESCRIPTOR_DIM)``: the descriptor of each model row (the
             trees' device columns).
-        panels: when given, filled with ``device id -> (predicted, measured, task of each program)``.
+        panels: when given, filled with ``row name -> (predicted, measured, task of each program)``.
     """
     weights = device_task_weights(corpus, network)
     out = {}
@@ -397,9 +399,9 @@ def score_remapped(model, tree, corpus, index, network, model_rows, table, panel
         pred = LatencyPredictor(model, {}).predict_featurized(corpus.data, sel, device_rows=model_rows[sel])
         rows = {"cdmpp transformer": summary(pred, true, groups, weights)}
         if panels is not None:
-            panels[descriptor.device_id] = (pred, true, groups)
+            panels[descriptor.row_name] = (pred, true, groups)
         if tree is not None:
             x = np.concatenate([corpus.data.psf_sum[sel], table[model_rows[sel]]], axis=1)
             rows["xgboost PerStoreFeature"] = summary(tree.predict(x), true, groups, weights)
-        out[descriptor.device_id] = rows
+        out[descriptor.row_name] = rows
     return out

@@ -98,15 +98,15 @@ def format_table(rows: Mapping[str, dict], title: str) -> str:
 
 
 def device_rows_markdown(by_device: Mapping[str, Mapping[str, dict]], label: str = "device") -> list[str]:
-    """Markdown lines of per-device metric rows: ``{device_id: {model: row}}`` (``label``:
+    """Markdown lines of per-device metric rows: ``{row name: {model: row}}`` (``label``:
     the first column's heading, e.g. ``"task"`` for rows per task)."""
     lines = [
         f"| {label} | model | " + " | ".join(CELLS[c][0] for c in DEVICE_COLUMNS) + " |",
         "| --- | --- | " + " | ".join("---:" for _ in DEVICE_COLUMNS) + " |",
     ]
-    for device_id, rows in by_device.items():
+    for row_name, rows in by_device.items():
         for name, r in rows.items():
-            lines.append(f"| {device_id} | {name} | " + " | ".join(CELLS[c][1](r) for c in DEVICE_COLUMNS) + " |")
+            lines.append(f"| {row_name} | {name} | " + " | ".join(CELLS[c][1](r) for c in DEVICE_COLUMNS) + " |")
     return lines
 
 
@@ -121,18 +121,19 @@ def task_weights(manifests: Mapping[str, dict], workload_keys: list[str], networ
     """Task weight of each workload index (in ``network``, or summed over all networks).
 
     Args:
-        manifests: ``{device_id: manifest}``; one entry for a device folder.
+        manifests: ``{row name: manifest}`` (:attr:`cdmpp.device.DeviceDescriptor.row_name`);
+            one entry for a device folder.
         workload_keys: the key of each workload index; with ``qualified``, keys are
-            ``"<device_id>:<key>"`` (a corpus of several devices).
+            ``"<row name>:<key>"`` (a corpus of several devices).
     """
     index_of = {k: i for i, k in enumerate(workload_keys)}
     members = {network}
     if parse_fold(network) is not None:  # a leave-family-out fold: the task weights of its networks
         members = set(fold_networks({t.network for m in manifests.values() for t in tasks_of(m)}, network))
     out: dict[int, float] = {}
-    for device_id, manifest in manifests.items():
+    for name, manifest in manifests.items():
         for t in tasks_of(manifest):
-            i = index_of.get(f"{device_id}:{t.workload_key}" if qualified else t.workload_key)
+            i = index_of.get(f"{name}:{t.workload_key}" if qualified else t.workload_key)
             if i is not None and (network is None or t.network in members):
                 out[i] = out.get(i, 0.0) + float(t.weight)
     return out
@@ -308,7 +309,7 @@ def _device_data(meta: dict) -> list[str]:
     for d in checkpoint_meta(meta).devices:
         desc = d.descriptor
         lines.append(
-            f"| {d.row} | `{d.device_id}` | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
+            f"| {d.row} | `{d.device_id}`{'' if d.protocol == 'cold' else ' (' + d.protocol + ')'} | {desc.get('model', '?')} | {desc.get('cores', '?')} | "
             f"{desc.get('isa', '?')} | `{json.dumps(desc.get('target', {}))}` | {d.programs} | {d.train_programs} |"
         )
     if meta.get("split", "network") == "network":
@@ -386,10 +387,10 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
             names.setdefault(t.workload_key, f"{t.network} {t.task_name}")
     out = []
     for row, descriptor in enumerate(corpus.devices, start=1):
-        if descriptor.device_id not in panels:
+        if descriptor.row_name not in panels:
             continue
         sel = index[corpus.data.device_row[index] == row]
-        pred, true, _ = panels[descriptor.device_id]
+        pred, true, _ = panels[descriptor.row_name]
         ratio = np.log(pred / true)
         keys = corpus.raw_keys[sel]
         scored = []
@@ -397,5 +398,5 @@ def worst_tasks(corpus, index: np.ndarray, panels: dict, network: str | None, k:
             r = ratio[keys == key]
             scored.append((float(np.median(np.abs(r))), key, int(r.size), float(np.exp(np.median(r)))))
         for err, key, n, med in sorted(scored, reverse=True)[:k]:
-            out.append(f"- {descriptor.device_id}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
+            out.append(f"- {descriptor.row_name}: {names.get(key, key)} ({n} programs): predicted {med:.2f}x the measured")
     return out

@@ -356,7 +356,7 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     meta = {
         "dataset": dataset_label(data.datasets),
         "devices": [
-            {"row": r, "device_id": d.device_id, "descriptor": d.to_json(), "folder": str(corpus.folders[d.device_id]),
+            {"row": r, "device_id": d.device_id, "descriptor": d.to_json(), "folder": str(corpus.folders[d.row_name]),
              "programs": int(counts[r]), "train_programs": int(train_counts[r])}
             for r, d in enumerate(corpus.devices, start=1)
         ],

@@ -177,7 +177,7 @@ def _calibrate_split(model, corpus, rows: np.ndarray, split, cfg: IntervalConfig
         if name == "test":
             point, passes = mc_log_latency(model, corpus.data, index, rows[index], cfg)
         true = corpus.data.latency[index]
-        dev_of = np.asarray([corpus.devices[r - 1].device_id for r in corpus.data.device_row[index]])
+        dev_of = np.asarray([corpus.devices[r - 1].row_name for r in corpus.data.device_row[index]])
         bounds = interval_methods(point, passes, calibration)
         part: dict[str, dict] = {}
         for key in ["all", *sorted(set(dev_of))]:

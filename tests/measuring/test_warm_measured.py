@@ -12,14 +12,17 @@ def test_warm_timings_load_as_a_device_row_of_their_own(tiny_collection):
     db = ds.load_device_dir(summary.device_dir)
     corpus = load_corpus(summary.device_dir.parent, None, progress=False)
     ids = [d.device_id for d in corpus.devices]
-    assert ids == [summary.device_id, ds.warm_device_id(summary.device_id)]
+    assert ids == [summary.device_id, summary.device_id]  # one device id: the protocol is a field
+    assert [d.protocol for d in corpus.devices] == ["cold", "warm"]
+    assert [d.row_name for d in corpus.devices] == [summary.device_id, f"{summary.device_id} (warm)"]
+    assert len(set(corpus.data.workload_keys)) == 2 * len(set(corpus.raw_keys))  # a task per row, never mixed
     warm_rows = corpus.data.device_row == 2
     assert np.allclose(corpus.data.latency[warm_rows], [p.warm_latency for p in db.programs])
     assert np.allclose(corpus.data.latency[~warm_rows], [p.latency for p in db.programs])
     assert np.array_equal(corpus.raw_keys[warm_rows], corpus.raw_keys[~warm_rows])  # one workload, both sides
     assert corpus.descriptors()[1].tolist() == corpus.descriptors()[2].tolist()  # same device, other protocol
-    assert [d.device_id for d in load_corpus(summary.device_dir.parent, None, progress=False,
-                                             protocols=False).devices] == ids[:1]
+    assert [d.row_name for d in load_corpus(summary.device_dir.parent, None, progress=False,
+                                            protocols=False).devices] == ids[:1]
 
 @pytest.fixture(scope="module")
 def warm_checkpoint(tiny_collection, tmp_path_factory):
@@ -44,15 +47,27 @@ def test_a_checkpoint_learns_both_protocols_and_the_estimate_reports_the_in_netw
     _, summary = tiny_collection
     pred = LatencyPredictor.load(warm_checkpoint)
     dev = summary.device_id
-    assert pred.devices == [dev, ds.warm_device_id(dev)] and pred.warm_device(dev) == ds.warm_device_id(dev)
+    assert pred.devices == [dev] and pred.protocols(dev) == ["cold", "warm"]
+    assert all("+warm" not in d["device_id"] for d in pred.metadata["devices"])
+    assert pred.descriptor(dev).protocol == "cold"
     assert pred.resolve_device(target=pred.descriptor(dev).target).device_id == dev  # a target means the cold row
     d = summary.device_dir
     database = work_dir_best(d)
     tasks = [t for t in zoo_tasks("dcgan-b1", pred.descriptor(dev).target) if str(t.name) in
              {e["task_name"] for e in ds.read_manifest(d)["tasks"] if e["workload_key"] in database}]
     est = estimate_network(pred, tasks, dev, database=database)
-    assert est.warm_device == ds.warm_device_id(dev) and all(t.warm_s > 0 for t in est.tasks)
+    assert est.warm_learned and all(t.warm_s > 0 for t in est.tasks)
     assert est.warm_total_s == pytest.approx(sum(t.weight * t.warm_s for t in est.tasks))
     assert any(t.warm_s != pytest.approx(t.latency_s) for t in est.tasks)  # two rows, two predictions
     assert "in-network total (warm" in format_estimate(est)
-    assert LatencyPredictor.load().warm_device(LatencyPredictor.load().devices[0]) is None  # shipped: cold only
+    from cdmpp.inference_cli import predict_programs
+
+    cold_rows, _ = predict_programs(pred, d, dev)
+    warm_rows, got = predict_programs(pred, d, dev, protocol="warm")
+    assert got == dev and [p.predicted_s for p in warm_rows] != [p.predicted_s for p in cold_rows]
+    shipped = LatencyPredictor.load()
+    assert shipped.protocols(shipped.devices[0]) == ["cold"]  # shipped: cold only
+    from cdmpp.errors import UnknownDeviceError
+
+    with pytest.raises(UnknownDeviceError, match="did not learn the warm protocol"):
+        shipped.predict_each([], device=shipped.devices[0], protocol="warm")

@@ -54,18 +54,48 @@ def test_local_gpu_names_what_is_missing():
 
 
 def test_the_timing_protocol_is_a_field_of_the_descriptor():
-    """A warm row's protocol is a field (left out of the JSON when cold); a descriptor written
-    before the field reads as warm when its id names the warm row, and a bad protocol is refused."""
+    """A warm row's protocol is a field (left out of the JSON when cold), never a suffix of its
+    device id; a row written when the id carried it (``"<id>+warm"``) reads as the device's id
+    with the warm protocol, and a bad protocol is refused."""
     import pytest
 
-    from cdmpp.device import DeviceDescriptor, warm_device_id
+    from cdmpp.device import DeviceDescriptor
     from cdmpp.errors import InputError
+    from cdmpp.schema import DeviceRow
 
     cold = DeviceDescriptor("cpu-x", "cpu", "X", 2, "avx2")
-    assert cold.protocol == "cold" and "protocol" not in cold.to_json()
-    warm = DeviceDescriptor(warm_device_id("cpu-x"), "cpu", "X", 2, "avx2", protocol="warm")
-    assert DeviceDescriptor.from_json(warm.to_json()) == warm
-    legacy = {k: v for k, v in warm.to_json().items() if k != "protocol"}
-    assert DeviceDescriptor.from_json(legacy).protocol == "warm"
+    assert cold.protocol == "cold" and "protocol" not in cold.to_json() and cold.row_name == "cpu-x"
+    warm = DeviceDescriptor("cpu-x", "cpu", "X", 2, "avx2", protocol="warm")
+    assert DeviceDescriptor.from_json(warm.to_json()) == warm and warm.row_name == "cpu-x (warm)"
+    legacy = {**cold.to_json(), "device_id": "cpu-x+warm"}
+    assert DeviceDescriptor.from_json(legacy) == warm
+    row = DeviceRow(row=2, device_id="cpu-x+warm", descriptor=legacy)
+    assert (row.device_id, row.protocol, row.descriptor["device_id"]) == ("cpu-x", "warm", "cpu-x")
     with pytest.raises(InputError, match="protocol must be one of cold, warm"):
         DeviceDescriptor("cpu-x", "cpu", "X", 2, "avx2", protocol="hot")
+
+
+def test_a_device_table_finds_a_row_by_device_id_and_protocol():
+    """A device's cold and warm rows share its id: the table lists the id once, names the
+    protocols it learned, and finds each row by (id, protocol); a checkpoint written when the
+    warm row's id carried the protocol reads the same."""
+    import pytest
+
+    from cdmpp.device import DeviceDescriptor
+    from cdmpp.device_choice import DeviceTable
+    from cdmpp.errors import UnknownDeviceError
+
+    cold = DeviceDescriptor("cpu-x", "cpu", "X", 2, "avx2").to_json()
+    other = DeviceDescriptor("cpu-y", "cpu", "Y", 2, "avx2").to_json()
+    for warm_id in ("cpu-x", "cpu-x+warm"):
+        warm = {**cold, "device_id": warm_id} | ({"protocol": "warm"} if warm_id == "cpu-x" else {})
+        table = DeviceTable({"devices": [{"row": 1, "descriptor": cold}, {"row": 2, "device_id": warm_id, "descriptor": warm},
+                                         {"row": 3, "descriptor": other}]})
+        assert table.ids == ["cpu-x", "cpu-y"]
+        assert table.protocols("cpu-x") == ["cold", "warm"] and table.protocols("cpu-y") == ["cold"]
+        assert (table.row("cpu-x"), table.row("cpu-x", "warm"), table.row("cpu-y")) == (1, 2, 3)
+        assert table.resolve("cpu-x").protocol == "cold"
+        with pytest.raises(UnknownDeviceError, match="did not learn the warm protocol of cpu-y"):
+            table.row("cpu-y", "warm")
+        with pytest.raises(UnknownDeviceError, match="unknown device 'cpu-x\\+warm'"):
+            table.row("cpu-x+warm")
