@@ -27,10 +27,24 @@ from cdmpp.tvm_compat import Workload, program_from_record
 
 
 def retime_records(records: Mapping[Hashable, object], target, batch: int = 16) -> dict[Hashable, float]:
-    """Build each MetaSchedule ``TuningRecord`` of ``records`` and time it now on this CPU.
+    """Build each MetaSchedule ``TuningRecord`` of ``records`` and time it now on this CPU,
+    cold (:func:`retime_records_both`'s first half).
 
-    The collector's protocol: ``MeasureConfig()``'s repeats with a cache flush, every
-    timing batch on a quiet machine (:class:`cdmpp.collect.QuietConfig`).
+    Returns:
+        ``{key: median seconds}`` of the records that built and ran (a failed one is
+        left out).
+    """
+    return retime_records_both(records, target, batch)[0]
+
+
+def retime_records_both(records: Mapping[Hashable, object], target,
+                        batch: int = 16) -> tuple[dict[Hashable, float], dict[Hashable, float]]:
+    """Build each MetaSchedule ``TuningRecord`` of ``records`` and time it now on this CPU
+    with both of the collector's protocols.
+
+    ``MeasureConfig()``'s repeats with a cache flush (cold), then the same program back
+    to back without one (warm, as a kernel runs inside a network), every timing batch on
+    a quiet machine (:class:`cdmpp.collect.QuietConfig`).
 
     Args:
         records: ``{key: TuningRecord}``.
@@ -38,22 +52,25 @@ def retime_records(records: Mapping[Hashable, object], target, batch: int = 16) 
         batch: programs built in parallel, then timed one at a time.
 
     Returns:
-        ``{key: median seconds}`` of the records that built and ran (a failed one is
-        left out).
+        ``({key: cold median seconds}, {key: warm median seconds})`` of the records that
+        built and ran (a failed one is left out of each).
     """
     keys = list(records)
     fresh = [(SimpleNamespace(sch=SimpleNamespace(mod=program_from_record(records[k])), args_info=records[k].args_info), i)
              for i, k in enumerate(keys)]
     bench = local_bench(MeasureConfig(), target, "cpu", QuietConfig())
     secs: dict[Hashable, float] = {}
+    warm: dict[Hashable, float] = {}
     try:
         for s in range(0, len(fresh), batch):
             for _, i, run_secs, _, _ in measure_batch(bench, fresh[s : s + batch]):
                 if run_secs is not None:
                     secs[keys[i]] = float(np.median([float(x) for x in run_secs]))
+                if bench.warm_secs.get(i):
+                    warm[keys[i]] = float(np.median(bench.warm_secs.pop(i)))
     finally:
         bench.close()
-    return secs
+    return secs, warm
 
 
 def check_measured_here(out_dir: Path, device: DeviceDescriptor) -> None:

@@ -17,7 +17,8 @@ tune``'s JSONDatabase):
    (warm) total where the checkpoint learned the device's warm protocol;
 5. with ``retime``, the **retimed sum**: each task's chosen record built and timed
    again now, with the collector's protocol (cold, one program at a time), times its
-   task weight. The records' own timings may come from another run of the machine,
+   task weight; and the **retimed warm sum**, the same records timed warm (no cache
+   flush, back to back, as inside a network). The records' own timings may come from another run of the machine,
    and a cloud VM's speed can differ between runs; the retimed sum is timed in the same
    run as the end-to-end latency, so their ratio compares like with like.
 
@@ -39,7 +40,7 @@ from tvm import relax
 
 from benchmarks import render_table
 from benchmarks.held_out import held_out_network, held_out_networks
-from benchmarks.retime import retime_records
+from benchmarks.retime import retime_records_both
 from cdmpp import dataset as ds
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
@@ -69,6 +70,8 @@ class TruthCheckConfig:
             --work-dir``) per network, in the order of ``networks``, tuned on this machine;
             empty: the schedules come from a device folder instead.
         retime: also time each task's chosen record again in this run (the retimed sum).
+        profile_runs: inferences run with the Relax VM's instrument after the timed ones,
+            to time each kernel inside the network (0: none).
 
     Raises:
         InputError: ``databases`` given, but not one per network.
@@ -80,6 +83,7 @@ class TruthCheckConfig:
     device: str | None = None
     databases: tuple[Path, ...] = ()
     retime: bool = False
+    profile_runs: int = 0
 
     def __post_init__(self):
         if self.databases and len(self.databases) != len(self.networks):
@@ -110,8 +114,10 @@ def _memory_database(by_hash: dict):
     return mem
 
 
-def compile_and_time(database, unfused, params: list, example_inputs: tuple, target, repeat: int, guard) -> tuple[float, float]:
-    """Compile a network with a tuning database and time it end to end in the Relax VM.
+def compile_time_and_profile(database, unfused, params: list, example_inputs: tuple, target, repeat: int, guard,
+                             profile_runs: int = 0) -> tuple[float, float, dict[str, float]]:
+    """Compile a network with a tuning database and time it end to end in the Relax VM,
+    then, with ``profile_runs``, where one inference's time goes.
 
     Args:
         database: a MetaSchedule ``Database`` whose records ``compile_relax`` applies.
@@ -122,17 +128,7 @@ def compile_and_time(database, unfused, params: list, example_inputs: tuple, tar
         target: the ``Target`` compiled for.
         repeat: timed runs (after one warm-up run).
         guard: a ``QuietGuard``; the timing waits for a quiet machine.
-
-    Returns:
-        ``(median seconds of one inference, compile seconds)``.
-    """
-    e2e_s, compile_s, _ = compile_time_and_profile(database, unfused, params, example_inputs, target, repeat, guard)
-    return e2e_s, compile_s
-
-
-def compile_time_and_profile(database, unfused, params: list, example_inputs: tuple, target, repeat: int, guard,
-                             profile_runs: int = 0) -> tuple[float, float, dict[str, float]]:
-    """:func:`compile_and_time`, then, with ``profile_runs``, where one inference's time goes.
+        profile_runs: instrumented inferences after the timed ones (0: no profile).
 
     The profile runs the network ``profile_runs`` more times with a Relax VM instrument
     that times every call the VM makes (each kernel, each builtin such as an allocation),
@@ -250,8 +246,9 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
         est = estimate_network(predictor, tasks, device, target, by_hash)
         if id(by_hash) not in databases:
             databases[id(by_hash)] = _memory_database(by_hash)
-        e2e_s, compile_s = compile_and_time(databases[id(by_hash)], net.unfused, net.params, net.example_inputs,
-                                            target, cfg.repeat, guard)
+        e2e_s, compile_s, profile = compile_time_and_profile(
+            databases[id(by_hash)], net.unfused, net.params, net.example_inputs, target, cfg.repeat, guard,
+            cfg.profile_runs)
         classes = {t.name: kernel_class(t.mod, target) for t in tasks}
         row = {
             "network": name,
@@ -282,29 +279,40 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             (classes[t.task], t.weight, t.latency_s, t.measured_s) for t in est.tasks).items()}
         row["by_class_warm"] = {c: asdict(v) for c, v in class_levels(
             (classes[t.task], t.weight, t.warm_s, t.measured_warm_s) for t in est.tasks).items()}
+        if profile:
+            in_network = {t.name: profile[t.name] / t.weight for t in tasks if t.name in profile}
+            for per_task in row["per_task"]:
+                per_task["in_network_s"] = in_network.get(per_task["task"])
+            row["profiled_kernels_s"] = _weighted_sum(tasks, in_network)
+            row["by_class_in_network"] = {c: asdict(v) for c, v in class_levels(
+                (classes[t.task], t.weight, t.warm_s if t.warm_s is not None else t.latency_s, in_network.get(t.task))
+                for t in est.tasks).items()}
         rows.append(row)
         if cfg.retime:
-            row["retimed_sum_s"], row["retimed"] = _retimed_sum(tasks, by_hash, target)
+            cold, warm = _retimed(tasks, by_hash, target)
+            row["retimed_sum_s"], row["retimed_warm_sum_s"] = _weighted_sum(tasks, cold), _weighted_sum(tasks, warm)
             for per_task in row["per_task"]:
-                per_task["retimed_s"] = row["retimed"].get(per_task["task"])
-            del row["retimed"]
+                per_task["retimed_s"], per_task["retimed_warm_s"] = cold.get(per_task["task"]), warm.get(per_task["task"])
+            row["by_class_retimed_warm"] = {c: asdict(v) for c, v in class_levels(
+                (classes[t.task], t.weight, t.warm_s, warm.get(t.task)) for t in est.tasks).items()}
         if progress:
             print(format_truth_check([row]), flush=True)
     return rows
 
 
-def _retimed_sum(tasks, by_hash: dict, target) -> tuple[float | None, dict[str, float]]:
-    """Each task's chosen record built and timed again now, with the collector's protocol.
-
-    Returns:
-        ``(sum of task weight x retimed seconds, {task name: retimed seconds})``; the sum
-        is ``None`` when a record fails to build or run (the map then lacks its task).
-    """
+def _retimed(tasks, by_hash: dict, target) -> tuple[dict[str, float], dict[str, float]]:
+    """Each task's chosen record built and timed again now, with the collector's two
+    protocols: ``({task name: cold seconds}, {task name: warm seconds})`` (a record that
+    fails to build or run is left out)."""
     chosen = {t.name: by_hash[str(structural_hash(t.mod))][1].record for t in tasks}
-    secs = retime_records(chosen, target)
-    if len(secs) < len(tasks):
-        return None, secs
-    return sum(t.weight * secs[t.name] for t in tasks), secs
+    return retime_records_both(chosen, target)
+
+
+def _weighted_sum(tasks, secs: dict[str, float]) -> float | None:
+    """``sum(task weight x seconds)``; ``None`` when a task has no time."""
+    if any(t.name not in secs for t in tasks):
+        return None
+    return sum(t.weight * secs[t.name] for t in tasks)
 
 
 def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
@@ -314,7 +322,11 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     head = ["network", "tasks", "calls", "measured e2e ms", "measured sum ms", "sum / e2e", "warm sum / e2e",
             "outside kernels ms", "est. between kernels ms", "estimate ms", "10-90% ms", "estimate / e2e", "estimate / sum", "warm estimate / e2e"]
     if retimed:
-        head += ["retimed sum ms", "retimed sum / e2e", "estimate / retimed sum"]
+        head += ["retimed sum ms", "retimed sum / e2e", "estimate / retimed sum", "retimed warm sum / e2e",
+                 "warm estimate / retimed warm sum"]
+    profiled = any(r.get("profiled_kernels_s") for r in rows)
+    if profiled:
+        head += ["kernels in the network / e2e"]
     body = []
 
     def ratio(num, den):
@@ -331,7 +343,11 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
         ])
         if retimed:
             rs = r.get("retimed_sum_s")
-            body[-1] += [f"{1e3 * rs:.2f}" if rs else "-", ratio(rs, e2e), ratio(est, rs)]
+            rw = r.get("retimed_warm_sum_s")
+            body[-1] += [f"{1e3 * rs:.2f}" if rs else "-", ratio(rs, e2e), ratio(est, rs), ratio(rw, e2e),
+                         ratio(r.get("warm_estimate_s"), rw)]
+        if profiled:
+            body[-1] += [ratio(r.get("profiled_kernels_s"), e2e)]
     return render_table(head, body, markdown) + "\n\n" + format_kernel_classes(rows, markdown)
 
 
@@ -349,7 +365,8 @@ def format_kernel_classes(rows: list[dict], markdown: bool = False) -> str:
             "level (mean log e/m)", "within 1.25x", "worst e/m"]
     body = []
     for r in rows:
-        for protocol, key in (("cold", "by_class"), ("warm", "by_class_warm")):
+        for protocol, key in (("cold", "by_class"), ("warm", "by_class_warm"), ("warm, retimed", "by_class_retimed_warm"),
+                              ("in the network", "by_class_in_network")):
             for cls, v in sorted(r.get(key, {}).items()):
                 body.append([r["network"], cls, protocol, str(v["tasks"]), str(v["calls"]),
                              f"{1e3 * v['measured_s']:.2f}", f"{1e3 * v['predicted_s']:.2f}",
@@ -372,14 +389,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="device id of the estimate (default: this machine's)")
     parser.add_argument("--output", default=None, help="also write the rows (with per-task figures) as JSON here")
     parser.add_argument("--retime", action="store_true",
-                        help="also time each task's chosen record again now (the retimed sum, in the same run as "
-                             "the end-to-end latency)")
+                        help="also time each task's chosen record again now, cold and warm (the retimed sums, in the "
+                             "same run as the end-to-end latency)")
+    parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
+                        help="also run the network RUNS times with the Relax VM's instrument, timing each kernel "
+                             "inside the network (its level against the warm estimate) (default 0: none)")
 
 
 def _run_truth_check(args) -> int:
 
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
-                           args.device, tuple(Path(w) for w in args.work_dirs or ()), args.retime)
+                           args.device, tuple(Path(w) for w in args.work_dirs or ()), args.retime, args.profile)
     rows = run_truth_check(Path(args.dataset) if args.dataset else None, cfg)
     table = format_truth_check(rows, markdown=True)
     print(table)

@@ -8,7 +8,7 @@ are kept out of the zoo (the held-out test networks include one), so none of its
 trained on by name::
 
     cdmpp estimate docs/examples/llama_decoder.py:build
-    cdmpp tune docs/examples/llama_decoder.py:build --work-dir runs/llama --trials 640
+    cdmpp tune docs/examples/llama_decoder.py:build --work-dir runs/llama --trials 416 --trials-per-iter 16  # 26 tasks
 """
 
 import torch

@@ -10,7 +10,7 @@ The class token is sliced (``x[:, :1]``), not indexed: ``x[:, 0]`` becomes a gat
 trial of that task fails and the task keeps no measured record::
 
     cdmpp estimate docs/examples/vit_tiny.py:build
-    cdmpp tune docs/examples/vit_tiny.py:build --work-dir runs/vit_tiny --trials 480 --trials-per-iter 16
+    cdmpp tune docs/examples/vit_tiny.py:build --work-dir runs/vit_tiny --trials 368 --trials-per-iter 16  # 23 tasks
 """
 
 import torch

@@ -90,10 +90,10 @@ def test_truth_check_on_tuning_work_dirs_refuses_bad_sources_before_any_timing(t
                                                databases=(summary.device_dir,)), progress=False)
 
 def test_truth_check_retimes_each_chosen_record_in_this_run(tiny_collection):
-    """``--retime`` builds and times each task's fastest record again: a fresh timing of the
-    same program (close to the recorded one on this machine, not a copy of it), summed
-    by task weight, and shown beside the end-to-end latency."""
-    from benchmarks.truth_check import _folder_best, _retimed_sum, format_truth_check
+    """``--retime`` builds and times each task's fastest record again, cold and warm: a fresh
+    timing of the same program (close to the recorded one on this machine, not a copy of
+    it), summed by task weight, and shown beside the end-to-end latency."""
+    from benchmarks.truth_check import _folder_best, _retimed, _weighted_sum, format_truth_check
     from cdmpp import dataset as ds
     from cdmpp.tasks import Task
     from cdmpp.tvm_compat import Target
@@ -102,13 +102,18 @@ def test_truth_check_retimes_each_chosen_record_in_this_run(tiny_collection):
     db = ds.load_device_dir(summary.device_dir)
     by_hash = _folder_best(db)
     tasks = [Task(f"task{i}", i + 1, mod) for i, (mod, _) in enumerate(by_hash.values())]
-    total, secs = _retimed_sum(tasks, by_hash, Target(db.manifest["device"]["target"]))
-    assert set(secs) == {t.name for t in tasks} and len(tasks) == 2
+    secs, warm = _retimed(tasks, by_hash, Target(db.manifest["device"]["target"]))
+    assert set(secs) == set(warm) == {t.name for t in tasks} and len(tasks) == 2
+    total = _weighted_sum(tasks, secs)
     assert total == pytest.approx(sum(t.weight * secs[t.name] for t in tasks))
+    assert _weighted_sum(tasks, {tasks[0].name: 1.0}) is None  # a task without a time: no sum
     for t, (_, best) in zip(tasks, by_hash.values()):
         assert secs[t.name] != best.measured_s  # timed again, not read back
         assert 0.1 < secs[t.name] / best.measured_s < 10
+        assert warm[t.name] != secs[t.name] and 0.1 < warm[t.name] / secs[t.name] < 10  # the other protocol
     row = {"network": "dcgan-b1", "tasks": 2, "calls": 3, "measured_e2e_s": total / 2, "measured_sum_s": total,
-           "estimate_s": total, "estimate_low_s": total / 2, "estimate_high_s": 2 * total, "retimed_sum_s": total}
+           "estimate_s": total, "estimate_low_s": total / 2, "estimate_high_s": 2 * total, "retimed_sum_s": total,
+           "retimed_warm_sum_s": total / 4}
     table = format_truth_check([row], markdown=True)
+    assert "retimed warm sum / e2e" in table and "| 0.50 |" in table
     assert "retimed sum / e2e" in table and "| 2.00 |" in table
