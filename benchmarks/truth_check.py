@@ -199,9 +199,10 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
     Returns:
         One row per network: ``network``, ``tasks``, ``calls``, ``device`` (the estimate's),
         ``schedules`` (the folder or work dir), ``measured_e2e_s``, ``measured_sum_s``,
-        ``estimate_s``, ``estimate_low_s``, ``estimate_high_s``, ``compile_s`` and
-        ``per_task`` (each task's weight, measured and estimated latency and interval);
-        seconds.
+        ``estimate_s``, ``estimate_low_s``, ``estimate_high_s``, ``compile_s``, ``view_tasks``
+        (tasks the network runs as views, not kernels: left out of every sum and class
+        row) and ``per_task`` (each task's weight, measured and estimated latency and
+        interval, ``view``); seconds.
 
     Raises:
         DatasetError: the folder was measured on another CPU, or a task has no measured
@@ -250,6 +251,8 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             databases[id(by_hash)], net.unfused, net.params, net.example_inputs, target, cfg.repeat, guard,
             cfg.profile_runs)
         classes = {t.name: kernel_class(t.mod, target) for t in tasks}
+        views = {t.task for t in est.tasks if t.view}
+        kernels = [t for t in est.tasks if not t.view]  # a view task is no kernel in the network: left out below
         row = {
             "network": name,
             "tasks": len(tasks),
@@ -264,10 +267,11 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             "measured_warm_sum_s": est.measured_warm_total_s,
             "warm_estimate_s": est.warm_total_s,
             "compile_s": compile_s,
+            "view_tasks": len(views),
             "per_task": [
                 {"task": t.task, "weight": t.weight, "kernel_class": classes[t.task], "measured_s": t.measured_s,
                  "estimate_s": t.latency_s, "low_s": t.low_s, "high_s": t.high_s,
-                 "measured_warm_s": t.measured_warm_s, "warm_estimate_s": t.warm_s}
+                 "measured_warm_s": t.measured_warm_s, "warm_estimate_s": t.warm_s, "view": t.view}
                 for t in est.tasks
             ],
         }
@@ -276,9 +280,9 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
         row["outside_kernels_basis"] = "warm" if est.measured_warm_total_s is not None else "cold"
         row["between_kernels_estimate_s"] = est.between_kernels_s
         row["by_class"] = {c: asdict(v) for c, v in class_levels(
-            (classes[t.task], t.weight, t.latency_s, t.measured_s) for t in est.tasks).items()}
+            (classes[t.task], t.weight, t.latency_s, t.measured_s) for t in kernels).items()}
         row["by_class_warm"] = {c: asdict(v) for c, v in class_levels(
-            (classes[t.task], t.weight, t.warm_s, t.measured_warm_s) for t in est.tasks).items()}
+            (classes[t.task], t.weight, t.warm_s, t.measured_warm_s) for t in kernels).items()}
         if profile:
             in_network = {t.name: profile[t.name] / t.weight for t in tasks if t.name in profile}
             for per_task in row["per_task"]:
@@ -288,15 +292,16 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             row["profiled_tasks"] = len(in_network)
             row["by_class_in_network"] = {c: asdict(v) for c, v in class_levels(
                 (classes[t.task], t.weight, t.warm_s if t.warm_s is not None else t.latency_s, in_network.get(t.task))
-                for t in est.tasks).items()}
+                for t in kernels).items()}
         rows.append(row)
         if cfg.retime:
             cold, warm = _retimed(tasks, by_hash, target)
-            row["retimed_sum_s"], row["retimed_warm_sum_s"] = _weighted_sum(tasks, cold), _weighted_sum(tasks, warm)
+            called = [t for t in tasks if t.name not in views]
+            row["retimed_sum_s"], row["retimed_warm_sum_s"] = _weighted_sum(called, cold), _weighted_sum(called, warm)
             for per_task in row["per_task"]:
                 per_task["retimed_s"], per_task["retimed_warm_s"] = cold.get(per_task["task"]), warm.get(per_task["task"])
             row["by_class_retimed_warm"] = {c: asdict(v) for c, v in class_levels(
-                (classes[t.task], t.weight, t.warm_s, warm.get(t.task)) for t in est.tasks).items()}
+                (classes[t.task], t.weight, t.warm_s, warm.get(t.task)) for t in kernels).items()}
         if progress:
             print(format_truth_check([row]), flush=True)
     return rows
@@ -337,7 +342,8 @@ def format_truth_check(rows: list[dict], markdown: bool = False) -> str:
     for r in rows:
         e2e, msum, est = r["measured_e2e_s"], r["measured_sum_s"], r["estimate_s"]
         body.append([
-            r["network"], str(r["tasks"]), str(r["calls"]), f"{1e3 * e2e:.2f}", f"{1e3 * msum:.2f}", ratio(msum, e2e),
+            r["network"], str(r["tasks"]) + (f" ({r['view_tasks']} views)" if r.get("view_tasks") else ""),
+            str(r["calls"]), f"{1e3 * e2e:.2f}", f"{1e3 * msum:.2f}", ratio(msum, e2e),
             ratio(r.get("measured_warm_sum_s"), e2e), _outside(r),
             "-" if r.get("between_kernels_estimate_s") is None else f"{1e3 * r['between_kernels_estimate_s']:.2f}",
             f"{1e3 * est:.2f}", f"{1e3 * r['estimate_low_s']:.2f}-{1e3 * r['estimate_high_s']:.2f}",

@@ -78,6 +78,9 @@ class TaskEstimate:
             and weights in the caches, as the kernel before left them), seconds, when the
             checkpoint learned the device's warm protocol.
         measured_warm_s: the database record's latency timed warm, seconds, if it was.
+        view: the deployed network runs the task as a view of its input, not as a kernel
+            (a pure reshape, :func:`cdmpp.tvm_compat.runs_as_view`); the network's totals
+            leave it out, and its latencies are the program's alone.
     """
 
     task: str
@@ -91,6 +94,7 @@ class TaskEstimate:
     measured_s: float | None = None
     warm_s: float | None = None
     measured_warm_s: float | None = None
+    view: bool = False
 
 
 @dataclass
@@ -100,7 +104,9 @@ class NetworkEstimate:
     Attributes:
         device: the device id the latencies are for.
         tasks: one :class:`TaskEstimate` per task.
-        total_s, low_s, high_s: ``sum(weight * latency)`` and its interval, seconds.
+        total_s, low_s, high_s: ``sum(weight * latency)`` over the tasks that run as kernels
+            (not :attr:`TaskEstimate.view`) and its interval, seconds.  Every sum below
+            leaves the view tasks out too.
         measured_total_s: ``sum(weight * measured_s)`` when every task has a database
             record, else ``None``.
         warm_total_s: the in-network estimate, ``sum(weight * warm_s)``: each kernel as it
@@ -277,7 +283,7 @@ def estimate_network(
         UnknownDeviceError: an unknown device.  InputError: more tasks than
             ``cfg.max_tasks``, or a task none of whose schedules can be featurized.
     """
-    from .tvm_compat import Target, structural_equal, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
+    from .tvm_compat import Target, runs_as_view, structural_equal, structural_hash  # noqa: PLC0415  (keeps tvm, tvm_ffi off this module's import)
 
     cfg = cfg or EstimateConfig()
     if len(tasks) > cfg.max_tasks:
@@ -328,18 +334,19 @@ def estimate_network(
                                              protocol="warm").latency_s[0])
                 if out.warm_learned else None)
         out.tasks.append(TaskEstimate(task.name, task.weight, key, source, detail, lat, low, high, measured, warm,
-                                      measured_warm))
-    out.total_s = float(sum(t.weight * t.latency_s for t in out.tasks))
-    out.low_s = float(sum(t.weight * t.low_s for t in out.tasks))
-    out.high_s = float(sum(t.weight * t.high_s for t in out.tasks))
-    if out.tasks and all(t.measured_s is not None for t in out.tasks):
-        out.measured_total_s = float(sum(t.weight * t.measured_s for t in out.tasks))
-    if out.tasks and all(t.measured_warm_s is not None for t in out.tasks):
-        out.measured_warm_total_s = float(sum(t.weight * t.measured_warm_s for t in out.tasks))
+                                      measured_warm, runs_as_view(task.mod)))
+    kernels = [t for t in out.tasks if not t.view]
+    out.total_s = float(sum(t.weight * t.latency_s for t in kernels))
+    out.low_s = float(sum(t.weight * t.low_s for t in kernels))
+    out.high_s = float(sum(t.weight * t.high_s for t in kernels))
+    if kernels and all(t.measured_s is not None for t in kernels):
+        out.measured_total_s = float(sum(t.weight * t.measured_s for t in kernels))
+    if kernels and all(t.measured_warm_s is not None for t in kernels):
+        out.measured_warm_total_s = float(sum(t.weight * t.measured_warm_s for t in kernels))
     if out.warm_learned:
-        out.warm_total_s = float(sum(t.weight * t.warm_s for t in out.tasks))
+        out.warm_total_s = float(sum(t.weight * t.warm_s for t in kernels))
     if descriptor is not None and descriptor.vm_call_s > 0:
-        out.between_kernels_s = descriptor.vm_entry_s + descriptor.vm_call_s * sum(t.weight for t in out.tasks)
+        out.between_kernels_s = descriptor.vm_entry_s + descriptor.vm_call_s * sum(t.weight for t in kernels)
     return out
 
 
@@ -349,7 +356,8 @@ def format_estimate(est: NetworkEstimate) -> str:
     for t in est.tasks:
         lines.append(
             f"{t.task[:40]:40s} {t.weight:6d} {t.source:>8s} {1e3 * t.latency_s:9.4f} "
-            f"{1e3 * t.low_s:9.4f}-{1e3 * t.high_s:<9.4f}"
+            f"{1e3 * t.low_s:9.4f}-{1e3 * t.high_s:<9.4f}" + (" view: runs as a reshape of its input, not summed"
+                                                            if t.view else "")
         )
     lines.append(f"total (sum of weight x latency): {1e3 * est.total_s:.3f} ms ({1e3 * est.low_s:.3f}-{1e3 * est.high_s:.3f})"
                  " (cold: each kernel alone, caches flushed)")

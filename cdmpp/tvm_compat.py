@@ -85,6 +85,7 @@ __all__ = [
     "configure_cuda_compiler",
     "imported_source",
     "lower_gpu_reductions",
+    "runs_as_view",
     "alloc_arguments_in_bounds",
     "rpc_alloc_arguments_in_bounds",
     "default_alloc_argument",
@@ -252,6 +253,15 @@ def lower_gpu_reductions(mod: IRModule) -> IRModule:
 def extract_tasks(mod: IRModule, target: Target):
     """MetaSchedule tuning tasks of a Relax IRModule (``ms.relax_integration.extract_tasks``)."""
     return ms.relax_integration.extract_tasks(mod, target)
+
+
+def runs_as_view(mod: IRModule) -> bool:
+    """Whether a task's PrimFunc is a pure reshape (reshape, expand_dims, squeeze, flatten:
+    ``relax.analysis.has_reshape_pattern``), which Relax's build turns back into
+    ``R.reshape`` (``RewriteDataflowReshape``), a view of its input: the deployed network
+    calls no kernel for it.  ``False`` when it cannot prove the pattern."""
+    funcs = [f for f in mod.functions.values() if isinstance(f, PrimFunc)]
+    return len(funcs) == 1 and bool(relax.analysis.has_reshape_pattern(funcs[0]))
 
 
 def feature_context(target: Target, num_threads: int | None = None):

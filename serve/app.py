@@ -126,6 +126,7 @@ class TaskEstimateOut(BaseModel):
     low_s: float
     high_s: float
     measured_s: float | None = Field(None, description="the database record's measured latency, seconds")
+    view: bool = Field(False, description="runs as a view of its input (a pure reshape), not a kernel: not summed")
 
 
 class EstimateResponse(BaseModel):
