@@ -16,6 +16,8 @@ BENCHES = {
     "truth-check": ("truth_check", "whole networks: measured end to end vs summed measured kernels vs the estimate"),
     "selection-study": ("selection_study", "the winner's curse: the estimate on each tuner's picks, and a correction "
                         "for the picks learned on other networks"),
+    "input-values": ("input_values", "a kernel's latency on TVM's random fill against network-like input values "
+                     "(GELU's erf takes the C library's slow path on TVM's fill)"),
     "deployed-import": ("deployed_import", "a network with its weights as per-call inputs against it imported as "
                         "deployed (weight-only kernels at load): tasks, end to end, profile"),
     "calibrate": ("calibrate", "calibrate a checkpoint's 10-90% intervals on its validation workloads; report coverage"),
