@@ -13,6 +13,18 @@ from pathlib import Path
 from cdmpp import dataset as ds
 
 
+def print_and_write_rows(rows, table: str, output: str | Path | None, checkpoint: Path | None = None) -> None:
+    """Print a bench's markdown ``table``; with ``output``, also write ``rows`` as JSON there
+    and the table beside it (``.md``, headed by the checkpoint's line:
+    ``cdmpp.train.report.write_rows``)."""
+    from cdmpp.train.report import write_rows  # noqa: PLC0415  (keeps training code off this package's import)
+
+    print(table)
+    if output:
+        write_rows(rows, Path(output), table, checkpoint)
+        print(f"rows written to {output} (the table beside it, .md)")
+
+
 def write_result(out: Path, result: dict, table: str) -> None:
     """Write a bench's ``result`` to the JSON file ``out`` (atomically) and its markdown
     ``table`` beside it (``out`` with ``.md``), making the folder if needed."""

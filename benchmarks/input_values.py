@@ -22,12 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import render_table
+from benchmarks import print_and_write_rows, render_table
 from cdmpp.collect import QuietConfig, QuietGuard
 from cdmpp.device import local_cpu
 from cdmpp.errors import InputError
 from cdmpp.estimate import work_dir_best
-from cdmpp.train.report import write_rows
 from cdmpp.tvm_compat import Target, build_for_measurement, default_alloc_argument, program_from_record, tvm
 
 FILLS = ("tvm", "normal(0, 1)", "normal(0, 0.1)", "zeros")
@@ -115,9 +114,5 @@ def main(args: argparse.Namespace) -> int:
     if args.number < 1 or args.repeat < 1:
         raise InputError(f"--number and --repeat must be >= 1, got {args.number} and {args.repeat}")
     rows = time_under_fills([Path(w) for w in args.work_dirs], tuple(args.match), args.number, args.repeat)
-    table = format_input_values(rows, markdown=True)
-    print(table)
-    if args.output:
-        write_rows(rows, Path(args.output), table)
-        print(f"rows written to {args.output} (the table beside it, .md)")
+    print_and_write_rows(rows, format_input_values(rows, markdown=True), args.output)
     return 0

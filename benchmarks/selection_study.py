@@ -23,10 +23,9 @@ import json
 import math
 from pathlib import Path
 
-from benchmarks import render_table
+from benchmarks import print_and_write_rows, render_table
 from cdmpp.errors import InputError
 from cdmpp.kernel_class import TUNABLE
-from cdmpp.train.report import write_rows
 
 
 def _reference(task: dict) -> float | None:
@@ -157,9 +156,5 @@ def main(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as err:
             raise InputError(f"{path}: not a truth-check JSON file ({err})") from None
     out = run_selection_study(rows, list(args.picked_by))
-    table = format_selection_study(out, markdown=True)
-    print(table)
-    if args.output:
-        write_rows(out, Path(args.output), table)
-        print(f"rows written to {args.output} (the table beside it, .md)")
+    print_and_write_rows(out, format_selection_study(out, markdown=True), args.output)
     return 0

@@ -38,7 +38,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from benchmarks import render_table
+from benchmarks import print_and_write_rows, render_table
 from benchmarks.held_out import held_out_network, held_out_networks
 from benchmarks.retime import retime_records_both
 from cdmpp import dataset as ds
@@ -49,7 +49,6 @@ from cdmpp.estimate import estimate_network, keep_fastest, relax_tasks, work_dir
 from cdmpp.kernel_class import class_levels, kernel_class
 from cdmpp.network_input import RelaxNetwork, load_relax, relax_network
 from cdmpp.predictor import LatencyPredictor
-from cdmpp.train.report import write_rows
 from cdmpp.tvm_compat import Target, ms, structural_hash
 
 
@@ -409,11 +408,7 @@ def _run_truth_check(args) -> int:
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
                            args.device, tuple(Path(w) for w in args.work_dirs or ()), args.retime, args.profile)
     rows = run_truth_check(Path(args.dataset) if args.dataset else None, cfg)
-    table = format_truth_check(rows, markdown=True)
-    print(table)
-    if args.output:
-        write_rows(rows, Path(args.output), table, cfg.checkpoint)
-        print(f"rows written to {args.output} (the table beside it, .md)")
+    print_and_write_rows(rows, format_truth_check(rows, markdown=True), args.output, cfg.checkpoint)
     return 0
 
 
