@@ -1,7 +1,8 @@
 """``cdmpp tune``: tune a whole network with MetaSchedule, guided by cdmpp's cost model, and build it.
 
-MetaSchedule's ``tune_relax`` tunes every task of the network with one global trial
-budget (its gradient task scheduler divides it among the tasks), scoring candidates
+MetaSchedule tunes every task of the network with one global trial budget (its
+gradient task scheduler divides it among the tasks; the tasks the deployed network runs
+as views of their input are left out, as they run no kernel), scoring candidates
 with :class:`cdmpp.tuning.cost_model.CdmppCostModel` (or TVM's ``XGBModel``).  The trials
 go to a JSONDatabase in the work dir as they are measured; the network is then compiled
 with that database (``compile_relax``) into a shared library.
@@ -41,6 +42,8 @@ class TaskRow:
         trials: measured trials of its workload in the database.
         best_s: the fastest measured latency (median of its repeats), seconds; NaN if none.
         predicted_s: cdmpp's prediction for that fastest schedule (trace included), seconds.
+        view: the deployed network runs the task as a view of its input, no kernel
+            (:func:`cdmpp.tvm_compat.runs_as_view`): not tuned, and out of the tuned sum.
     """
 
     task: str
@@ -48,6 +51,7 @@ class TaskRow:
     trials: int
     best_s: float
     predicted_s: float
+    view: bool = False
 
 
 @dataclass
@@ -79,15 +83,15 @@ class TuneResult:
     @property
     def tuned_sum_s(self) -> float:
         """Sum of task weight x fastest measured latency over the tasks that have one
-        (:attr:`unmeasured` left out), seconds."""
-        return float(sum(t.weight * t.best_s for t in self.tasks if np.isfinite(t.best_s)))
+        (:attr:`unmeasured` and views left out), seconds."""
+        return float(sum(t.weight * t.best_s for t in self.tasks if np.isfinite(t.best_s) and not t.view))
 
     @property
     def unmeasured(self) -> list[TaskRow]:
-        """The tasks without a successful trial (none tuned yet, or every trial failed, as
-        for a gather whose index the measurement fills with random values); the compiled
-        network runs them unscheduled."""
-        return [t for t in self.tasks if not np.isfinite(t.best_s)]
+        """The tasks other than views without a successful trial (none tuned yet, or every
+        trial failed, as for a gather whose index the measurement fills with random values);
+        the compiled network runs them unscheduled."""
+        return [t for t in self.tasks if not np.isfinite(t.best_s) and not t.view]
 
 
 def count_trials(work_dir: Path) -> int:
@@ -171,7 +175,7 @@ def gather_safe_measurers(m=None) -> tuple:
 
 
 def _search_tools(cfg: TuneConfig, device: str | None) -> dict:
-    """``cost_model``, ``builder`` and ``runner`` of ``tune_relax``: the collector's measuring
+    """``cost_model``, ``strategy``, ``builder`` and ``runner`` of :func:`tune_kernels`: the collector's measuring
     protocol, gathers measured with in-range indices (:func:`gather_safe_measurers`)."""
     from .cost_model import CdmppCostModel  # noqa: PLC0415  (keeps torch off this module's import)
 
@@ -186,11 +190,12 @@ def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None
     """One :class:`TaskRow` per task from the work dir's records: trials, the fastest
     measured record, and ``predictor``'s prediction for it (its trace included)."""
     from ..estimate import best_records  # noqa: PLC0415  (keeps tvm off this module's import)
-    from ..tvm_compat import structural_hash  # noqa: PLC0415  (tvm)
+    from ..tvm_compat import runs_as_view, structural_hash  # noqa: PLC0415  (tvm)
 
+    views = [runs_as_view(t.mod) for t in tasks]
     files = ds.database_files(work_dir, required=False)
     if files is None:
-        return [TaskRow(t.name, t.weight, 0, float("nan"), float("nan")) for t in tasks]
+        return [TaskRow(t.name, t.weight, 0, float("nan"), float("nan"), v) for t, v in zip(tasks, views)]
     wl, rec = files
     best = best_records([obj for _, obj in iter_json_lines(wl, [])], [obj for _, obj in iter_json_lines(rec, [])])
     wl_keys = read_workload_keys(wl, [])
@@ -205,16 +210,16 @@ def task_rows(tasks: list, work_dir: Path, predictor, target, device: str | None
                                       [f"the fastest record of {k}" for k in found])
         predicted = dict(zip(found, pred.latency_s.tolist()))
     rows = []
-    for t, k in zip(tasks, keys):
+    for t, k, v in zip(tasks, keys, views):
         b = best.get(k)
         rows.append(TaskRow(t.name, t.weight, counts.get(k, 0), b[1].measured_s if b else float("nan"),
-                            float(predicted.get(k, float("nan")))))
+                            float(predicted.get(k, float("nan"))), v))
     return rows
 
 
 def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = None, device: str | None = None,
                  progress: bool = True, log=print) -> TuneResult:
-    """Tune a whole network with ``tune_relax`` and the chosen cost model, compile it with
+    """Tune a whole network (:func:`tune_kernels`) with the chosen cost model, compile it with
     the tuning database, and write the per-task table; resumable.
 
     Args:
@@ -240,35 +245,35 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
     from ..estimate import relax_tasks  # noqa: PLC0415  (keeps tvm off this module's import)
     from ..network_input import load_relax  # noqa: PLC0415  (keeps torch off this module's import)
     from ..predictor import LatencyPredictor  # noqa: PLC0415  (keeps torch off this module's import)
-    from ..tvm_compat import Target, load_tensor_intrinsics, ms  # noqa: PLC0415  (tvm)
+    from ..tvm_compat import Target, load_tensor_intrinsics, ms, runs_as_view  # noqa: PLC0415  (tvm)
 
     cfg = cfg or TuneConfig()
     work_dir = Path(work_dir)
     target = target if isinstance(target, Target) else Target(target)
     net = load_relax(network, target)
     tasks = relax_tasks(net.mod, target)
+    n_views = sum(runs_as_view(t.mod) for t in tasks)
+    n_tuned = len(tasks) - n_views
     work_dir.mkdir(parents=True, exist_ok=True)
     for f in (ds.WORKLOAD_FILE, ds.RECORD_FILE):  # a work dir kept only gzipped
         ds.unpack(work_dir / f)
     kept = count_trials(work_dir)
     result = TuneResult(work_dir, None, kept_trials=kept)
     todo = cfg.trials - kept
-    result.trials_per_iter = first_round_trials(cfg.trials, cfg.trials_per_iter, len(tasks))
-    log(f"{net.name}: {len(tasks)} tasks; {kept} trials kept in {work_dir}, {max(todo, 0)} to tune "
-        f"({cfg.cost_model} cost model, {result.trials_per_iter} trials per task and round)")
-    if cfg.trials < len(tasks):
-        log(f"warning: {cfg.trials} trials cannot give each of the {len(tasks)} tasks a first round; "
-            f"tasks without a trial run their default schedule (--trials {len(tasks)} or more gives each one)")
-    if todo > 0:
+    result.trials_per_iter = first_round_trials(cfg.trials, cfg.trials_per_iter, n_tuned)
+    log(f"{net.name}: {len(tasks)} tasks ({n_views} run as views, not tuned); {kept} trials kept in {work_dir}, "
+        f"{max(todo, 0)} to tune ({cfg.cost_model} cost model, {result.trials_per_iter} trials per task and round)")
+    if cfg.trials < n_tuned:
+        log(f"warning: {cfg.trials} trials cannot give each of the {n_tuned} tasks a first round; "
+            f"tasks without a trial run their default schedule (--trials {n_tuned} or more gives each one)")
+    if todo > 0 and n_tuned:
         load_tensor_intrinsics(target)
         stop = threading.Event()
         watcher = threading.Thread(target=_watch, args=(work_dir, cfg.trials, kept, stop), daemon=True)
         if progress:
             watcher.start()
         try:
-            ms.relax_integration.tune_relax(
-                net.mod, None, target, str(work_dir), max_trials_global=todo, num_trials_per_iter=result.trials_per_iter,
-                seed=cfg.seed, **_search_tools(cfg, device))
+            tune_kernels(net.mod, target, work_dir, todo, result.trials_per_iter, cfg.seed, _search_tools(cfg, device))
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
@@ -293,6 +298,26 @@ def tune_network(network: str, work_dir: Path, target, cfg: TuneConfig | None = 
     executable.export_library(str(result.library))
     np.savez(work_dir / WEIGHTS_FILE, *[p.numpy() for p in net.params])
     return result
+
+
+def tune_kernels(mod, target, work_dir: Path, trials: int, trials_per_iter: int, seed: int, tools: dict) -> None:
+    """``tune_relax`` without the tasks the deployed network runs as views: extract the
+    tuning tasks of the Relax module ``mod``, drop those :func:`cdmpp.tvm_compat.runs_as_view`
+    flags (the build turns them into ``R.reshape``; a trial of theirs is never run), and
+    tune the others with one global budget of ``trials`` into ``work_dir``'s JSONDatabase.
+
+    Args:
+        tools: ``cost_model``, ``strategy``, ``builder`` and ``runner`` (:func:`_search_tools`).
+    """
+    from ..tvm_compat import ms, runs_as_view  # noqa: PLC0415  (tvm)
+
+    ri = ms.relax_integration
+    kernels = [t for t in ri.extract_tasks(mod, target) if not runs_as_view(t.dispatched[0])]
+    tools = dict(tools)
+    contexts, weights = ri.extracted_tasks_to_tune_contexts(kernels, str(work_dir), strategy=tools.pop("strategy", "evolutionary"),
+                                                            seed=seed)
+    ms.tune.tune_tasks(tasks=contexts, task_weights=weights, work_dir=str(work_dir), max_trials_global=trials,
+                       num_trials_per_iter=trials_per_iter, **tools)
 
 
 def first_round_trials(trials: int, trials_per_iter: int, n_tasks: int) -> int:
@@ -378,18 +403,23 @@ def write_tasks(rows: list[TaskRow], path: Path) -> None:
     """Write the task rows as CSV (seconds)."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["task", "weight", "trials", "best_s", "predicted_s"])
+        w.writerow(["task", "weight", "trials", "best_s", "predicted_s", "view"])
         for r in rows:
-            w.writerow([r.task, r.weight, r.trials, f"{r.best_s:.6g}", f"{r.predicted_s:.6g}"])
+            w.writerow([r.task, r.weight, r.trials, f"{r.best_s:.6g}", f"{r.predicted_s:.6g}", int(r.view)])
 
 
 def format_tasks(result: TuneResult) -> str:
     """The per-task table (milliseconds) and the tuned sum, as ``cdmpp tune`` prints it."""
     lines = [f"{'task':44s} {'weight':>6s} {'trials':>6s} {'best ms':>10s} {'predicted ms':>12s}"]
     for r in result.tasks:
+        if r.view:
+            lines.append(f"{r.task[:44]:44s} {r.weight:6d} {r.trials:6d} {'view':>10s} {'view':>12s}")
+            continue
         lines.append(f"{r.task[:44]:44s} {r.weight:6d} {r.trials:6d} {1e3 * r.best_s:10.4f} {1e3 * r.predicted_s:12.4f}")
     lines.append(f"tuned sum (task weight x best measured): {1e3 * result.tuned_sum_s:.3f} ms; "
                  f"{result.kept_trials} trials kept, {result.new_trials} new")
+    if views := [r.task for r in result.tasks if r.view]:
+        lines.append(f"run as views of their input (pure reshapes), not tuned and out of the sum: {', '.join(views)}")
     if result.default_schedule_tasks:
         lines.append(f"built from their default schedule (their fastest record did not compile; every trial kept): "
                      f"{', '.join(result.default_schedule_tasks)}")

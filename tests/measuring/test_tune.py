@@ -79,6 +79,10 @@ def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, caps
     assert [t.task for t in failed.unmeasured] == ["take", "reshape"]
     assert (f"2 of {len(rows) + 2} tasks have no successful trial and are left out of the sum (the network runs "
             f"them unscheduled): take (16 trials, none succeeded), reshape (not tuned)") in table
+    # a task the deployed network runs as a view is neither summed nor called unmeasured, and is named
+    viewed = TuneResult(work, None, [*measured, TaskRow("reshape", 2, 0, float("nan"), float("nan"), view=True)])
+    assert viewed.tuned_sum_s == failed.tuned_sum_s and viewed.unmeasured == []
+    assert "run as views of their input (pure reshapes), not tuned and out of the sum: reshape" in format_tasks(viewed)
     # the library is deployable: it loads and computes what the torch model computes
     ns: dict = {}
     exec(NET_PY, ns)  # noqa: S102  the test's own network
@@ -98,9 +102,7 @@ def test_tune_builds_a_network_that_runs_and_resumes_its_work_dir(tmp_path, caps
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tune_module, "_search_tools", lambda cfg, device: {})
-    from cdmpp.tvm_compat import ms
-
-    monkeypatch.setattr(ms.relax_integration, "tune_relax", interrupted)
+    monkeypatch.setattr(tune_module, "tune_kernels", interrupted)
     assert main(argv[:5] + ["8"] + argv[6:]) == 130
     assert "interrupted" in capsys.readouterr().out and count_trials(work) == trials
     assert (work / "tasks.csv").exists()
