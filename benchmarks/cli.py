@@ -18,6 +18,8 @@ BENCHES = {
                         "for the picks learned on other networks"),
     "input-values": ("input_values", "a kernel's latency on TVM's random fill against network-like input values "
                      "(GELU's erf takes the C library's slow path on TVM's fill)"),
+    "warm-protocol": ("warm_protocol", "which timing protocol a kernel runs at inside a network: cold / warm labels "
+                      "per collection protocol, in-network / retimed times (reads stored records only)"),
     "deployed-import": ("deployed_import", "a network with its weights as per-call inputs against it imported as "
                         "deployed (weight-only kernels at load): tasks, end to end, profile"),
     "calibrate": ("calibrate", "calibrate a checkpoint's 10-90% intervals on its validation workloads; report coverage"),
