@@ -25,6 +25,25 @@ def print_and_write_rows(rows, table: str, output: str | Path | None, checkpoint
         print(f"rows written to {output} (the table beside it, .md)")
 
 
+def read_truth_check_rows(paths) -> list[dict]:
+    """The rows of ``cdmpp bench truth-check --output`` JSON files, in order.
+
+    Raises:
+        InputError: a file cannot be read or is not JSON (the file named).
+    """
+    import json  # noqa: PLC0415
+
+    from cdmpp.errors import InputError  # noqa: PLC0415
+
+    rows: list[dict] = []
+    for path in paths:
+        try:
+            rows += json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise InputError(f"{path}: not a truth-check JSON file ({err})") from None
+    return rows
+
+
 def write_result(out: Path, result: dict, table: str) -> None:
     """Write a bench's ``result`` to the JSON file ``out`` (atomically) and its markdown
     ``table`` beside it (``out`` with ``.md``), making the folder if needed."""

@@ -19,11 +19,9 @@ reads the latencies of the records it corrects.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from pathlib import Path
 
-from benchmarks import print_and_write_rows, render_table
+from benchmarks import print_and_write_rows, read_truth_check_rows, render_table
 from cdmpp.errors import InputError
 from cdmpp.kernel_class import TUNABLE
 
@@ -149,12 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench selection-study``."""
-    rows = []
-    for path in args.rows:
-        try:
-            rows += json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InputError(f"{path}: not a truth-check JSON file ({err})") from None
+    rows = read_truth_check_rows(args.rows)
     out = run_selection_study(rows, list(args.picked_by))
     print_and_write_rows(out, format_selection_study(out, markdown=True), args.output)
     return 0

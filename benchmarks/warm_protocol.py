@@ -22,13 +22,12 @@ it times nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks import render_table, write_result
+from benchmarks import read_truth_check_rows, render_table, write_result
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
 from cdmpp.records import read_records, read_workload_keys, trace_key
@@ -196,12 +195,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.device_folders and not args.truth_check:
         raise InputError("give device folders (-d) or truth-check JSON files (--truth-check), or both")
     result: dict = {"folders": [r for d in args.device_folders for r in folder_ratios(Path(d))]}
-    rows = []
-    for path in args.truth_check:
-        try:
-            rows += json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InputError(f"{path}: not a truth-check JSON file ({err})") from None
+    rows = read_truth_check_rows(args.truth_check)
     if rows:
         result["in_network"], result["excess"] = in_network_ratios(rows)
     table = format_warm_protocol(result, markdown=True)
