@@ -25,6 +25,10 @@ tune``'s JSONDatabase):
 Comparing 2 and 3 shows what summing kernels misses (the VM's own work, operators
 outside the tuning tasks, warm caches); comparing 3 and 4 is the model's error on the
 same schedules.  Timings wait for a quiet machine (the collector's guard).
+
+With ``--rescore`` (:func:`rescore_truth_check`), stored rows of work-dir runs are
+estimated again with another checkpoint and nothing is timed: a checkpoint trained on
+any machine is checked against networks measured on a CPU it cannot reach.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from benchmarks import print_and_write_rows, render_table
+from benchmarks import print_and_write_rows, read_truth_check_rows, render_table
 from benchmarks.held_out import held_out_network, held_out_networks
 from benchmarks.retime import retime_records_both
 from cdmpp import dataset as ds
@@ -251,38 +255,12 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             databases[id(by_hash)], net.unfused, net.params, net.example_inputs, target, cfg.repeat, guard,
             cfg.profile_runs)
         classes = {t.name: kernel_class(t.mod, target) for t in tasks}
-        views = {t.task for t in est.tasks if t.view}
-        kernels = [t for t in est.tasks if not t.view]  # a view task is no kernel in the network: left out below
-        row = {
-            "network": name,
-            "tasks": len(tasks),
-            "calls": int(sum(t.weight for t in tasks)),
-            "device": est.device,
-            "schedules": str(where),
-            "measured_e2e_s": e2e_s,
-            "measured_sum_s": est.measured_total_s,
-            "estimate_s": est.total_s,
-            "estimate_low_s": est.low_s,
-            "estimate_high_s": est.high_s,
-            "measured_warm_sum_s": est.measured_warm_total_s,
-            "warm_estimate_s": est.warm_total_s,
-            "compile_s": compile_s,
-            "view_tasks": len(views),
-            "per_task": [
-                {"task": t.task, "weight": t.weight, "kernel_class": classes[t.task], "measured_s": t.measured_s,
-                 "estimate_s": t.latency_s, "low_s": t.low_s, "high_s": t.high_s,
-                 "measured_warm_s": t.measured_warm_s, "warm_estimate_s": t.warm_s, "view": t.view}
-                for t in est.tasks
-            ],
-        }
+        row = {"network": name, "tasks": len(tasks), "calls": int(sum(t.weight for t in tasks)),
+               "schedules": str(where), "measured_e2e_s": e2e_s, "compile_s": compile_s}
+        row.update(_estimate_fields(est, classes))
         kernels_s = est.measured_warm_total_s if est.measured_warm_total_s is not None else est.measured_total_s
         row["outside_kernels_s"] = e2e_s - kernels_s if kernels_s is not None else None
         row["outside_kernels_basis"] = "warm" if est.measured_warm_total_s is not None else "cold"
-        row["between_kernels_estimate_s"] = est.between_kernels_s
-        row["by_class"] = {c: asdict(v) for c, v in class_levels(
-            (classes[t.task], t.weight, t.latency_s, t.measured_s) for t in kernels).items()}
-        row["by_class_warm"] = {c: asdict(v) for c, v in class_levels(
-            (classes[t.task], t.weight, t.warm_s, t.measured_warm_s) for t in kernels).items()}
         if profile:
             in_network = {t.name: profile[t.name] / t.weight for t in tasks if t.name in profile}
             for per_task in row["per_task"]:
@@ -290,21 +268,119 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             # a task the VM never calls (a pure reshape runs as a view) has no time inside the network
             row["profiled_kernels_s"] = sum(t.weight * in_network[t.name] for t in tasks if t.name in in_network)
             row["profiled_tasks"] = len(in_network)
-            row["by_class_in_network"] = {c: asdict(v) for c, v in class_levels(
-                (classes[t.task], t.weight, t.warm_s if t.warm_s is not None else t.latency_s, in_network.get(t.task))
-                for t in kernels).items()}
+        _measured_class_rows(row)
         rows.append(row)
         if cfg.retime:
             cold, warm = _retimed(tasks, by_hash, target)
+            views = {p["task"] for p in row["per_task"] if p["view"]}
             called = [t for t in tasks if t.name not in views]
             row["retimed_sum_s"], row["retimed_warm_sum_s"] = _weighted_sum(called, cold), _weighted_sum(called, warm)
             for per_task in row["per_task"]:
                 per_task["retimed_s"], per_task["retimed_warm_s"] = cold.get(per_task["task"]), warm.get(per_task["task"])
-            row["by_class_retimed_warm"] = {c: asdict(v) for c, v in class_levels(
-                (classes[t.task], t.weight, t.warm_s, warm.get(t.task)) for t in kernels).items()}
+            _measured_class_rows(row)
         if progress:
             print(format_truth_check([row]), flush=True)
     return rows
+
+
+def _estimate_fields(est, classes: dict[str, str]) -> dict:
+    """A truth-check row's fields that come from the estimate (and from the records'
+    stored timings): the totals, ``per_task`` and the cold and warm class rows.
+
+    Args:
+        est: a :class:`cdmpp.estimate.NetworkEstimate` of the network.
+        classes: ``{task name: kernel class}`` (:func:`cdmpp.kernel_class.kernel_class`).
+    """
+    views = {t.task for t in est.tasks if t.view}
+    kernels = [t for t in est.tasks if not t.view]  # a view task is no kernel in the network: left out below
+    return {
+        "device": est.device,
+        "measured_sum_s": est.measured_total_s,
+        "estimate_s": est.total_s,
+        "estimate_low_s": est.low_s,
+        "estimate_high_s": est.high_s,
+        "measured_warm_sum_s": est.measured_warm_total_s,
+        "warm_estimate_s": est.warm_total_s,
+        "view_tasks": len(views),
+        "per_task": [
+            {"task": t.task, "weight": t.weight, "kernel_class": classes[t.task], "measured_s": t.measured_s,
+             "estimate_s": t.latency_s, "low_s": t.low_s, "high_s": t.high_s,
+             "measured_warm_s": t.measured_warm_s, "warm_estimate_s": t.warm_s, "view": t.view}
+            for t in est.tasks
+        ],
+        "between_kernels_estimate_s": est.between_kernels_s,
+        "by_class": {c: asdict(v) for c, v in class_levels(
+            (classes[t.task], t.weight, t.latency_s, t.measured_s) for t in kernels).items()},
+        "by_class_warm": {c: asdict(v) for c, v in class_levels(
+            (classes[t.task], t.weight, t.warm_s, t.measured_warm_s) for t in kernels).items()},
+    }
+
+
+def _measured_class_rows(row: dict) -> None:
+    """Add the class rows of the times measured in the truth check itself, from ``per_task``:
+    inside the network (``in_network_s``, against the warm estimate, the cold one where the
+    checkpoint has no warm row) and retimed warm (``retimed_warm_s``, against the warm
+    estimate); a row is added only where its times exist."""
+    kernels = [t for t in row["per_task"] if not t["view"]]
+    if any(t.get("in_network_s") is not None for t in kernels):
+        row["by_class_in_network"] = {c: asdict(v) for c, v in class_levels(
+            (t["kernel_class"], t["weight"],
+             t["warm_estimate_s"] if t["warm_estimate_s"] is not None else t["estimate_s"], t.get("in_network_s"))
+            for t in kernels).items()}
+    if any("retimed_warm_s" in t for t in kernels):
+        row["by_class_retimed_warm"] = {c: asdict(v) for c, v in class_levels(
+            (t["kernel_class"], t["weight"], t["warm_estimate_s"], t.get("retimed_warm_s")) for t in kernels).items()}
+
+
+def rescore_truth_check(rows: list[dict], checkpoint: Path | None = None, progress: bool = True) -> list[dict]:
+    """Stored truth-check rows with another checkpoint's estimate, nothing timed again.
+
+    Each row's network is loaded and split into tasks for the row's device (its target
+    from the checkpoint's device table), its schedules (``schedules``, a tuning work dir)
+    are read again, and the estimate is made with ``checkpoint``. What the truth check
+    measured (end to end, retimed, inside the network, the records' own timings) is kept;
+    every field made from the estimate is replaced. So a checkpoint trained anywhere can
+    be checked against networks measured on a CPU it runs on no longer.
+
+    Args:
+        rows: rows of ``cdmpp bench truth-check --output`` (:func:`run_truth_check`), each
+            with ``schedules`` a tuning work dir.
+        checkpoint: the checkpoint of the new estimate (``None``: the shipped one).
+
+    Returns:
+        The rows, in order, with the new estimate; seconds.
+
+    Raises:
+        InputError: a row whose schedules are a device folder rather than a work dir (its
+            fastest records depend on the folder's state when it was measured) or are not a
+            JSONDatabase, or whose tasks differ from the stored ones (another TVM, or
+            another network).
+        UnknownDeviceError: the checkpoint does not know a row's device.
+    """
+    predictor = LatencyPredictor.load(checkpoint)
+    out = []
+    for old in rows:
+        where = Path(old["schedules"])
+        if (where / "manifest.json").is_file():
+            raise InputError(f"{old['network']}: its schedules ({where}) are a device folder, not a tuning work dir; "
+                             f"only rows of --work-dirs can be rescored")
+        target = Target(predictor.descriptor(old["device"]).target)
+        net = load_network(old["network"], target)
+        tasks = relax_tasks(net.mod, target)
+        stored = {t["task"]: t for t in old["per_task"]}
+        if {t.name for t in tasks} != set(stored):
+            raise InputError(f"{old['network']}: its tasks differ from the stored row's "
+                             f"({len(tasks)} against {len(stored)}); rescore with the TVM and network it was measured with")
+        est = estimate_network(predictor, tasks, old["device"], target, work_dir_best(where))
+        row = {**old, **_estimate_fields(est, {t.name: stored[t.name]["kernel_class"] for t in tasks})}
+        kept = ("in_network_s", "retimed_s", "retimed_warm_s")
+        for per_task in row["per_task"]:
+            per_task.update({k: stored[per_task["task"]][k] for k in kept if k in stored[per_task["task"]]})
+        _measured_class_rows(row)
+        out.append(row)
+        if progress:
+            print(format_truth_check([row]), flush=True)
+    return out
 
 
 def _retimed(tasks, by_hash: dict, target) -> tuple[dict[str, float], dict[str, float]]:
@@ -390,6 +466,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--work-dirs", nargs="+", default=None,
                      help="one tuning work dir (cdmpp tune --work-dir) per network, in the order of -n, tuned on "
                           "this machine (each task's fastest record is used)")
+    src.add_argument("--rescore", nargs="+", default=None, metavar="ROWS",
+                     help="truth-check JSON files (--output of runs with --work-dirs): their networks estimated again "
+                          "with -c, on the rows' devices, nothing timed; what was measured is kept")
     parser.add_argument("-n", "--networks", nargs="+", default=["resnet_18-b1", "mobilenet_v2-b1", "resnet_50-b1"],
                         help="zoo names, held-out test networks by name (llama_1024-b1s128, ...) or module.py:function")
     parser.add_argument("--repeat", type=int, default=20, help="end-to-end runs timed (median)")
@@ -405,7 +484,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_truth_check(args) -> int:
-
+    if args.rescore:
+        checkpoint = Path(args.checkpoint) if args.checkpoint else None
+        rows = rescore_truth_check(read_truth_check_rows(args.rescore), checkpoint)
+        print_and_write_rows(rows, format_truth_check(rows, markdown=True), args.output, checkpoint)
+        return 0
     cfg = TruthCheckConfig(tuple(args.networks), args.repeat, Path(args.checkpoint) if args.checkpoint else None,
                            args.device, tuple(Path(w) for w in args.work_dirs or ()), args.retime, args.profile)
     rows = run_truth_check(Path(args.dataset) if args.dataset else None, cfg)
