@@ -268,7 +268,6 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             # a task the VM never calls (a pure reshape runs as a view) has no time inside the network
             row["profiled_kernels_s"] = sum(t.weight * in_network[t.name] for t in tasks if t.name in in_network)
             row["profiled_tasks"] = len(in_network)
-        _measured_class_rows(row)
         rows.append(row)
         if cfg.retime:
             cold, warm = _retimed(tasks, by_hash, target)
@@ -277,7 +276,7 @@ def run_truth_check(folder: Path | None, cfg: TruthCheckConfig, progress: bool =
             row["retimed_sum_s"], row["retimed_warm_sum_s"] = _weighted_sum(called, cold), _weighted_sum(called, warm)
             for per_task in row["per_task"]:
                 per_task["retimed_s"], per_task["retimed_warm_s"] = cold.get(per_task["task"]), warm.get(per_task["task"])
-            _measured_class_rows(row)
+        _measured_class_rows(row)
         if progress:
             print(format_truth_check([row]), flush=True)
     return rows
