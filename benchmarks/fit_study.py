@@ -255,13 +255,22 @@ def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int
     return Split(np.sort(np.concatenate([split.train, add])), split.val, split.test, split.holdout)
 
 
-def _without_sweep(split: Split, corpus) -> Split:
+def _without_sweep(split: Split, corpus, workload: np.ndarray | None = None) -> Split:
     """``split`` without the training programs of workloads that only the operator sweep
-    has (a workload a zoo network shares stays)."""
+    has (a workload a zoo network shares stays).
+
+    Args:
+        workload: int64 ``(P,)`` each program's device-qualified task; when given, only the
+            sweep-only tasks with more than one program in the corpus (tunable) are dropped,
+            and its untunable ones (one program) stay.
+    """
     nets = corpus.networks()
     zoo = set().union(*(k for n, k in nets.items() if not n.startswith(SWEEP_PREFIX)))
     only = set().union(*(k for n, k in nets.items() if n.startswith(SWEEP_PREFIX))) - zoo
     drop = np.isin(corpus.raw_keys[split.train].astype(str), sorted(only))
+    if workload is not None:
+        counts = np.bincount(workload)
+        drop &= counts[workload[split.train]] > 1
     return Split(split.train[~drop], split.val, split.test, split.holdout)
 
 
@@ -385,8 +394,8 @@ def run_fit_study(
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
         split = _with_extra_data(split, base, tuned_train, lever.extra_data, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
-        if lever.without_sweep:
-            split = _without_sweep(split, corpus)
+        if lever.without_sweep or lever.sweep_untunable_only:
+            split = _without_sweep(split, corpus, data.workload if lever.sweep_untunable_only else None)
         lever_data = data
         if mcfg.loop_tokens:
             lever_data = with_loop_tokens(lever_data)

@@ -28,6 +28,9 @@ class Lever:
         without_sweep: leave out of training every program of a workload that only the
             operator sweep has (family ``sweep``; a workload a zoo network shares stays):
             the control of what the sweep's data does.
+        sweep_untunable_only: of those sweep-only workloads, keep in training only the
+            ones with one program (untunable); drop the tunable ones, whose few programs
+            are random samples of their design space with no tuned schedule among them.
     """
 
     name: str
@@ -38,6 +41,7 @@ class Lever:
     trace_sequence: bool = False
     extra_data: str = ""
     without_sweep: bool = False
+    sweep_untunable_only: bool = False
 
 
 LEVERS: dict[str, Lever] = {
@@ -153,6 +157,11 @@ LEVERS: dict[str, Lever] = {
               "training (the control of the sweep's data)", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
               trace_token=True, extra_data="tuned", without_sweep=True),
+        Lever("shipped-sweep-untunable", "shipped-tuned-listmle-fast-x1 with only the operator sweep's untunable "
+              "workloads (one program) in training: its tunable ones, random samples without a tuned schedule, "
+              "left out", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
+              trace_token=True, extra_data="tuned", sweep_untunable_only=True),
         Lever("shipped-workload-0.5", "shipped-tuned-listmle-fast-x1 with each training program weighted n^-0.5 in "
               "the Huber loss, n its task's training programs (between every program alike and every workload alike)",
               model={"loop_tokens": True, "pooling": "lse"},

@@ -196,3 +196,11 @@ def test_the_sweep_control_drops_only_workloads_that_the_sweep_alone_has():
     out = _without_sweep(split, Corpus())
     assert out.train.tolist() == [0, 2, 4] and out.val.tolist() == [7] and out.test.tolist() == [8]
     assert LEVERS["shipped-without-sweep"].without_sweep and not LEVERS["shipped-tuned-listmle-fast-x1"].without_sweep
+    # only the sweep's tunable tasks (more than one program) leave: program 1's task has two
+    # programs (1 and 5), program 3's one
+    raw = np.array(["shared", "sweep-only", "zoo-only", "sweep-only", "shared", "sweep-only"])
+    Corpus.raw_keys = raw
+    workload = np.array([0, 1, 2, 3, 0, 1])
+    out = _without_sweep(Split(np.arange(6), np.array([7]), np.array([8]), "fold"), Corpus(), workload)
+    assert out.train.tolist() == [0, 2, 3, 4]
+    assert LEVERS["shipped-sweep-untunable"].sweep_untunable_only
