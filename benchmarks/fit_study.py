@@ -48,7 +48,6 @@ from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.parallel import default_workers
 from cdmpp.featurize.trace import folder_traces, with_trace_tokens
 from cdmpp.model import ModelConfig
-from cdmpp.networks.sweep import PREFIX as SWEEP_PREFIX
 from cdmpp.predictor import LatencyPredictor
 from cdmpp.train.baselines import TreeBaseline
 from cdmpp.train.config import TrainConfig
@@ -56,7 +55,7 @@ from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inp
 from cdmpp.train.fit import fit_transformer
 from cdmpp.train.folds import parse_fold
 from cdmpp.train.metrics import summary
-from cdmpp.train.splits import Split, drop_unstable_labels, thin_training
+from cdmpp.train.splits import Split, drop_sweep_workloads, drop_unstable_labels, thin_training
 
 STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope",
                  "best_speed", "untunable_tasks", "untunable_level", "untunable_within", "tunable_within")
@@ -255,25 +254,6 @@ def _with_extra_data(split, base, tuned_train: np.ndarray, extra: str, seed: int
     return Split(np.sort(np.concatenate([split.train, add])), split.val, split.test, split.holdout)
 
 
-def _without_sweep(split: Split, corpus, workload: np.ndarray | None = None) -> Split:
-    """``split`` without the training programs of workloads that only the operator sweep
-    has (a workload a zoo network shares stays).
-
-    Args:
-        workload: int64 ``(P,)`` each program's device-qualified task; when given, only the
-            sweep-only tasks with more than one program in the corpus (tunable) are dropped,
-            and its untunable ones (one program) stay.
-    """
-    nets = corpus.networks()
-    zoo = set().union(*(k for n, k in nets.items() if not n.startswith(SWEEP_PREFIX)))
-    only = set().union(*(k for n, k in nets.items() if n.startswith(SWEEP_PREFIX))) - zoo
-    drop = np.isin(corpus.raw_keys[split.train].astype(str), sorted(only))
-    if workload is not None:
-        counts = np.bincount(workload)
-        drop &= counts[workload[split.train]] > 1
-    return Split(split.train[~drop], split.val, split.test, split.holdout)
-
-
 def lever_configs(cfg: StudyConfig, lever: Lever, num_devices: int) -> tuple[ModelConfig, TrainConfig]:
     """The model and training configs of ``lever`` on the study's base recipe, for a device
     table of ``num_devices`` rows (``feature_dim`` is set later, from the data)."""
@@ -394,8 +374,7 @@ def run_fit_study(
         split = thin_training(base, data.workload, tcfg.train_share, tcfg.seed)
         split = _with_extra_data(split, base, tuned_train, lever.extra_data, tcfg.seed)
         split = drop_unstable_labels(split, corpus.repeat_cv, tcfg.max_repeat_cv)
-        if lever.without_sweep or lever.sweep_untunable_only:
-            split = _without_sweep(split, corpus, data.workload if lever.sweep_untunable_only else None)
+        split = drop_sweep_workloads(split, corpus.networks(), corpus.raw_keys, data.workload, tcfg.sweep_workloads)
         lever_data = data
         if mcfg.loop_tokens:
             lever_data = with_loop_tokens(lever_data)

@@ -25,12 +25,6 @@ class Lever:
             ``"random"``: add as many more programs of the other phases, drawn from the
             training workloads' programs the ``train_share`` left out (the control);
             ``""``: neither.
-        without_sweep: leave out of training every program of a workload that only the
-            operator sweep has (family ``sweep``; a workload a zoo network shares stays):
-            the control of what the sweep's data does.
-        sweep_untunable_only: of those sweep-only workloads, keep in training only the
-            ones with one program (untunable); drop the tunable ones, whose few programs
-            are random samples of their design space with no tuned schedule among them.
     """
 
     name: str
@@ -40,8 +34,6 @@ class Lever:
     trace_token: bool = False
     trace_sequence: bool = False
     extra_data: str = ""
-    without_sweep: bool = False
-    sweep_untunable_only: bool = False
 
 
 LEVERS: dict[str, Lever] = {
@@ -155,13 +147,13 @@ LEVERS: dict[str, Lever] = {
               trace_token=True, extra_data="tuned"),
         Lever("shipped-without-sweep", "shipped-tuned-listmle-fast-x1 without the operator sweep's workloads in "
               "training (the control of the sweep's data)", model={"loop_tokens": True, "pooling": "lse"},
-              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
-              trace_token=True, extra_data="tuned", without_sweep=True),
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0,
+                     "sweep_workloads": "none"}, trace_token=True, extra_data="tuned"),
         Lever("shipped-sweep-untunable", "shipped-tuned-listmle-fast-x1 with only the operator sweep's untunable "
               "workloads (one program) in training: its tunable ones, random samples without a tuned schedule, "
               "left out", model={"loop_tokens": True, "pooling": "lse"},
-              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0},
-              trace_token=True, extra_data="tuned", sweep_untunable_only=True),
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0,
+                     "sweep_workloads": "untunable"}, trace_token=True, extra_data="tuned"),
         Lever("shipped-workload-0.5", "shipped-tuned-listmle-fast-x1 with each training program weighted n^-0.5 in "
               "the Huber loss, n its task's training programs (between every program alike and every workload alike)",
               model={"loop_tokens": True, "pooling": "lse"},

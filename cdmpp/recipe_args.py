@@ -211,6 +211,15 @@ FLAGS = (
             help="leave training programs whose timing repeats vary by more than this (std / mean) out of training (several device folders)",
         ),
     ),
+    Flag(
+        "--sweep-workloads",
+        "train",
+        "sweep_workloads",
+        dict(
+            choices=("all", "untunable", "none"),
+            help="which of the operator sweep's own workloads train (several device folders): all, only its untunable tasks (one program), or none (default all)",
+        ),
+    ),
 )
 """Every recipe option, once: its flag, the config and field it sets, and its argparse
 options.  :func:`add_model_arguments` adds them and :func:`model_configs` reads them back, so

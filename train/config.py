@@ -156,6 +156,11 @@ class TrainConfig:
             than this (std / mean) are left out of training (validation and test
             untouched), as CDMPP (EuroSys 2024, section 6.1) drops programs whose
             repeats vary by more than 1%.  0 keeps every program.
+        sweep_workloads: which of the operator sweep's workloads train (those that only
+            the sweep has; a workload a zoo network shares always trains): ``"all"``;
+            ``"untunable"``, only its tasks with one program (a design space of one
+            program), its tunable tasks' few random samples left out; or ``"none"``
+            (:func:`~cdmpp.train.splits.drop_sweep_workloads`).
         trace_dropout: for a model with trace tokens, the probability that a training
             program's trace token is masked out of its sequence (the program seen as its
             leaves alone), so that the checkpoint also predicts programs without a
@@ -197,6 +202,7 @@ class TrainConfig:
     workload_weight: float = 0.0
     huber_delta: float = 0.1
     max_repeat_cv: float = 0.0
+    sweep_workloads: str = "all"
     trace_dropout: float = 0.2
     precision: str = "32-true"
     length_pool: int = 0
@@ -235,12 +241,16 @@ class TrainConfig:
             raise InputError(f"fast_weight must be >= 0, got {self.fast_weight}")
         if not 0 <= self.workload_weight <= 1:
             raise InputError(f"workload_weight must be in [0, 1], got {self.workload_weight}")
+        if self.sweep_workloads not in SWEEP_WORKLOADS:
+            raise InputError(f"sweep_workloads must be one of {', '.join(SWEEP_WORKLOADS)}, got {self.sweep_workloads!r}")
         if self.length_pool < 0 or (self.length_pool > 0 and self.task_group > 0):
             raise InputError(f"length_pool must be >= 0 and takes no task_group, got length_pool {self.length_pool}, "
                              f"task_group {self.task_group}")
 
 
 PRECISIONS = ("32-true", "bf16-mixed", "auto")
+#: :attr:`TrainConfig.sweep_workloads`'s choices
+SWEEP_WORKLOADS = ("all", "untunable", "none")
 """The training precisions :class:`TrainConfig` takes."""
 
 
@@ -281,6 +291,8 @@ def describe_loss(train_config: dict) -> str:
                   f"every workload alike at 1)")
     if c.get("max_repeat_cv"):
         words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
+    if c.get("sweep_workloads", "all") != "all":
+        words += f"; of the operator sweep's own workloads, {c['sweep_workloads']} train"
     return words
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdmpp.errors import InputError
+from cdmpp.networks.sweep import PREFIX as SWEEP_PREFIX
 from cdmpp.schema import tasks_of
 
 from .folds import holdout_keys, never_trained
@@ -140,3 +141,39 @@ def drop_unstable_labels(split: Split, repeat_cv: np.ndarray, max_cv: float) -> 
     if keep.size == 0:
         raise InputError(f"no training program has repeats within CV {max_cv}")
     return Split(keep, split.val, split.test, split.holdout)
+
+
+def drop_sweep_workloads(split: Split, networks: dict[str, set[str]], raw_keys: np.ndarray, workload: np.ndarray,
+                         keep: str) -> Split:
+    """Leave the operator sweep's own workloads out of training, or its tunable ones.
+
+    A workload that only the sweep has (no zoo network shares it) is the sweep's own.  Its
+    untunable tasks have one program (a design space of one program); its tunable tasks
+    have a few random samples of their design space and no tuned schedule.
+
+    Args:
+        split: the split whose ``train`` indices are filtered; ``val`` and ``test`` stay.
+        networks: each network's (or sweep entry's) unqualified workload keys.
+        raw_keys: str ``(n_programs,)``, each program's unqualified workload key.
+        workload: int64 ``(n_programs,)``, each program's device-qualified task: a task
+            with more than one program is tunable.
+        keep: ``"all"`` (``split`` unchanged), ``"untunable"`` (the sweep's own tunable
+            tasks leave) or ``"none"`` (all the sweep's own workloads leave).
+
+    Raises:
+        InputError: an unknown ``keep``, or no training program left.
+    """
+    if keep not in ("all", "untunable", "none"):
+        raise InputError(f"keep must be 'all', 'untunable' or 'none', got {keep!r}")
+    if keep == "all":
+        return split
+    zoo = set().union(*(k for n, k in networks.items() if not n.startswith(SWEEP_PREFIX)))
+    own = set().union(*(k for n, k in networks.items() if n.startswith(SWEEP_PREFIX))) - zoo
+    train = np.asarray(split.train)
+    drop = np.isin(np.asarray(raw_keys)[train].astype(str), sorted(own))
+    if keep == "untunable":
+        workload = np.asarray(workload, dtype=np.int64)
+        drop &= np.bincount(workload)[workload[train]] > 1
+    if drop.all():
+        raise InputError(f"no training program is left once the sweep's workloads ({keep} kept) leave")
+    return Split(train[~drop], split.val, split.test, split.holdout)

@@ -54,6 +54,7 @@ from .report import (
 )
 from .splits import (
     Split,
+    drop_sweep_workloads,
     drop_unstable_labels,
     holdout_network,
     networks_of,
@@ -295,6 +296,8 @@ def _corpus_split(corpus: DeviceCorpus, data: TrainData, train_config: TrainConf
     else:
         split = split_corpus(corpus, data.holdout, seed=train_config.seed)
     split = thin_training(split, corpus.data.workload, train_config.train_share, train_config.seed)
+    split = drop_sweep_workloads(split, corpus.networks(), corpus.raw_keys, corpus.data.workload,
+                                 train_config.sweep_workloads)
     return drop_unstable_labels(split, corpus.repeat_cv, train_config.max_repeat_cv), filters
 
 

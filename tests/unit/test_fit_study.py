@@ -179,28 +179,40 @@ def test_every_lever_makes_a_model_and_a_recipe():
         assert out.shape == (2,) and torch.all(torch.isfinite(out)), name
 
 
-def test_the_sweep_control_drops_only_workloads_that_the_sweep_alone_has():
+def test_the_sweep_levers_drop_the_sweeps_own_workloads_or_its_tunable_ones():
     import numpy as np
 
-    from benchmarks.fit_study import _without_sweep
     from benchmarks.levers import LEVERS
-    from cdmpp.train.splits import Split
+    from cdmpp.errors import InputError
+    from cdmpp.train.splits import Split, drop_sweep_workloads
 
-    class Corpus:
-        raw_keys = np.array(["shared", "sweep-only", "zoo-only", "sweep-only", "shared"])
-
-        def networks(self):
-            return {"sweep-8x64": {"shared", "sweep-only"}, "resnet_18-b1": {"shared", "zoo-only"}}
-
-    split = Split(np.arange(5), np.array([7]), np.array([8]), "fold-3-of-4")
-    out = _without_sweep(split, Corpus())
+    networks = {"sweep-8x64": {"shared", "sweep-only", "sweep-one"}, "resnet_18-b1": {"shared", "zoo-only"}}
+    raw = np.array(["shared", "sweep-only", "zoo-only", "sweep-one", "shared", "sweep-only"])
+    workload = np.array([0, 1, 2, 3, 0, 1])  # the sweep's task 1 has two programs (tunable), task 3 one
+    split = Split(np.arange(6), np.array([7]), np.array([8]), "fold-3-of-4")
+    assert drop_sweep_workloads(split, networks, raw, workload, "all") is split
+    out = drop_sweep_workloads(split, networks, raw, workload, "none")
     assert out.train.tolist() == [0, 2, 4] and out.val.tolist() == [7] and out.test.tolist() == [8]
-    assert LEVERS["shipped-without-sweep"].without_sweep and not LEVERS["shipped-tuned-listmle-fast-x1"].without_sweep
-    # only the sweep's tunable tasks (more than one program) leave: program 1's task has two
-    # programs (1 and 5), program 3's one
-    raw = np.array(["shared", "sweep-only", "zoo-only", "sweep-only", "shared", "sweep-only"])
-    Corpus.raw_keys = raw
-    workload = np.array([0, 1, 2, 3, 0, 1])
-    out = _without_sweep(Split(np.arange(6), np.array([7]), np.array([8]), "fold"), Corpus(), workload)
-    assert out.train.tolist() == [0, 2, 3, 4]
-    assert LEVERS["shipped-sweep-untunable"].sweep_untunable_only
+    assert drop_sweep_workloads(split, networks, raw, workload, "untunable").train.tolist() == [0, 2, 3, 4]
+    with pytest.raises(InputError, match="keep must be"):
+        drop_sweep_workloads(split, networks, raw, workload, "some")
+    with pytest.raises(InputError, match="no training program"):
+        drop_sweep_workloads(Split(np.array([1, 5]), split.val, split.test, "x"), networks, raw, workload, "none")
+    assert LEVERS["shipped-without-sweep"].train["sweep_workloads"] == "none"
+    assert LEVERS["shipped-sweep-untunable"].train["sweep_workloads"] == "untunable"
+    assert "sweep_workloads" not in LEVERS["shipped-tuned-listmle-fast-x1"].train
+
+
+def test_the_sweep_workloads_reach_the_recipe_and_its_words():
+    from cdmpp.cli import build_parser
+    from cdmpp.recipe_args import model_configs
+    from cdmpp.train.config import TrainConfig, describe_loss
+
+    _, train = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y", "--sweep-workloads", "untunable"]))
+    assert train.sweep_workloads == "untunable"
+    _, default = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
+    assert default.sweep_workloads == "all"
+    assert "untunable train" in describe_loss({"huber_delta": 0.1, "sweep_workloads": "untunable"})
+    assert "sweep" not in describe_loss({"huber_delta": 0.1, "sweep_workloads": "all"})
+    with pytest.raises(InputError, match="sweep_workloads must be one of all, untunable, none, got 'some'"):
+        TrainConfig(sweep_workloads="some")
