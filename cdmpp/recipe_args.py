@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from .cli_flags import Flag
-from .train.config import TrainConfig
+from .train.config import SWEEP_WORKLOADS, TrainConfig
 
 if TYPE_CHECKING:
     from .model import ModelConfig
@@ -216,7 +216,7 @@ FLAGS = (
         "train",
         "sweep_workloads",
         dict(
-            choices=("all", "untunable", "none"),
+            choices=SWEEP_WORKLOADS,
             help="which of the operator sweep's own workloads train (several device folders): all, only its untunable tasks (one program), or none (default all)",
         ),
     ),

@@ -249,9 +249,9 @@ class TrainConfig:
 
 
 PRECISIONS = ("32-true", "bf16-mixed", "auto")
-#: :attr:`TrainConfig.sweep_workloads`'s choices
-SWEEP_WORKLOADS = ("all", "untunable", "none")
 """The training precisions :class:`TrainConfig` takes."""
+SWEEP_WORKLOADS = ("all", "untunable", "none")
+"""Which of the operator sweep's own workloads train (:attr:`TrainConfig.sweep_workloads`)."""
 
 
 def resolve_precision(precision: str) -> str:

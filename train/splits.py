@@ -15,6 +15,7 @@ from cdmpp.errors import InputError
 from cdmpp.networks.sweep import PREFIX as SWEEP_PREFIX
 from cdmpp.schema import tasks_of
 
+from .config import SWEEP_WORKLOADS
 from .folds import holdout_keys, never_trained
 
 
@@ -163,8 +164,8 @@ def drop_sweep_workloads(split: Split, networks: dict[str, set[str]], raw_keys: 
     Raises:
         InputError: an unknown ``keep``, or no training program left.
     """
-    if keep not in ("all", "untunable", "none"):
-        raise InputError(f"keep must be 'all', 'untunable' or 'none', got {keep!r}")
+    if keep not in SWEEP_WORKLOADS:
+        raise InputError(f"keep must be one of {', '.join(SWEEP_WORKLOADS)}, got {keep!r}")
     if keep == "all":
         return split
     zoo = set().union(*(k for n, k in networks.items() if not n.startswith(SWEEP_PREFIX)))
