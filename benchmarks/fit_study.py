@@ -55,7 +55,7 @@ from cdmpp.train.devices import corpus_dirs, load_corpus, split_corpus, tree_inp
 from cdmpp.train.fit import fit_transformer
 from cdmpp.train.folds import parse_fold
 from cdmpp.train.metrics import summary
-from cdmpp.train.splits import Split, drop_sweep_workloads, drop_unstable_labels, thin_training
+from cdmpp.train.splits import Split, drop_sweep_workloads, drop_unstable_labels, sweep_own_programs, thin_training
 
 STUDY_COLUMNS = ("programs", "mape", "median_ape", "kendall_tau", "best_ratio", "decile_log_ratio", "slow_half_log_ratio", "slope",
                  "best_speed", "untunable_tasks", "untunable_level", "untunable_within", "tunable_within")
@@ -386,7 +386,8 @@ def run_fit_study(
             mcfg = dataclasses.replace(mcfg, feature_dim=lever_data.x.shape[1])
         t0 = time.time()
         model = fit_transformer(lever_data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
-                                device_descriptors=descriptors, device_caches=corpus.caches())
+                                device_descriptors=descriptors, device_caches=corpus.caches(),
+                                sweep_programs=sweep_own_programs(corpus.networks(), corpus.raw_keys))
         secs = round(time.time() - t0, 1)
         index = {"fit": split.train, **val_parts}
         predictor = LatencyPredictor(model, {})

@@ -154,6 +154,11 @@ LEVERS: dict[str, Lever] = {
               "left out", model={"loop_tokens": True, "pooling": "lse"},
               train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0,
                      "sweep_workloads": "untunable"}, trace_token=True, extra_data="tuned"),
+        Lever("shipped-sweep-weight-0.25", "shipped-tuned-listmle-fast-x1 with each training program of the "
+              "operator sweep's own workloads weighted 0.25 in the Huber loss, every other program once (the sweep's "
+              "standalone kernels pull the shared calibration less)", model={"loop_tokens": True, "pooling": "lse"},
+              train={"huber_delta": 0.1, "task_group": 16, "listmle_weight": 0.03, "fast_weight": 1.0,
+                     "sweep_weight": 0.25}, trace_token=True, extra_data="tuned"),
         Lever("shipped-workload-0.5", "shipped-tuned-listmle-fast-x1 with each training program weighted n^-0.5 in "
               "the Huber loss, n its task's training programs (between every program alike and every workload alike)",
               model={"loop_tokens": True, "pooling": "lse"},

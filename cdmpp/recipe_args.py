@@ -220,6 +220,15 @@ FLAGS = (
             help="which of the operator sweep's own workloads train (several device folders): all, only its untunable tasks (one program), or none (default all)",
         ),
     ),
+    Flag(
+        "--sweep-weight",
+        "train",
+        "sweep_weight",
+        dict(
+            type=float,
+            help="the level loss weighs each training program of the operator sweep's own workloads this many times, every other program once (several device folders; default 1)",
+        ),
+    ),
 )
 """Every recipe option, once: its flag, the config and field it sets, and its argparse
 options.  :func:`add_model_arguments` adds them and :func:`model_configs` reads them back, so

@@ -161,6 +161,11 @@ class TrainConfig:
             ``"untunable"``, only its tasks with one program (a design space of one
             program), its tunable tasks' few random samples left out; or ``"none"``
             (:func:`~cdmpp.train.splits.drop_sweep_workloads`).
+        sweep_weight: > 0; the level loss weighs each training program of the operator
+            sweep's own workloads this many times, every other program once (multiplies
+            the ``fast_weight`` and ``workload_weight`` weights; needs the corpus protocol,
+            which knows the sweep's workloads): below 1, the sweep's standalone kernels
+            pull the shared calibration less than the zoo's programs.  1 weighs them alike.
         trace_dropout: for a model with trace tokens, the probability that a training
             program's trace token is masked out of its sequence (the program seen as its
             leaves alone), so that the checkpoint also predicts programs without a
@@ -203,6 +208,7 @@ class TrainConfig:
     huber_delta: float = 0.1
     max_repeat_cv: float = 0.0
     sweep_workloads: str = "all"
+    sweep_weight: float = 1.0
     trace_dropout: float = 0.2
     precision: str = "32-true"
     length_pool: int = 0
@@ -243,6 +249,8 @@ class TrainConfig:
             raise InputError(f"workload_weight must be in [0, 1], got {self.workload_weight}")
         if self.sweep_workloads not in SWEEP_WORKLOADS:
             raise InputError(f"sweep_workloads must be one of {', '.join(SWEEP_WORKLOADS)}, got {self.sweep_workloads!r}")
+        if not self.sweep_weight > 0:
+            raise InputError(f"sweep_weight must be > 0, got {self.sweep_weight}")
         if self.length_pool < 0 or (self.length_pool > 0 and self.task_group > 0):
             raise InputError(f"length_pool must be >= 0 and takes no task_group, got length_pool {self.length_pool}, "
                              f"task_group {self.task_group}")
@@ -293,6 +301,8 @@ def describe_loss(train_config: dict) -> str:
         words += f"; training programs whose repeats vary by more than {c['max_repeat_cv']} (CV) left out"
     if c.get("sweep_workloads", "all") != "all":
         words += f"; of the operator sweep's own workloads, {c['sweep_workloads']} train"
+    if c.get("sweep_weight", 1.0) != 1.0:
+        words += f"; the operator sweep's own workloads' programs weighted {c['sweep_weight']:g} in the level loss"
     return words
 
 

@@ -76,14 +76,32 @@ def workload_weights(workload: np.ndarray, train: np.ndarray, power: float) -> n
     return weights
 
 
-def level_weights(data: FeaturizedPrograms, train: np.ndarray, config) -> np.ndarray | None:
-    """The level loss's weight of each program under ``config``'s ``fast_weight`` and
-    ``workload_weight`` (their product; :func:`fast_end_weights`, :func:`workload_weights`),
-    float32 ``(P,)``, or ``None`` when both are 0 (every program alike)."""
-    if config.fast_weight <= 0 and config.workload_weight <= 0:
+def level_weights(data: FeaturizedPrograms, train: np.ndarray, config,
+                  sweep_programs: np.ndarray | None = None) -> np.ndarray | None:
+    """The level loss's weight of each program under ``config``'s ``fast_weight``,
+    ``workload_weight`` and ``sweep_weight`` (their product; :func:`fast_end_weights`,
+    :func:`workload_weights`), float32 ``(P,)``, or ``None`` when every program weighs alike.
+
+    Args:
+        sweep_programs: bool ``(P,)``, the operator sweep's own programs
+            (:func:`~cdmpp.train.splits.sweep_own_programs`), weighted
+            ``config.sweep_weight`` times; needed when that is not 1.
+
+    Raises:
+        InputError: ``sweep_weight`` other than 1 without ``sweep_programs``, or a mask of
+            another length than the programs.
+    """
+    sweep_weight = getattr(config, "sweep_weight", 1.0)
+    if config.fast_weight <= 0 and config.workload_weight <= 0 and sweep_weight == 1.0:
         return None
-    return (fast_end_weights(data.workload, data.latency, train, config.fast_weight)
-            * workload_weights(data.workload, train, config.workload_weight))
+    weights = (fast_end_weights(data.workload, data.latency, train, config.fast_weight)
+               * workload_weights(data.workload, train, config.workload_weight))
+    if sweep_weight != 1.0:
+        if sweep_programs is None or len(sweep_programs) != len(weights):
+            raise InputError(f"sweep_weight {sweep_weight} needs a mask of the operator sweep's own programs, one "
+                             f"per program ({len(weights)}); the corpus protocol (several device folders) gives it")
+        weights[np.asarray(sweep_programs, dtype=bool)] *= np.float32(sweep_weight)
+    return weights
 
 
 def fit_transformer(
@@ -102,6 +120,7 @@ def fit_transformer(
     resume: bool = False,
     padded_encoder: bool = False,
     device_caches: np.ndarray | None = None,
+    sweep_programs: np.ndarray | None = None,
 ) -> LatencyTransformer:
     """Train a :class:`LatencyTransformer` on ``split.train`` (validating on ``split.val``).
 
@@ -118,6 +137,8 @@ def fit_transformer(
         device_caches: ``(num_devices + 1, 3)`` bytes of each row's L1 data cache, L2 and
             L3 (:meth:`cdmpp.train.devices.DeviceCorpus.caches`), for a ``cache_fit``
             model (``None``: :data:`cdmpp.device.DEFAULT_CACHES` on every row).
+        sweep_programs: bool ``(P,)``, the operator sweep's own programs, whose level-loss
+            weight is ``train_config.sweep_weight`` (:func:`level_weights`).
         history: a list that gets one dict per epoch: ``epoch`` (1-based), ``train_loss``
             and ``val_loss`` (the epoch's mean loss on the training and validation
             programs; ``val_loss`` is absent without validation programs) and ``seconds``
@@ -139,7 +160,8 @@ def fit_transformer(
 
     Raises:
         ValueError: an empty training split, or ``cmd_weight > 0`` without target programs.
-        InputError: ``resume`` with a checkpoint of another recipe or split in ``resume_dir``.
+        InputError: ``resume`` with a checkpoint of another recipe or split in ``resume_dir``, or
+            ``sweep_weight`` other than 1 without ``sweep_programs``.
     """
 
     model_config = model_config or ModelConfig()
@@ -172,7 +194,7 @@ def fit_transformer(
         train_config.task_group,
         target,
         train_config.length_pool,
-        level_weights(data, split.train, train_config),
+        level_weights(data, split.train, train_config, sweep_programs),
     )
     logger = False
     if use_wandb and not fast_dev_run:

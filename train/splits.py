@@ -144,6 +144,19 @@ def drop_unstable_labels(split: Split, repeat_cv: np.ndarray, max_cv: float) -> 
     return Split(keep, split.val, split.test, split.holdout)
 
 
+def sweep_own_programs(networks: dict[str, set[str]], raw_keys: np.ndarray) -> np.ndarray:
+    """Which programs are of the operator sweep's own workloads, bool ``(n_programs,)``: a
+    workload of a sweep entry (:data:`cdmpp.networks.sweep.PREFIX`) that no zoo network shares.
+
+    Args:
+        networks: each network's (or sweep entry's) unqualified workload keys.
+        raw_keys: str ``(n_programs,)``, each program's unqualified workload key.
+    """
+    zoo = set().union(*(k for n, k in networks.items() if not n.startswith(SWEEP_PREFIX)))
+    own = set().union(*(k for n, k in networks.items() if n.startswith(SWEEP_PREFIX))) - zoo
+    return np.isin(np.asarray(raw_keys).astype(str), sorted(own))
+
+
 def drop_sweep_workloads(split: Split, networks: dict[str, set[str]], raw_keys: np.ndarray, workload: np.ndarray,
                          keep: str) -> Split:
     """Leave the operator sweep's own workloads out of training, or its tunable ones.
@@ -168,10 +181,8 @@ def drop_sweep_workloads(split: Split, networks: dict[str, set[str]], raw_keys: 
         raise InputError(f"keep must be one of {', '.join(SWEEP_WORKLOADS)}, got {keep!r}")
     if keep == "all":
         return split
-    zoo = set().union(*(k for n, k in networks.items() if not n.startswith(SWEEP_PREFIX)))
-    own = set().union(*(k for n, k in networks.items() if n.startswith(SWEEP_PREFIX))) - zoo
     train = np.asarray(split.train)
-    drop = np.isin(np.asarray(raw_keys)[train].astype(str), sorted(own))
+    drop = sweep_own_programs(networks, raw_keys)[train]
     if keep == "untunable":
         workload = np.asarray(workload, dtype=np.int64)
         drop &= np.bincount(workload)[workload[train]] > 1

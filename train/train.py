@@ -58,6 +58,7 @@ from .splits import (
     drop_unstable_labels,
     holdout_network,
     networks_of,
+    sweep_own_programs,
     thin_training,
 )
 
@@ -121,6 +122,9 @@ def train(
         raise InputError("a CMD target device needs cmd_weight > 0")
     several = data.several_devices()
     data.check(several)
+    if not several and (train_config.sweep_workloads != "all" or train_config.sweep_weight != 1.0):
+        raise InputError("sweep_workloads and sweep_weight need a dataset of several device folders (the corpus "
+                         "protocol knows the operator sweep's workloads)")
     if not model_config.trace_tokens:  # a leaves-only model has no trace token to drop
         train_config = dataclasses.replace(train_config, trace_dropout=0.0)
     model_config = dataclasses.replace(model_config, trace_optional=model_config.trace_tokens
@@ -152,7 +156,7 @@ def training_machine() -> dict:
 
 
 def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wandb, progress, target,
-         descriptors=None, resume: bool = False, caches=None):
+         descriptors=None, resume: bool = False, caches=None, sweep_programs=None):
     """The transformer fitted on ``split.train``, its loss history and its wall seconds (those
     of every epoch, the epochs before a resume included)."""
 
@@ -160,7 +164,8 @@ def _fit(fit_data, split: Split, model_config, train_config, out: Path, use_wand
     history: list[dict] = []
     model = fit_transformer(fit_data, split, model_config, train_config, out / "logs", use_wandb, progress=progress,
                             target=target, history=history, device_descriptors=descriptors,
-                            resume_dir=out / "resume", resume=resume, device_caches=caches)
+                            resume_dir=out / "resume", resume=resume, device_caches=caches,
+                            sweep_programs=sweep_programs)
     return model, history, max(time.time() - t0, sum(row.get("seconds", 0.0) for row in history))
 
 
@@ -342,8 +347,10 @@ def _train_corpus(data: TrainData, out: Path, model_config, train_config, use_wa
     split, filters = _corpus_split(corpus, data, train_config)
     fit_data, target, target_device = _corpus_cmd_target(corpus, data, split, train_config, progress)
     descriptors = corpus.descriptors()
+    sweep = np.zeros(len(fit_data), dtype=bool)  # a CMD target device's programs follow the corpus's
+    sweep[:len(corpus.data)] = sweep_own_programs(corpus.networks(), corpus.raw_keys)
     model, history, t_model = _fit(fit_data, split, model_config, train_config, out, use_wandb, progress, target,
-                                   descriptors, resume, corpus.caches())
+                                   descriptors, resume, corpus.caches(), sweep)
     t0 = time.time()
     tree = TreeBaseline(seed=train_config.seed).fit(tree_inputs(corpus.data, descriptors, split.train),
                                                     corpus.data.latency[split.train])

@@ -216,3 +216,55 @@ def test_the_sweep_workloads_reach_the_recipe_and_its_words():
     assert "sweep" not in describe_loss({"huber_delta": 0.1, "sweep_workloads": "all"})
     with pytest.raises(InputError, match="sweep_workloads must be one of all, untunable, none, got 'some'"):
         TrainConfig(sweep_workloads="some")
+
+
+def test_the_sweep_weight_scales_the_sweeps_own_programs_in_the_level_loss():
+    import numpy as np
+
+    from benchmarks.levers import LEVERS
+    from cdmpp.errors import InputError
+    from cdmpp.train.config import TrainConfig, describe_loss
+    from cdmpp.train.fit import level_weights
+    from cdmpp.train.splits import sweep_own_programs
+
+    networks = {"sweep-8x64": {"shared", "sweep-only", "sweep-one"}, "resnet_18-b1": {"shared", "zoo-only"}}
+    raw = np.array(["shared", "sweep-only", "zoo-only", "sweep-one", "shared", "sweep-only"])
+    sweep = sweep_own_programs(networks, raw)
+    assert sweep.tolist() == [False, True, False, True, False, True]  # a workload a zoo network shares is the zoo's
+
+    class Programs:  # the two fields level_weights reads
+        workload = np.array([0, 1, 2, 3, 0, 1])
+        latency = np.array([1.0, 2.0, 3.0, 4.0, 2.0, 1.0])
+
+    train = np.arange(6)
+    assert level_weights(Programs, train, TrainConfig()) is None  # every program alike
+    w = level_weights(Programs, train, TrainConfig(sweep_weight=0.25), sweep)
+    assert w.tolist() == [1.0, 0.25, 1.0, 0.25, 1.0, 0.25]
+    # with the fast end weighted: task 0's and task 1's fastest program (index 0 and 5) count twice
+    fast = level_weights(Programs, train, TrainConfig(fast_weight=1.0, sweep_weight=0.25), sweep)
+    assert fast.tolist() == [2.0, 0.25, 2.0, 0.5, 1.0, 0.5]
+    with pytest.raises(InputError, match="mask of the operator sweep"):
+        level_weights(Programs, train, TrainConfig(sweep_weight=0.25))
+    with pytest.raises(InputError, match="sweep_weight must be > 0"):
+        TrainConfig(sweep_weight=0.0)
+    assert "weighted 0.25 in the level loss" in describe_loss({"huber_delta": 0.1, "sweep_weight": 0.25})
+    assert "weighted" not in describe_loss({"huber_delta": 0.1, "sweep_weight": 1.0})
+    assert LEVERS["shipped-sweep-weight-0.25"].train["sweep_weight"] == 0.25
+
+
+def test_the_sweep_weight_reaches_the_recipe_and_needs_the_corpus_protocol(tmp_path):
+    from cdmpp.cli import build_parser
+    from cdmpp.errors import InputError
+    from cdmpp.recipe_args import model_configs
+    from cdmpp.train.config import TrainConfig, TrainData
+    from cdmpp.train.train import train
+
+    _, cfg = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y", "--sweep-weight", "0.5"]))
+    assert cfg.sweep_weight == 0.5
+    _, default = model_configs(build_parser().parse_args(["train", "-d", "x", "-o", "y"]))
+    assert default.sweep_weight == 1.0
+    folder = tmp_path / "cpu-x"
+    folder.mkdir()
+    (folder / "database_tuning_record.json").write_text("")
+    with pytest.raises(InputError, match="several device folders"):
+        train(TrainData([folder]), tmp_path / "out", train_config=TrainConfig(sweep_weight=0.5))
