@@ -366,6 +366,7 @@ def run_fit_study(
             log(result["rows"][-1])
         if on_lever is not None:
             on_lever(result)
+    sweep = sweep_own_programs(corpus.networks(), corpus.raw_keys)  # the same mask for every lever
     for name in cfg.levers:
         if name in done:
             continue
@@ -387,7 +388,7 @@ def run_fit_study(
         t0 = time.time()
         model = fit_transformer(lever_data, split, mcfg, tcfg, None, use_wandb=False, progress=progress,
                                 device_descriptors=descriptors, device_caches=corpus.caches(),
-                                sweep_programs=sweep_own_programs(corpus.networks(), corpus.raw_keys))
+                                sweep_programs=sweep)
         secs = round(time.time() - t0, 1)
         index = {"fit": split.train, **val_parts}
         predictor = LatencyPredictor(model, {})

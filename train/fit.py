@@ -91,7 +91,7 @@ def level_weights(data: FeaturizedPrograms, train: np.ndarray, config,
         InputError: ``sweep_weight`` other than 1 without ``sweep_programs``, or a mask of
             another length than the programs.
     """
-    sweep_weight = getattr(config, "sweep_weight", 1.0)
+    sweep_weight = config.sweep_weight
     if config.fast_weight <= 0 and config.workload_weight <= 0 and sweep_weight == 1.0:
         return None
     weights = (fast_end_weights(data.workload, data.latency, train, config.fast_weight)
