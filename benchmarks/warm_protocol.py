@@ -17,6 +17,14 @@ it times nothing.
   warm latency; and per row, the profiled kernels' sum less the end-to-end time, per
   kernel call.  The end-to-end time holds every kernel and the VM's own work besides, so
   that excess is a lower bound on what the instrument adds to each kernel it times.
+- **The checkpoint's estimates against each measurement** (``--estimates``: truth-check
+  files, one per checkpoint, such as one file rescored with ``cdmpp bench truth-check
+  --rescore`` for each): per kernel class
+  and warm band, the level (mean log predicted / measured) and the share within 1.25x of
+  the cold estimate against the record retimed cold, and of the warm estimate against the
+  record retimed warm and against the task's time inside the network.  A checkpoint that
+  learns the warm protocol well can still be far from the time inside the network when
+  the two protocols differ.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import numpy as np
 from benchmarks import read_truth_check_rows, render_table, write_result
 from cdmpp import dataset as ds
 from cdmpp.errors import InputError
+from cdmpp.kernel_class import class_levels
 from cdmpp.records import read_records, read_workload_keys, trace_key
 
 BANDS_US = (0.0, 5.0, 20.0, 100.0, 1000.0, math.inf)
@@ -157,6 +166,55 @@ def in_network_ratios(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return bands, excess
 
 
+COMPARISONS = (("cold estimate / retimed cold", "estimate_s", "retimed_s"),
+               ("warm estimate / retimed warm", "warm_estimate_s", "retimed_warm_s"),
+               ("warm estimate / in network", "warm_estimate_s", "in_network_s"))
+"""``(name, predicted key, measured key)`` of a truth-check task entry, per comparison."""
+
+
+def estimate_levels(rows: list[dict]) -> list[dict]:
+    """The estimates' level against each measurement of the same record (module docstring).
+
+    Only the tasks that have every measurement (retimed cold and warm, and a time inside
+    the network; views excluded) count, so the three comparisons share their tasks up to
+    a missing or zero prediction.
+
+    Args:
+        rows: truth-check rows of one checkpoint; ``per_task`` entries with
+            ``kernel_class``, ``weight``, ``estimate_s``, ``warm_estimate_s``,
+            ``retimed_s``, ``retimed_warm_s`` and ``in_network_s`` (seconds).
+
+    Returns:
+        One dict per (kernel class, retimed warm band, comparison), and per (kernel
+        class, ``"all"``, comparison): ``kernel_class``, ``band``, ``comparison`` (a
+        :data:`COMPARISONS` name), ``tasks``, ``level`` (mean log predicted / measured)
+        and ``within`` (share within 1.25x).
+
+    Raises:
+        InputError: no task has every measurement (run the truth check with
+            ``--retime`` and ``--profile``).
+    """
+    tasks = [t for r in rows for t in r.get("per_task", [])
+             if not t.get("view") and t.get("in_network_s") and t.get("retimed_s") and t.get("retimed_warm_s")]
+    if not tasks:
+        raise InputError("no truth-check task has retimed cold, retimed warm and in-network times: "
+                         "run cdmpp bench truth-check with --retime and --profile")
+    out = []
+    order = {name: i for i, name in enumerate(("all", *BAND_NAMES))}
+    for name, pred_key, meas_key in COMPARISONS:
+        keyed = []
+        for t in tasks:
+            cls = t.get("kernel_class", "?")
+            for b in ("all", band(t["retimed_warm_s"])):
+                keyed.append((f"{cls}\t{b}", t["weight"], t.get(pred_key), t.get(meas_key)))
+        for key, level in class_levels(keyed).items():
+            cls, b = key.split("\t")
+            out.append({"kernel_class": cls, "band": b, "comparison": name, "tasks": level.tasks,
+                        "level": level.mean_log_ratio, "within": level.within})
+    names = [c[0] for c in COMPARISONS]
+    return sorted(out, key=lambda r: (r["kernel_class"], order[r["band"]], names.index(r["comparison"])))
+
+
 def format_warm_protocol(result: dict, markdown: bool = False) -> str:
     """The study's tables (cold / warm per folder; in-network ratios; instrument excess)."""
 
@@ -177,6 +235,18 @@ def format_warm_protocol(result: dict, markdown: bool = False) -> str:
         parts.append(render_table(head, [[r["network"], str(r["schedules"]), str(r["kernel_calls"]),
                                           f"{r['profiled_kernels_s'] * 1e3:.2f}", f"{r['measured_e2e_s'] * 1e3:.2f}",
                                           f"{r['excess_per_call_s'] * 1e6:.1f}"] for r in result["excess"]], markdown))
+    if result.get("estimates"):
+        names = [c[0] for c in COMPARISONS]
+        cells: dict[tuple, dict] = {}
+        for r in result["estimates"]:
+            cells.setdefault((r["source"], r["kernel_class"], r["band"]), {})[r["comparison"]] = r
+        head = ["truth check (checkpoint)", "kernel class", "retimed warm band", "tasks",
+                *(f"{n}: level, within 1.25x" for n in names)]
+        body = []
+        for (source, cls, b), by in cells.items():
+            body.append([source, cls, b, str(max(c["tasks"] for c in by.values())),
+                         *(f"{by[n]['level']:+.2f}, {by[n]['within']:.0%}" if n in by else "-" for n in names)])
+        parts.append(render_table(head, body, markdown, left=3))
     return "\n\n".join(parts)
 
 
@@ -186,18 +256,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device folders with warm timings: cold / warm per collection protocol")
     parser.add_argument("--truth-check", nargs="*", default=[],
                         help="truth-check JSON files (--retime --profile): in-network / retimed, instrument excess")
+    parser.add_argument("--estimates", nargs="*", default=[],
+                        help="truth-check JSON files, one per checkpoint (--retime --profile, or --rescore of such a "
+                             "file): each checkpoint's cold and warm estimates against each measurement")
     parser.add_argument("-o", "--output", default=None,
                         help="also write the result as JSON here (the tables beside it, .md)")
 
 
 def main(args: argparse.Namespace) -> int:
     """``cdmpp bench warm-protocol``."""
-    if not args.device_folders and not args.truth_check:
-        raise InputError("give device folders (-d) or truth-check JSON files (--truth-check), or both")
+    if not args.device_folders and not args.truth_check and not args.estimates:
+        raise InputError("give device folders (-d) or truth-check JSON files (--truth-check, --estimates)")
     result: dict = {"folders": [r for d in args.device_folders for r in folder_ratios(Path(d))]}
     rows = read_truth_check_rows(args.truth_check)
     if rows:
         result["in_network"], result["excess"] = in_network_ratios(rows)
+    result["estimates"] = [{"source": Path(f).name, **r} for f in args.estimates
+                           for r in estimate_levels(read_truth_check_rows([f]))]
     table = format_warm_protocol(result, markdown=True)
     print(table)
     if args.output:

@@ -61,3 +61,30 @@ def test_rows_without_in_network_times_are_refused():
 
     with pytest.raises(InputError, match="--profile"):
         in_network_ratios([{"network": "n", "per_task": [{"task": "t", "weight": 1, "retimed_s": 1e-5}]}])
+
+
+def test_estimates_are_scored_against_each_measurement_of_the_same_tasks():
+    import math
+
+    from benchmarks.warm_protocol import estimate_levels
+    from cdmpp.errors import InputError
+
+    # t1's warm estimate is exact against its warm timing and half its time in the network;
+    # t2 has no time in the network, so it counts in no comparison; the view never counts
+    tasks = [{"task": "t1", "weight": 2, "kernel_class": "untunable", "estimate_s": 40e-6, "warm_estimate_s": 10e-6,
+              "retimed_s": 20e-6, "retimed_warm_s": 10e-6, "in_network_s": 20e-6},
+             {"task": "t2", "weight": 1, "kernel_class": "untunable", "estimate_s": 1e-3, "warm_estimate_s": 1e-3,
+              "retimed_s": 1e-6, "retimed_warm_s": 1e-6, "in_network_s": None},
+             {"task": "t3", "weight": 1, "kernel_class": "tunable", "estimate_s": 300e-6, "warm_estimate_s": 240e-6,
+              "retimed_s": 300e-6, "retimed_warm_s": 200e-6, "in_network_s": 250e-6},
+             {"task": "v", "weight": 1, "kernel_class": "untunable", "view": True, "estimate_s": 1.0,
+              "warm_estimate_s": 1.0, "retimed_s": 1e-6, "retimed_warm_s": 1e-6, "in_network_s": 1e-6}]
+    got = {(r["kernel_class"], r["band"], r["comparison"]): (r["tasks"], r["level"], r["within"])
+           for r in estimate_levels([{"network": "n", "per_task": tasks}])}
+    assert got[("untunable", "all", "cold estimate / retimed cold")] == (1, pytest.approx(math.log(2)), 0.0)
+    assert got[("untunable", "all", "warm estimate / retimed warm")] == (1, pytest.approx(0.0), 1.0)
+    assert got[("untunable", "[5, 20) us", "warm estimate / in network")] == (1, pytest.approx(math.log(0.5)), 0.0)
+    assert got[("tunable", "[100, 1000) us", "warm estimate / retimed warm")] == (1, pytest.approx(math.log(1.2)), 1.0)
+    assert len(got) == 2 * 2 * 3  # two classes, "all" and one band each, three comparisons
+    with pytest.raises(InputError, match="--profile"):
+        estimate_levels([{"network": "n", "per_task": tasks[1:2]}])
