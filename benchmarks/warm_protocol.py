@@ -271,8 +271,9 @@ def main(args: argparse.Namespace) -> int:
     rows = read_truth_check_rows(args.truth_check)
     if rows:
         result["in_network"], result["excess"] = in_network_ratios(rows)
-    result["estimates"] = [{"source": Path(f).name, **r} for f in args.estimates
-                           for r in estimate_levels(read_truth_check_rows([f]))]
+    if args.estimates:
+        result["estimates"] = [{"source": Path(f).name, **r} for f in args.estimates
+                               for r in estimate_levels(read_truth_check_rows([f]))]
     table = format_warm_protocol(result, markdown=True)
     print(table)
     if args.output:
