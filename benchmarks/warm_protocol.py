@@ -18,11 +18,11 @@ it times nothing.
   kernel call.  The end-to-end time holds every kernel and the VM's own work besides, so
   that excess is a lower bound on what the instrument adds to each kernel it times.
 - **The checkpoint's estimates against each measurement** (``--estimates``: truth-check
-  files, one per checkpoint, such as one file rescored with ``cdmpp bench truth-check
-  --rescore`` for each): per kernel class
-  and warm band, the level (mean log predicted / measured) and the share within 1.25x of
-  the cold estimate against the record retimed cold, and of the warm estimate against the
-  record retimed warm and against the task's time inside the network.  A checkpoint that
+  files, one per checkpoint, such as the files ``cdmpp bench truth-check --rescore``
+  writes): per kernel class and warm band, the level (mean log predicted / measured) and
+  the share within 1.25x of the cold estimate against the record retimed cold, and of the
+  warm estimate against the record retimed warm and against the task's time inside the
+  network.  A checkpoint that
   learns the warm protocol well can still be far from the time inside the network when
   the two protocols differ.
 """
@@ -216,7 +216,8 @@ def estimate_levels(rows: list[dict]) -> list[dict]:
 
 
 def format_warm_protocol(result: dict, markdown: bool = False) -> str:
-    """The study's tables (cold / warm per folder; in-network ratios; instrument excess)."""
+    """The study's tables (cold / warm per folder; in-network ratios; instrument excess;
+    each checkpoint's estimates against each measurement)."""
 
     def q(s: dict) -> str:
         return f"{s['median']:.2f} ({s['p10']:.2f}-{s['p90']:.2f})"
