@@ -67,8 +67,9 @@ def test_a_checkpoint_learns_both_protocols_and_the_estimate_reports_the_in_netw
     warm_rows, got = predict_programs(pred, d, dev, protocol="warm")
     assert got == dev and [p.predicted_s for p in warm_rows] != [p.predicted_s for p in cold_rows]
     shipped = LatencyPredictor.load()
-    assert shipped.protocols(shipped.devices[0]) == ["cold"]  # shipped: cold only
+    zen4 = "cpu-amd_epyc-znver4-avx512"  # shipped: cold timings only on this CPU
+    assert shipped.protocols(zen4) == ["cold"]
     from cdmpp.errors import UnknownDeviceError
 
     with pytest.raises(UnknownDeviceError, match="did not learn the warm protocol"):
-        shipped.predict_each([], device=shipped.devices[0], protocol="warm")
+        shipped.predict_each([], device=zen4, protocol="warm")
