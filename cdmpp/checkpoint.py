@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +27,9 @@ def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | No
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
+    weights = folder / WEIGHTS_FILE
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    weights.chmod(_readable_mode())  # safetensors writes 0600; a checkpoint is meant to be shared and shipped
     (folder / CONFIG_FILE).write_text(
         json.dumps(
             {"model": asdict(model.config), "featurizer_version": FEATURIZER_VERSION, "metadata": metadata or {}},
@@ -35,6 +38,13 @@ def save_checkpoint(model: LatencyTransformer, folder: Path, metadata: dict | No
         encoding="utf-8",
     )
     return folder
+
+
+def _readable_mode() -> int:
+    """The mode a new file gets under this process's umask (``0o666 & ~umask``)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def load_checkpoint(folder: Path) -> tuple[LatencyTransformer, dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,6 +42,9 @@ def checkpoint_corpus(
         ``(corpus, rows)``: rows int64 ``(P,)``; ``corpus.data.device_row`` indexes
         ``corpus.devices`` (1-based), and the checkpoint's rows may differ.
 
+    Warm timings of a device whose warm protocol the checkpoint did not learn (added to
+    its folder after it trained) are left out, with a warning; its cold programs are scored.
+
     Raises:
         DatasetError: ``root`` holds no device the checkpoint knows.
     """
@@ -51,13 +55,15 @@ def checkpoint_corpus(
     unknown = tuple(sorted(n for n in names if n not in ids or n in skip))
     if len(unknown) == len(names):
         raise ds.DatasetError(f"{dataset_label(root)} holds no device this checkpoint knows ({', '.join(ids)})")
-    # the warm protocol's rows only for a checkpoint that learned some
-    warm = any(d.protocol == "warm" for d in table_rows)
+    # warm rows only of the devices whose warm protocol the checkpoint learned: warm timings added to a
+    # folder after it trained are left out (named), its cold programs still scored
+    warm = {d.device_id for d in table_rows if d.protocol == "warm"}
+    left = sorted(d.name for d in corpus_dirs(root) if d.name in ids and d.name not in unknown
+                  and d.name not in warm and ds.resolve(d / ds.WARM_RECORD_FILE) is not None)
+    if left:
+        warnings.warn(f"{', '.join(left)}: warm timings this checkpoint did not learn (added after it trained) are "
+                      f"left out; the cold ones are scored", stacklevel=2)
     corpus = load_corpus(root, cache_dir, unknown, progress, protocols=warm)
-    new = [d.row_name for d in corpus.devices if d.row_name not in row_of]
-    if new:
-        raise InputError(f"{', '.join(new)}: warm timings this checkpoint did not learn (they were added to the folder "
-                         f"after it trained); score it on a copy of the folder without {ds.WARM_RECORD_FILE}")
     to_model = np.asarray([0] + [row_of[d.row_name] for d in corpus.devices], dtype=np.int64)
     return corpus, to_model[corpus.data.device_row]
 

@@ -14,7 +14,7 @@ programs on both sides of any split, whichever device measured them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,7 +160,7 @@ def corpus_dirs(roots: Path | Sequence[Path]) -> list[Path]:
 
 def load_corpus(
     root: Path | Sequence[Path], cache_dir: Path | None, exclude: tuple[str, ...] = (), progress: bool = True,
-    loops: bool = False, workers: int = 1, protocols: bool = True,
+    loops: bool = False, workers: int = 1, protocols: bool | Collection[str] = True,
 ) -> DeviceCorpus:
     """Featurize (or read from the cache) every device folder under ``root`` (with each
     program's loop tokens when ``loops``: a cache entry without them is featurized again).
@@ -178,6 +178,8 @@ def load_corpus(
             leave-one-device-out run).
         workers: processes that featurize a large folder that is not cached
             (:func:`cdmpp.featurize.parallel.featurize_records`).
+        protocols: which folders' warm timings give warm rows: ``True`` every folder's,
+            ``False`` none, or a collection of device ids (those folders' only).
 
     Raises:
         DatasetError: no device folder, an excluded id that is not there, a device
@@ -218,7 +220,8 @@ def load_corpus(
         )
         twins.append(offset + np.arange(len(data), dtype=np.int64))
         cold_offset, offset = offset, offset + len(data)
-        warm = ds.warm_repeats(folder) if protocols else None
+        wants_warm = protocols if isinstance(protocols, bool) else descriptor.device_id in protocols
+        warm = ds.warm_repeats(folder) if wants_warm else None
         if warm is not None and len(warm) == len(data) and any(w is not None for w in warm):
             # the warm protocol: a device row of its own (same descriptor, its own embedding), its programs
             # the folder's programs timed warm, with their warm labels

@@ -24,6 +24,9 @@ def test_warm_timings_load_as_a_device_row_of_their_own(tiny_collection):
     assert corpus.descriptors()[1].tolist() == corpus.descriptors()[2].tolist()  # same device, other protocol
     assert [d.row_name for d in load_corpus(summary.device_dir.parent, None, progress=False,
                                             protocols=False).devices] == ids[:1]
+    # warm rows only of the devices named: a checkpoint that learned no warm protocol of this one
+    for named, rows in (([summary.device_id], 2), (["cpu-other"], 1)):
+        assert len(load_corpus(summary.device_dir.parent, None, progress=False, protocols=named).devices) == rows
 
 @pytest.fixture(scope="module")
 def warm_checkpoint(tiny_collection, tmp_path_factory):
@@ -73,3 +76,18 @@ def test_a_checkpoint_learns_both_protocols_and_the_estimate_reports_the_in_netw
 
     with pytest.raises(UnknownDeviceError, match="did not learn the warm protocol"):
         shipped.predict_each([], device=zen4, protocol="warm")
+
+
+def test_warm_timings_added_after_training_are_left_out_of_scoring_with_a_warning(warm_checkpoint, tiny_collection):
+    import json
+
+    from cdmpp.train.device_scores import checkpoint_corpus
+
+    _, summary = tiny_collection
+    meta = json.loads((warm_checkpoint / "config.json").read_text())["metadata"]
+    cold_only = {**meta, "devices": [d for d in meta["devices"] if d["descriptor"].get("protocol") != "warm"]}
+    with pytest.warns(UserWarning, match="warm timings this checkpoint did not learn"):
+        corpus, rows = checkpoint_corpus(cold_only, summary.device_dir.parent, None, progress=False)
+    assert [d.protocol for d in corpus.devices] == ["cold"] and set(rows.tolist()) == {1}
+    both, _ = checkpoint_corpus(meta, summary.device_dir.parent, None, progress=False)
+    assert [d.protocol for d in both.devices] == ["cold", "warm"]

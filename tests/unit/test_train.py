@@ -171,3 +171,20 @@ def test_length_pools_pad_less_and_serve_every_program_once():
 
     with pytest.raises(InputError, match="length_pool"):
         TrainConfig(length_pool=10, task_group=16)
+
+
+def test_a_saved_checkpoint_is_readable_by_others_as_the_umask_allows(tmp_path):
+    import os
+    import stat
+
+    from cdmpp.checkpoint import load_checkpoint, save_checkpoint
+    from cdmpp.model import LatencyTransformer, ModelConfig
+
+    old = os.umask(0o022)
+    try:
+        folder = save_checkpoint(LatencyTransformer(ModelConfig(d_model=32, n_heads=2)), tmp_path / "c")
+    finally:
+        os.umask(old)
+    for name in ("model.safetensors", "config.json"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o644, name  # safetensors alone writes 0600
+    load_checkpoint(folder)
