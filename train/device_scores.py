@@ -58,8 +58,8 @@ def checkpoint_corpus(
     # warm rows only of the devices whose warm protocol the checkpoint learned: warm timings added to a
     # folder after it trained are left out (named), its cold programs still scored
     warm = {d.device_id for d in table_rows if d.protocol == "warm"}
-    left = sorted(d.name for d in corpus_dirs(root) if d.name in ids and d.name not in unknown
-                  and d.name not in warm and ds.resolve(d / ds.WARM_RECORD_FILE) is not None)
+    left = sorted(d.name for d in corpus_dirs(root) if d.name not in unknown and d.name not in warm
+                  and ds.resolve(d / ds.WARM_RECORD_FILE) is not None)
     if left:
         warnings.warn(f"{', '.join(left)}: warm timings this checkpoint did not learn (added after it trained) are "
                       f"left out; the cold ones are scored", stacklevel=2)
