@@ -14,7 +14,7 @@ from .dataset import (
     REMEASURE_FILE,
     WARM_RECORD_FILE,
     DeviceDatabase,
-    load_device_dir,
+    load_device_json,
     resolve,
     tuned_starts,
 )
@@ -144,9 +144,10 @@ def card(device_dir: Path) -> str:
     """A markdown dataset card of one device folder: counts, latency range and noise.
 
     Counts are per network (a workload shared by networks counts in each), the noise
-    is the coefficient of variation of each program's repeats (median and p90).
+    is the coefficient of variation of each program's repeats (median and p90).  The records
+    are read as plain JSON (:func:`cdmpp.dataset.load_device_json`): no TVM object is built.
     """
-    db = load_device_dir(device_dir)
+    db = load_device_json(device_dir)
     m = db.manifest
     lat = np.array([p.latency for p in db.programs])
     cv = np.array([np.std(p.run_secs) / np.mean(p.run_secs) for p in db.programs])

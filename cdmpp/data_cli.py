@@ -397,7 +397,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar="MIN",
-        help="also keep the gzipped (committed) files up to date, between tasks at most every MIN minutes and at the end",
+        help="also keep the gzipped (committed) files up to date, between tasks at most every MIN minutes and at the "
+             "end, when the dataset card (README.md) is rewritten too",
     )
     s.add_argument(
         "--rounds",

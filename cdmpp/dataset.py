@@ -249,6 +249,35 @@ def load_device_dir(path: Path, records: bool = True, max_records: int | None = 
                          max_records, resolve(path / WARM_RECORD_FILE))
 
 
+def load_device_json(path: Path) -> DeviceDatabase:
+    """:func:`load_device_dir` read as plain JSON, for callers that need the labels and not
+    the TVM objects: seconds where parsing 100,000 records into TVM objects takes minutes.
+
+    ``workloads`` are the workload lines' JSON (``[structural hash, IRModule JSON]``, what
+    ``Workload.from_json`` takes) and each program's ``record`` the record's JSON
+    (``[trace, run_secs, target, args_info]``, :class:`cdmpp.records.RecordLine`).  The
+    programs, their order, ``run_secs`` and ``warm_secs`` are those of
+    :func:`load_device_dir`, except that a record or workload TVM would reject is kept;
+    lines that are not JSONDatabase lines go to ``bad_lines``.
+
+    Raises:
+        DatasetError: a database file is missing, or the folder holds no measured record.
+    """
+    path = Path(path)
+    wl, rec = database_files(path)
+    manifest = read_manifest(path)
+    bad: list[BadLine] = []
+    lines = list(read_workload_lines(wl, bad))
+    warm = _warm_by_trace(resolve(path / WARM_RECORD_FILE), bad)
+    programs = [MeasuredProgram(r.workload_index, r.record, r.run_secs,
+                                warm.get((r.workload_index, trace_key(r.trace))) if warm else None)
+                for r in read_records(rec, bad, n_workloads=len(lines), measured=True)]
+    if not programs:
+        raise DatasetError(f"no measured tuning record in {rec}")
+    return DeviceDatabase(manifest.get("device", {}).get("device_id", path.name), [obj for _, _, obj in lines],
+                          [key for _, key, _ in lines], programs, manifest, bad)
+
+
 def _manifest_json(path: Path) -> tuple[dict, Path]:
     m = Path(path) / MANIFEST_FILE
     if not m.exists():

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from cdmpp import dataset as ds
-from cdmpp.records import read_records, read_workload_keys, read_workload_lines
+from cdmpp.records import read_records, read_workload_keys
 from cdmpp.schema import tasks_of
 
 from .ast import FEATURE_DIM, FEATURIZER_VERSION, UnsupportedProgramError
@@ -133,19 +133,14 @@ def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: 
         UnsupportedProgramError: a program that cannot be featurized.
     """
     device_dir = Path(device_dir)
-    files = ds.database_files(device_dir, required=False)
-    manifest = ds.read_manifest(device_dir)
-    target = manifest.get("device", {}).get("target")
     light = None
-    if files is not None and target:
+    if ds.database_files(device_dir, required=False) is not None and ds.read_manifest(device_dir).get(
+            "device", {}).get("target"):
         try:
-            lines = list(read_workload_lines(files[0], []))
-            programs = [ds.MeasuredProgram(w, rec, secs) for w, secs, rec in measured_record_lines(files[1], len(lines))]
-            light = ds.DeviceDatabase(manifest["device"].get("device_id", device_dir.name), [obj for _, _, obj in lines],
-                                      [key for _, key, _ in lines], programs, manifest)
-        except (TypeError, ValueError, IndexError, KeyError):
+            light = ds.load_device_json(device_dir)
+        except (ds.DatasetError, TypeError, ValueError, IndexError, KeyError):
             light = None
-    if light is not None and light.programs:
+    if light is not None and not light.bad_lines:
 
         def run(programs, target):
             return featurize_record_lines(light.workloads, [(p.workload_index, p.record) for p in programs], target,

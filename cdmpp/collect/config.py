@@ -263,7 +263,8 @@ class CollectConfig:
             :func:`cdmpp.networks.sweep.refine_names`).
         pack_every_s: when set, rewrite the gzipped copies of the device folder's files
             (``cdmpp pack``) and the manifest's counts between tasks at most this often
-            (seconds), and once more at the end, so that a shipped, version-controlled
+            (seconds), and once more at the end with the dataset card (``README.md``,
+            :func:`cdmpp.card.card`), so that a shipped, version-controlled
             dataset holds every finished record even when the session running the
             collection is cut off (the plain files it appends to are not committed).
             ``None``: never (run ``cdmpp pack`` yourself).

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from cdmpp.errors import InputError
 
 from .. import dataset as ds
+from ..card import card
 from ..device import DeviceDescriptor, DeviceUnavailableError, local_cpu, local_gpu
 from ..held_out import held_out_keys
 from ..tasks import Task
@@ -236,6 +237,8 @@ class _Collection:
         ds.write_manifest(self.dir, self.manifest)
         if self.cfg.pack_every_s is not None:
             ds.pack(self.dir)
+            if final:  # the dataset card too, counting what the packed files hold
+                (self.dir / "README.md").write_text(card(self.dir), encoding="utf-8")
 
     def maybe_pack(self) -> None:
         """Between tasks (no timing in flight): the periodic checkpoint of ``pack_every_s``."""

@@ -100,6 +100,8 @@ def test_resume_continues_without_duplicates(tiny_collection, tmp_path):
     for name in (ds.RECORD_FILE, ds.WORKLOAD_FILE):
         assert gzip.decompress((dev / (name + ".gz")).read_bytes()) == (dev / name).read_bytes()
     assert json.loads((dev / ds.MANIFEST_FILE).read_text())["collections"][-1]["measured"] == more.measured
+    # and, at the end, the dataset card of what the folder holds
+    assert f"- Measured programs: {len(ds.load_device_dir(dev).programs)} over" in (dev / "README.md").read_text()
     more.measured += stopped.measured
     after, db = program_keys(dev)
     assert after[: len(before)] == before  # nothing finished is lost
