@@ -115,8 +115,8 @@ def featurize_database(db, cache_dir: Path | None = None, progress: bool = False
     return _featurize_programs(db, cache_dir, loops, run)
 
 
-def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: bool = False, loops: bool = False,
-                     workers: int = 1) -> tuple[FeaturizedPrograms, list[np.ndarray]]:
+def featurized_device(device_dir: Path, cache_dir: Path | None = None, progress: bool = False, loops: bool = False,
+                      workers: int = 1) -> tuple[ds.DeviceDatabase, FeaturizedPrograms]:
     """:func:`featurize_database` of a device folder (``load_device_dir``), reading its
     records as plain JSON: no ``TuningRecord`` is built in this process, and each
     record's trace is replayed once, in the featurizing processes
@@ -126,7 +126,9 @@ def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: 
     whose records TVM rejects, or without a recorded device target, goes that way instead.
 
     Returns:
-        ``(featurized programs, each program's float64 run_secs in seconds)``.
+        ``(database, featurized programs)``: the database as read, its programs those
+        featurized, in order (:func:`cdmpp.dataset.load_device_json`, or
+        :func:`cdmpp.dataset.load_device_dir` when TVM rejects a record).
 
     Raises:
         DatasetError: a database file is missing, or the folder holds no measured record.
@@ -147,11 +149,19 @@ def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: 
                                           psf=True, workers=workers, progress=progress)
 
         try:
-            return _featurize_programs(light, cache_dir, loops, run), [p.run_secs for p in light.programs]
+            return light, _featurize_programs(light, cache_dir, loops, run)
         except UnsupportedProgramError:
             pass  # a record TVM rejects: the TVM reader skips it, as training always did
     db = ds.load_device_dir(device_dir)
-    return featurize_database(db, cache_dir, progress, loops, workers), [p.run_secs for p in db.programs]
+    return db, featurize_database(db, cache_dir, progress, loops, workers)
+
+
+def featurize_folder(device_dir: Path, cache_dir: Path | None = None, progress: bool = False, loops: bool = False,
+                     workers: int = 1) -> tuple[FeaturizedPrograms, list[np.ndarray]]:
+    """:func:`featurized_device`, returning ``(featurized programs, each program's float64
+    run_secs in seconds)``."""
+    db, data = featurized_device(device_dir, cache_dir, progress, loops, workers)
+    return data, [p.run_secs for p in db.programs]
 
 
 def _featurize_programs(db, cache_dir: Path | None, loops: bool, run) -> FeaturizedPrograms:

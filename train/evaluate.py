@@ -19,7 +19,7 @@ from cdmpp.checkpoint import checkpoint_meta, load_checkpoint
 from cdmpp.device import DEVICE_FILE, DeviceDescriptor
 from cdmpp.errors import InputError, UnknownDeviceError
 from cdmpp.featurize.batch import FeaturizedPrograms
-from cdmpp.featurize.folder import featurize_database, featurize_folder
+from cdmpp.featurize.folder import featurize_database, featurized_device
 from cdmpp.featurize.loops import with_loop_tokens
 from cdmpp.featurize.trace import database_traces, lined_up, model_inputs, with_trace_tokens
 from cdmpp.predictor import LatencyPredictor
@@ -36,9 +36,8 @@ def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True
     """``(DeviceDatabase, FeaturizedPrograms)`` of a dataset's only device folder (or of a
     device folder); ``loops``: with the programs' loop tokens (a cache entry without them
     is featurized again).  Both read the records as plain JSON where TVM accepts every
-    record (:func:`cdmpp.featurize.folder.featurize_folder`,
-    :func:`cdmpp.dataset.load_device_json`): the database's programs hold each record's
-    JSON, not a TVM ``TuningRecord``.
+    record (:func:`cdmpp.featurize.folder.featurized_device`): the database's programs
+    then hold each record's JSON, not a TVM ``TuningRecord``.
 
     Raises:
         DatasetError: no device folder, several (name one: ``<dataset>/<device_id>``),
@@ -49,11 +48,7 @@ def load_featurized(dataset: Path, cache_dir: Path | None, progress: bool = True
         raise ds.DatasetError(
             f"{dataset} holds several devices ({', '.join(d.name for d in dirs)}): give one device folder"
         )
-    data, _ = featurize_folder(dirs[0], cache_dir, progress=progress, loops=loops)
-    db = ds.load_device_json(dirs[0])
-    if len(db.programs) != len(data):  # a record TVM rejects: the folder as TVM reads it, as featurized
-        db = ds.load_device_dir(dirs[0])
-    return db, data
+    return featurized_device(dirs[0], cache_dir, progress=progress, loops=loops)
 
 
 def score_models(predictor: LatencyPredictor, extra: dict, data: FeaturizedPrograms, index: np.ndarray,
